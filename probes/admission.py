@@ -1,0 +1,373 @@
+"""Probe for fix #38935: a request rejected at intake must not pass the PD admission doors.
+
+``set_finish_with_abort`` leaves the verdict in ``to_finish`` and shrinks the prompt to one token,
+so ``finished()`` still says False. Before the fix both doors (``PrefillBootstrapQueue.add`` and
+``DecodePreallocQueue.add``) admitted such a request: a KV sender or receiver was built and the
+request queued for a handoff. After it, the door retires the request instead.
+
+The guard cases pin what the fix must not change: valid requests, and re-entering / retracted /
+preempted requests that carry an abort marker but whose queue still owns resources (upstream's
+own tests for #38935 say those must reach their queue, not be retired at the door).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from . import tree
+from .case import Case, Probe
+from .doubles import Double, Journal, KVTransport, strict_subject
+from .plain import JSON
+
+PREFILL = "sglang.srt.disaggregation.prefill"
+DECODE = "sglang.srt.disaggregation.decode"
+UTILS = "sglang.srt.disaggregation.utils"
+SCHEDULER = "sglang.srt.managers.scheduler"
+
+CAPACITY = 1024  # the KV pool both doors check against
+REJECTION = "Input length (1500 tokens) exceeds the maximum allowed length (1018 tokens)."
+NUM_KV_HEADS = 8
+
+
+def _transfer_backend() -> Any:
+    """A real (non-fake) backend label; the door only passes it to ``get_kv_class``."""
+    backends = tree.resolve(f"{UTILS}.TransferBackend")
+    return next(member for member in backends if member.name != "FAKE")
+
+
+def _transport(journal: Journal) -> KVTransport:
+    return KVTransport(
+        journal, poll_state=tree.resolve("sglang.srt.disaggregation.base.KVPoll").Bootstrapping
+    )
+
+
+def _scheduler(journal: Journal) -> Double:
+    """The scheduler as the doors see it.
+
+    ``retire_unadmitted_request`` is recorded and, where the tree has it, runs the tree's own
+    ``Scheduler.retire_unadmitted_request`` on this double, so the retired request's final state
+    (a 400 streamed to the client) is the tree's doing and not ours.
+    """
+    real_retire = getattr(tree.module(SCHEDULER).Scheduler, "retire_unadmitted_request", None)
+
+    def retire(req: Any) -> None:
+        if real_retire is not None:
+            real_retire(scheduler, req)
+
+    scheduler = Double(
+        journal,
+        "scheduler",
+        recorded=("_release_aborted_request",),
+        output_streamer=Double(journal, "output_streamer", recorded=("stream_output",)),
+        beam_coordinator=Double(journal, "beam_coordinator", recorded=("retire_group",)),
+        enable_hisparse=False,
+        retire_unadmitted_request=journal.method("scheduler", "retire_unadmitted_request", retire),
+    )
+    return scheduler
+
+
+class _Door:
+    """Shared by both doors: one request, one ``add`` call, the same effects vocabulary."""
+
+    def __init__(self, journal: Journal, req: Any) -> None:
+        self.journal = journal
+        self.req = req
+        self.transport = _transport(journal)
+        self.scheduler = _scheduler(journal)
+
+    def queues(self) -> dict[str, list[str]]:
+        raise NotImplementedError
+
+    def effects(self) -> dict[str, JSON]:
+        return {
+            "queues": self.queues(),
+            "kv_endpoints": self.transport.constructed,
+            "kv_calls": [e for e in self.journal.entries if str(e["actor"]).startswith("kv_")],
+            "retired": [e["args"][0] for e in self.journal.calls("scheduler", "retire_unadmitted_request")],
+            "streamed": [e["args"][0] for e in self.journal.calls("output_streamer", "stream_output")],
+            "released_aborted": [
+                e["args"][0] for e in self.journal.calls("scheduler", "_release_aborted_request")
+            ],
+            "request": tree.request_state(self.req),
+        }
+
+
+class PrefillDoor(_Door):
+    def __init__(self, journal: Journal, req: Any, flags: dict[str, bool]) -> None:
+        super().__init__(journal, req)
+        prefill = tree.module(PREFILL)
+        prefill.get_kv_class = self.transport  # the name the door looks up (child process only)
+        self.door = strict_subject(
+            prefill.PrefillBootstrapQueue,
+            journal,
+            "prefill_bootstrap_queue",
+            scheduler=self.scheduler,
+            queue=[],
+            kv_manager=Double(journal, "kv_manager"),
+            transfer_backend=_transfer_backend(),
+            bootstrap_port=tree.BOOTSTRAP_PORT,
+            tp_rank=0,
+            pp_rank=0,
+            max_total_num_tokens=CAPACITY,
+            max_input_len=CAPACITY,
+        )
+
+    def drive(self) -> None:
+        self.door.add(self.req, NUM_KV_HEADS)
+
+    def queues(self) -> dict[str, list[str]]:
+        return {"bootstrap": [req.rid for req in self.door.queue]}
+
+
+class DecodeDoor(_Door):
+    def __init__(self, journal: Journal, req: Any, flags: dict[str, bool]) -> None:
+        super().__init__(journal, req)
+        self.flags = flags
+        decode = tree.module(DECODE)
+        decode.get_kv_class = self.transport
+        kv_pool = Double(journal, "token_to_kv_pool")
+        allocator = Double(
+            journal,
+            "token_to_kv_pool_allocator",
+            page_size=1,
+            get_kvcache=lambda: kv_pool,
+            prealloc_ceiling_fits=lambda full, swa: None,  # no unified byte ceiling: token capacity decides
+        )
+        # One prefill peer already known with dp_size 1: the door's cache-hit fast path.
+        peer = Double(journal, "prefill_info", dp_size=1, follow_bootstrap_room=False)
+        self.door = strict_subject(
+            decode.DecodePreallocQueue,
+            journal,
+            "decode_prealloc_queue",
+            scheduler=self.scheduler,
+            queue=[],
+            pending_reqs=[],
+            retracted_queue=[],
+            kv_manager=Double(journal, "kv_manager", prefill_info_table={_peer_address(decode, req): peer}),
+            transfer_backend=_transfer_backend(),
+            token_to_kv_pool=kv_pool,
+            token_to_kv_pool_allocator=allocator,
+            max_total_num_tokens=CAPACITY,
+            num_reserved_decode_tokens=0,
+        )
+
+    def drive(self) -> None:
+        self.door.add(self.req, **self.flags)
+
+    def queues(self) -> dict[str, list[str]]:
+        return {
+            "prealloc": [entry.req.rid for entry in self.door.queue],
+            "pending": [entry.req.rid for entry in self.door.pending_reqs],
+            "retracted": [req.rid for req in self.door.retracted_queue],
+        }
+
+
+def _peer_address(decode: Any, req: Any) -> str:
+    """The key the decode door looks its prefill peer up by, spelled by the tree itself."""
+    spell = getattr(decode, "_bootstrap_addr", None)
+    return spell(req) if spell is not None else f"{req.bootstrap_host}:{req.bootstrap_port}"
+
+
+# --- requests as they reach a door ---------------------------------------------------------------
+
+Request = Callable[[Journal, str, str], Any]  # (journal, rid, mode) -> Req
+
+
+def rejected(journal: Journal, rid: str, mode: str) -> Any:
+    """Over-long prompt rejected at intake: abort pending in ``to_finish``, prompt cut to 1 token."""
+    req = tree.make_req(rid, 1500, mode)
+    tree.reject_at_intake(req, REJECTION)
+    return req
+
+
+def valid(journal: Journal, rid: str, mode: str) -> Any:
+    return tree.make_req(rid, 16, mode)
+
+
+def _marked(rid: str, mode: str) -> Any:
+    """A request that was running when an abort was marked on it ("abort method 3")."""
+    req = tree.make_req(rid, 16, mode)
+    req.to_finish = tree.abort_reason("Aborted by AbortReq.", 503)
+    return req
+
+
+def holding_metadata(journal: Journal, rid: str, mode: str) -> Any:
+    """Preempted prefill requeue: KV already released, metadata buffer still held."""
+    req = _marked(rid, mode)
+    req.metadata_buffer_index = 7
+    return req
+
+
+def holding_backup(journal: Journal, rid: str, mode: str) -> Any:
+    """Preempted requeue that still owns a host retraction backup."""
+    req = _marked(rid, mode)
+    req.kv.retraction_backup = Double(journal, "retraction_backup")
+    return req
+
+
+def retracted(journal: Journal, rid: str, mode: str) -> Any:
+    """Re-entry carrying nothing: ``release_req`` freed KV, short sequences take no backup."""
+    return _marked(rid, mode)
+
+
+def preempted(journal: Journal, rid: str, mode: str) -> Any:
+    """Priority preemption requeues through a bare ``_add_request_to_queue``: no door flag, only
+    ``reset_for_retract``'s ``is_retracted`` mark and no resources left."""
+    req = _marked(rid, mode)
+    req.is_retracted = True
+    return req
+
+
+# --- cases ---------------------------------------------------------------------------------------
+
+REJECTED_SIGNATURE = "the rejected request got a KV {endpoint} or entered the {queue} queue"
+GUARD_SIGNATURE = "the {what} was retired at the door or did not reach its queue"
+
+
+def admitted(effects: dict[str, Any]) -> bool:
+    rid = effects["request"]["rid"]
+    return any(rid in queue for queue in effects["queues"].values())
+
+
+def handed_off(effects: dict[str, Any]) -> bool:
+    return bool(effects["kv_endpoints"]) or admitted(effects)
+
+
+def dropped(effects: dict[str, Any]) -> bool:
+    return bool(effects["retired"]) or not admitted(effects)
+
+
+def door_case(
+    case_id: str,
+    door: type[_Door],
+    role: str,
+    title: str,
+    request: Request,
+    what: str = "",
+    flags: dict[str, bool] | None = None,
+) -> Case:
+    flags = flags or {}
+    prefill = door is PrefillDoor
+    add = f"{PREFILL}.PrefillBootstrapQueue.add" if prefill else f"{DECODE}.DecodePreallocQueue.add"
+    requires = (add, f"{PREFILL if prefill else DECODE}.get_kv_class") + tuple(
+        f"{add}({flag})" for flag in flags
+    )
+    if request is rejected:
+        requires += ("sglang.srt.managers.schedule_batch.Req.set_finish_with_abort",)
+        signature = REJECTED_SIGNATURE.format(
+            endpoint="sender" if prefill else "receiver", queue="bootstrap" if prefill else "prealloc"
+        )
+    else:
+        signature = GUARD_SIGNATURE.format(what=what)
+    mode = "PREFILL" if prefill else "DECODE"
+    rid = case_id.split("-door-", 1)[1]
+    return Case(
+        id=case_id,
+        site="prefill-door" if prefill else "decode-door",
+        role=role,
+        title=title,
+        signature=signature,
+        matches=handed_off if role == "bug" else dropped,
+        build=lambda journal: door(journal, request(journal, rid, mode), flags),
+        requires=requires,
+    )
+
+
+PROBE = Probe(
+    id="admission",
+    fix=38935,
+    imports=(
+        "sglang.srt.managers.schedule_batch",
+        "sglang.srt.sampling.sampling_params",
+        "sglang.srt.server_args",
+        "sglang.srt.runtime_context",
+        UTILS,
+        "sglang.srt.disaggregation.base",
+        PREFILL,
+        DECODE,
+        SCHEDULER,
+    ),
+    cases=(
+        door_case(
+            "prefill-door-rejected",
+            PrefillDoor,
+            "bug",
+            "request rejected for length reaches the prefill admission door",
+            rejected,
+        ),
+        door_case(
+            "decode-door-rejected",
+            DecodeDoor,
+            "bug",
+            "request rejected for length reaches the decode admission door",
+            rejected,
+        ),
+        door_case(
+            "prefill-door-valid",
+            PrefillDoor,
+            "guard",
+            "valid request at the prefill admission door",
+            valid,
+            what="valid request",
+        ),
+        door_case(
+            "decode-door-valid",
+            DecodeDoor,
+            "guard",
+            "valid request at the decode admission door",
+            valid,
+            what="valid request",
+        ),
+        door_case(
+            "prefill-door-reentry-metadata",
+            PrefillDoor,
+            "guard",
+            "aborted-while-running request re-enters the prefill door holding a metadata buffer",
+            holding_metadata,
+            what="re-entering request holding a metadata buffer",
+        ),
+        door_case(
+            "prefill-door-reentry-backup",
+            PrefillDoor,
+            "guard",
+            "aborted-while-running request re-enters the prefill door holding a retraction backup",
+            holding_backup,
+            what="re-entering request holding a retraction backup",
+        ),
+        door_case(
+            "decode-door-retracted",
+            DecodeDoor,
+            "guard",
+            "retracted decode request with a pending abort re-enters the decode door",
+            retracted,
+            what="retracted request",
+            flags={"is_retracted": True},
+        ),
+        door_case(
+            "decode-door-rebootstrap",
+            DecodeDoor,
+            "guard",
+            "re-bootstrapping decode request with a pending abort re-enters the decode door",
+            retracted,
+            what="re-bootstrapping request",
+            flags={"is_rebootstrap": True},
+        ),
+        door_case(
+            "prefill-door-preempted",
+            PrefillDoor,
+            "guard",
+            "preempted request holding nothing re-enters the prefill door with a pending abort",
+            preempted,
+            what="preempted request",
+        ),
+        door_case(
+            "decode-door-preempted",
+            DecodeDoor,
+            "guard",
+            "preempted request holding nothing re-enters the decode door with a pending abort",
+            preempted,
+            what="preempted request",
+        ),
+    ),
+)

@@ -1,0 +1,264 @@
+"""Probe harness: the one entry point the host runs inside a tree's environment.
+
+    <env python> -I -B /abs/probes/harness.py --probe PROBE_ID --out FILE
+        [--case-timeout SECONDS] [--case CASE_ID ...]
+
+Implements ``docs/probe-contract.md`` (``diffprobe.observations/1``): imports SGLang once, forks
+one child per case so cases share no state and never pay the import twice, kills a child that
+outlives its timeout, and writes the observations file atomically. Exit 0 means the file was
+written, whatever the cases did; any other exit is an infrastructure failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import hashlib
+import importlib
+import importlib.util
+import json
+import os
+import platform
+import select
+import signal
+import sys
+import time
+from types import ModuleType
+from typing import Any
+
+SCHEMA = "diffprobe.observations/1"
+PROBE_MODULES = {"admission": "probes.admission", "prefill-cleanup": "probes.prefill_cleanup"}
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def load_package() -> ModuleType:
+    """Load ``probes`` by file location: its parent directory may be the host's site-packages,
+    which must not become importable here, so ``sys.path`` is left alone."""
+    spec = importlib.util.spec_from_file_location(
+        "probes", os.path.join(HERE, "__init__.py"), submodule_search_locations=[HERE]
+    )
+    assert spec is not None and spec.loader is not None
+    package = importlib.util.module_from_spec(spec)
+    sys.modules["probes"] = package
+    spec.loader.exec_module(package)
+    return package
+
+
+def find_sglang_root() -> str | None:
+    """The directory that holds the ``sglang`` package, found without importing it."""
+    try:
+        spec = importlib.util.find_spec("sglang")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return os.path.dirname(os.path.abspath(list(spec.submodule_search_locations)[0]))
+
+
+def import_sglang(modules: tuple[str, ...], places: Any, case_mod: ModuleType) -> dict[str, Any]:
+    """Import what the probe needs, once. A module the tree does not have is left to the cases'
+    ``requires`` (they become not applicable); any other failure is an import error."""
+    start = time.monotonic()
+    failure = None
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name is None or not (name == exc.name or name.startswith(exc.name + ".")):
+                failure = _import_error(exc, places, case_mod)
+                break
+        except Exception as exc:  # SGLang failing to import is an outcome, not a crash
+            failure = _import_error(exc, places, case_mod)
+            break
+    return {
+        "outcome": "ok" if failure is None else "error",
+        "error": failure,
+        "duration_ms": _ms_since(start),
+    }
+
+
+def _import_error(exc: BaseException, places: Any, case_mod: ModuleType) -> dict[str, Any]:
+    return case_mod.error(type(exc).__name__, str(exc) or type(exc).__name__, "import", places.frame(exc))
+
+
+def imported_files(sglang_root: str | None, known: frozenset[str] = frozenset()) -> set[str]:
+    """Files under ``sglang_root`` that this interpreter imported (modules named in ``known``
+    excepted), relative, ``/``-separated."""
+    if not sglang_root:
+        return set()
+    prefix = os.path.abspath(sglang_root) + os.sep
+    found = set()
+    for name, module in list(sys.modules.items()):
+        path = None if name in known else getattr(module, "__file__", None)
+        if isinstance(path, str) and os.path.abspath(path).startswith(prefix) and os.path.isfile(path):
+            found.add(os.path.relpath(os.path.abspath(path), sglang_root).replace(os.sep, "/"))
+    return found
+
+
+def loaded_standins() -> set[str]:
+    try:
+        standins = importlib.import_module("diffprobe_standins")
+    except ImportError:
+        return set()
+    return set(standins.loaded())
+
+
+def run_forked(
+    case: Any, places: Any, timeout: float, case_mod: ModuleType, known: frozenset[str]
+) -> tuple[dict[str, Any], dict]:
+    """Run one case in a forked child; return its result and what the child imported beyond
+    the modules ``known`` to the parent."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    read_fd, write_fd = os.pipe()
+    start = time.monotonic()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_fd)
+        _child(case, places, write_fd, case_mod, known)
+    os.close(write_fd)
+    data, timed_out = _read_until(read_fd, start + timeout)
+    os.close(read_fd)
+    if timed_out:
+        os.kill(pid, signal.SIGKILL)
+    _, status = os.waitpid(pid, 0)
+    duration = _ms_since(start)
+
+    payload: dict[str, Any] = {}
+    if timed_out:
+        result = _bare("timeout")
+    elif os.WIFSIGNALED(status):
+        name = signal.Signals(os.WTERMSIG(status)).name
+        result = _bare("error", case_mod.error("Signal", f"case process killed by {name}", "process"))
+    else:
+        try:
+            payload = json.loads(data.decode())
+            result = payload["result"]
+        except (ValueError, KeyError):
+            code = os.WEXITSTATUS(status)
+            message = f"case process exited with status {code} without a result"
+            result = _bare("error", case_mod.error("NoResult", message, "process"))
+    return {**case.header(), **result, "duration_ms": duration}, payload
+
+
+def _child(case: Any, places: Any, write_fd: int, case_mod: ModuleType, known: frozenset[str]) -> None:
+    code = 1
+    try:
+        payload = {
+            "result": case_mod.run_case(case, places),
+            "modules": sorted(imported_files(places.sglang_root, known)),
+            "standins": sorted(loaded_standins()),
+        }
+        with os.fdopen(write_fd, "wb") as pipe:
+            pipe.write(json.dumps(payload).encode())
+        code = 0
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def _read_until(fd: int, deadline: float) -> tuple[bytes, bool]:
+    chunks = []
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return b"".join(chunks), True
+        ready, _, _ = select.select([fd], [], [], remaining)
+        if ready:
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                return b"".join(chunks), False
+            chunks.append(chunk)
+
+
+def _bare(outcome: str, failure: dict | None = None) -> dict[str, Any]:
+    return {
+        "outcome": outcome,
+        "classification": "inconclusive",
+        "effects": None,
+        "error": failure,
+        "missing": None,
+    }
+
+
+def _ms_since(start: float) -> int:
+    return int((time.monotonic() - start) * 1000)
+
+
+def materials(sglang_root: str | None, files: set[str]) -> dict[str, str]:
+    digests = {}
+    for rel in sorted(files):
+        with open(os.path.join(sglang_root or "", rel), "rb") as handle:
+            digests[rel] = hashlib.sha256(handle.read()).hexdigest()
+    return digests
+
+
+def write_atomically(path: str, document: dict[str, Any]) -> None:
+    target = os.path.abspath(path)
+    temporary = os.path.join(os.path.dirname(target), f".{os.path.basename(target)}.{os.getpid()}.tmp")
+    with open(temporary, "w", encoding="utf-8") as handle:
+        json.dump(document, handle, indent=2, ensure_ascii=False)
+        handle.write("\n")
+    os.replace(temporary, target)
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description="Run one diffprobe probe against this environment's SGLang.")
+    parser.add_argument("--probe", required=True, choices=sorted(PROBE_MODULES))
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--case-timeout", type=float, default=60.0)
+    parser.add_argument("--case", action="append", dest="cases", metavar="CASE_ID")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    load_package()
+    case_mod = importlib.import_module("probes.case")
+    probe = importlib.import_module(PROBE_MODULES[args.probe]).PROBE
+    cases = list(probe.cases)
+    if args.cases:
+        unknown = sorted(set(args.cases) - {case.id for case in cases})
+        if unknown:
+            print(f"unknown case id(s) for {probe.id}: {', '.join(unknown)}", file=sys.stderr)
+            return 2
+        cases = [case for case in cases if case.id in args.cases]
+
+    sglang_root = find_sglang_root()
+    places = case_mod.Places(sglang_root=sglang_root, probes_dir=HERE)
+    imported = import_sglang(probe.imports, places, case_mod)
+    files, standins, results = set(), loaded_standins(), []
+    known = frozenset(sys.modules)
+    gc.freeze()  # children would otherwise copy the whole heap when their collector walks it
+    for case in cases:
+        if imported["outcome"] != "ok":
+            results.append({**case.header(), **_bare("error", imported["error"]), "duration_ms": 0})
+            continue
+        result, payload = run_forked(case, places, args.case_timeout, case_mod, known)
+        results.append(result)
+        files.update(payload.get("modules", ()))
+        standins.update(payload.get("standins", ()))
+    files.update(imported_files(sglang_root))
+
+    write_atomically(
+        args.out,
+        {
+            "schema": SCHEMA,
+            "probe": probe.id,
+            "fix": probe.fix,
+            "python": platform.python_version(),
+            "implementation": platform.python_implementation(),
+            "platform": platform.platform(),
+            "sglang_root": sglang_root,
+            "import": imported,
+            "materials": materials(sglang_root, files),
+            "standins": sorted(standins),
+            "cases": results,
+        },
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
