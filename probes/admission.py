@@ -97,7 +97,7 @@ class PrefillDoor(_Door):
     def __init__(self, journal: Journal, req: Any, flags: dict[str, bool]) -> None:
         super().__init__(journal, req)
         prefill = tree.module(PREFILL)
-        prefill.get_kv_class = self.transport  # the name the door looks up (child process only)
+        prefill.get_kv_class = self.transport.get_kv_class  # the name the door looks up (child process only)
         self.door = strict_subject(
             prefill.PrefillBootstrapQueue,
             journal,
@@ -125,7 +125,7 @@ class DecodeDoor(_Door):
         super().__init__(journal, req)
         self.flags = flags
         decode = tree.module(DECODE)
-        decode.get_kv_class = self.transport
+        decode.get_kv_class = self.transport.get_kv_class
         kv_pool = Double(journal, "token_to_kv_pool")
         allocator = Double(
             journal,
@@ -188,7 +188,7 @@ def valid(journal: Journal, rid: str, mode: str) -> Any:
 def _marked(rid: str, mode: str) -> Any:
     """A request that was running when an abort was marked on it ("abort method 3")."""
     req = tree.make_req(rid, 16, mode)
-    req.to_finish = tree.abort_reason("Aborted by AbortReq.", 503)
+    req.to_finish = tree.abort_reason()  # pending: ``finished()`` still says False
     return req
 
 

@@ -11,7 +11,6 @@ import os
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any, Protocol
 
 from . import tree
@@ -75,26 +74,39 @@ class Places:
     sglang_root: str | None
     probes_dir: str
 
-    def where_from(self, tb: TracebackType | None) -> str | None:
-        """``sglang`` or ``double`` for the innermost frame that is ours or the tree's."""
-        for frame, _ in reversed(list(traceback.walk_tb(tb))):
+    def attribute(self, exc: BaseException, scripted: bool) -> tuple[str | None, str | None]:
+        """``(where, frame)`` from the innermost frame that is the tree's or ours.
+
+        ``where`` is ``sglang`` or ``double`` (None: our own code). A scripted failure that
+        escaped a double is charged to the code that called the double.
+        """
+        frames = [
+            (frame, line)
+            for frame, line in traceback.walk_tb(exc.__traceback__)
+            if not (scripted and os.path.abspath(frame.f_code.co_filename) == _DOUBLES_FILE)
+        ]
+        where = None
+        for frame, _ in reversed(frames):
             path = os.path.abspath(frame.f_code.co_filename)
             if self.sglang_root and _inside(path, self.sglang_root):
-                return "sglang"
-            if path == _DOUBLES_FILE:
-                return "double"
+                where = "sglang"
+                break
             if _inside(path, self.probes_dir):
-                return None
-        return None
+                where = "double" if path == _DOUBLES_FILE else None
+                break
+        if not frames:
+            return where, None
+        frame, line = frames[-1]
+        return where, self.spot(frame.f_code.co_filename, line, frame.f_code.co_name)
 
     def frame(self, exc: BaseException) -> str | None:
-        frames = list(traceback.walk_tb(exc.__traceback__))
-        if isinstance(exc, DoubleGap):  # point at the code that asked, not at the double
-            frames = [f for f in frames if os.path.abspath(f[0].f_code.co_filename) != _DOUBLES_FILE]
-        if not frames:
-            return None
-        frame, line = frames[-1]
-        return f"{self.display(frame.f_code.co_filename)}:{line} in {frame.f_code.co_name}"
+        """``path:line in func`` of the innermost frame; for a gap, of the code that asked."""
+        if isinstance(exc, DoubleGap) and exc.asked_at is not None:
+            return self.spot(*exc.asked_at)
+        return self.attribute(exc, scripted=False)[1]
+
+    def spot(self, path: str, line: int, func: str) -> str:
+        return f"{self.display(path)}:{line} in {func}"
 
     def display(self, path: str) -> str:
         path = os.path.abspath(path)
@@ -134,23 +146,27 @@ def run_case(case: Case, places: Places) -> dict[str, JSON]:
         journal.live = True
         scene.drive()
         journal.live = False
-        if journal.gaps:
-            raise DoubleGap(f"the double does not model {journal.gaps[0]} (the tree caught it)")
+        if journal.gaps:  # the tree caught it, but a gap is never a behaviour
+            raise journal.gaps[0]
         phase = "observe"
         effects = plain(scene.effects())
+        bug = case.matches(effects)
     except Exception as exc:  # every failure becomes an outcome; the run itself goes on
-        return _result("error", failure=_attribute(exc, phase, journal, places))
+        return _result("error", failure=_failure(exc, phase, journal, places))
+    return _result("observed", effects=effects, bug=bug)
 
-    return _result("observed", effects=effects, bug=case.matches(effects))
 
-
-def _attribute(exc: Exception, phase: str, journal: Journal, places: Places) -> dict[str, JSON]:
-    if isinstance(exc, DoubleGap) or journal.gaps:
-        where = "double"
+def _failure(exc: Exception, phase: str, journal: Journal, places: Places) -> dict[str, JSON]:
+    """Charge a failure: a gap (even one the tree swallowed) to the doubles, a failure in the
+    tree's frames to the tree, anything else to our own set-up."""
+    if journal.gaps:
+        exc, where = journal.gaps[0], "double"
+        frame = places.frame(exc)
     else:
-        where = (places.where_from(exc.__traceback__) if phase == "drive" else None) or "setup"
-    message = str(exc) or type(exc).__name__
-    return error(type(exc).__name__, message, where, places.frame(exc))
+        where, frame = places.attribute(exc, scripted=any(exc is s for s in journal.scripted))
+        if phase != "drive" or where is None:
+            where = "setup"
+    return error(type(exc).__name__, str(exc) or type(exc).__name__, where, frame)
 
 
 def _result(

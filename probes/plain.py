@@ -7,6 +7,7 @@ probes record passes through :func:`plain`.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import deque
 from enum import Enum
@@ -22,7 +23,8 @@ def plain(value: Any) -> JSON:
     """Return ``value`` as deterministic JSON.
 
     A request is named by its ``rid``; a recording double by its name; a finish reason by its
-    ``to_json()``; an object with no faithful JSON form by its type name only.
+    ``to_json()``; a dataclass by its type and fields; an object with no faithful JSON form by
+    its type name only.
     """
     if value is None or isinstance(value, (bool, str)):
         return value
@@ -47,6 +49,9 @@ def plain(value: Any) -> JSON:
         return value.rid
     if callable(getattr(type(value), "to_json", None)):
         return plain(value.to_json())
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+        return {type(value).__name__: plain(fields)}
     if callable(getattr(type(value), "tolist", None)) and hasattr(value, "dtype"):
         return _tensor(value)
     if type(value).__name__ == "array":  # array.array holds token ids

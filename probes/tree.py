@@ -114,9 +114,9 @@ def reject_at_intake(req: Any, message: str) -> None:
         req.set_finish_with_abort(message)
 
 
-def abort_reason(message: str, status: int) -> Any:
-    """A pending abort as "abort method 3" leaves it on a running request."""
-    return resolve("sglang.srt.managers.schedule_batch.FINISH_ABORT")(message, status)
+def abort_reason() -> Any:
+    """The finish reason an ``AbortReq`` leaves on a request that is already running."""
+    return resolve("sglang.srt.managers.schedule_batch.FINISH_ABORT")("Aborted by AbortReq.", 503)
 
 
 def request_state(req: Any) -> dict[str, Any]:

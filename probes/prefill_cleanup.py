@@ -1,0 +1,315 @@
+"""Probe for fix #36988: what prefill result processing does with an aborted request.
+
+Drives the tree's own ``SchedulerDisaggregationPrefillMixin.process_batch_result_disagg_prefill``
+on a scheduler whose collaborators are strict recording doubles. Before the fix the final result
+of an aborted request was treated like any other: re-inserted into the inflight (transfer) queue
+and, once bootstrapped, its last KV chunk sent, even for a request that had already been retired.
+After it the request is retired exactly once: sender told to abort, metadata buffer, KV, HiCache
+and Mamba state freed, finished and streamed once; a late result of a retired request is ignored.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from . import tree
+from .case import Case, Probe
+from .doubles import Double, Journal, KVTransport, strict_subject
+from .plain import JSON, plain
+
+PREFILL = "sglang.srt.disaggregation.prefill"
+MIXIN = f"{PREFILL}.SchedulerDisaggregationPrefillMixin"
+BATCH_RESULT = "sglang.srt.managers.utils.GenerationBatchResult"
+NEXT_TOKEN = 11
+METADATA_INDEX = 7
+
+
+@dataclass(frozen=True)
+class Shape:
+    """The request as the result finds it.
+
+    ``abort``: ``pending`` (marked while running, in ``to_finish``), ``retired`` (already
+    finished with an abort and stripped of resources) or ``none``. ``chunks_in_flight`` holds,
+    per processed result, whether a later chunk of the request is still running.
+    """
+
+    abort: str = "pending"
+    holds_kv: bool = True
+    holds_mamba: bool = False
+    metadata_index: int = METADATA_INDEX
+    grammar_rejects: bool = False
+    sender_abort_fails: bool = False
+    chunks_in_flight: tuple[bool, ...] = (False,)
+
+
+class ResultScene:
+    """A prefill scheduler that ran a forward for one request and now processes its result(s)."""
+
+    def __init__(self, journal: Journal, shape: Shape) -> None:
+        self.journal = journal
+        self.shape = shape
+        self.releases: list[dict[str, JSON]] = []
+        prefill = tree.module(PREFILL)
+        prefill.release_kv_cache = journal.method("mem_cache", "release_kv_cache", self._release_kv_cache)
+        self.req = self._request(journal, shape)
+        self.scheduler = strict_subject(
+            prefill.SchedulerDisaggregationPrefillMixin,
+            journal,
+            "scheduler",
+            batch_result_processor=Double(
+                journal,
+                "batch_result_processor",
+                recorded=("move_logprobs_to_cpu", "consume_auxiliary_output"),
+                snapshot_auxiliary_output_starts=lambda batch, result: [],
+            ),
+            spec_algorithm=Double(journal, "spec_algorithm", is_eagle=lambda: False),
+            tree_cache=Double(
+                journal,
+                "tree_cache",
+                recorded=("cache_unfinished_req", "checkpoint", "finish", "release_aborted_request"),
+                supports_mamba=lambda: shape.holds_mamba,
+            ),
+            output_streamer=Double(journal, "output_streamer", recorded=("stream_output",)),
+            metrics_reporter=Double(
+                journal, "metrics_reporter", recorded=("report_prefill_stats",), enable_metrics=False
+            ),
+            req_to_metadata_buffer_idx_allocator=Double(journal, "metadata_allocator", recorded=("free",)),
+            send_kv_chunk=journal.method("scheduler", "send_kv_chunk"),
+            maybe_send_health_check_signal=journal.method("scheduler", "maybe_send_health_check_signal"),
+            _release_aborted_request=journal.method("scheduler", "_release_aborted_request"),
+            disagg_prefill_inflight_queue=[],
+            disagg_prefill_pending_chunk_rids=set() if shape.abort == "retired" else {self.req.rid},
+            enable_hicache_storage=True,
+            enable_overlap=False,
+            chunked_req=None,
+        )
+        self.batch = Double(
+            journal, "batch", reqs=[self.req], spec_info=None, prefill_stats=None, dp_cooperation_info=None
+        )
+        self.before = tree.request_state(self.req)
+        self.snapshots: list[dict[str, JSON]] = []
+
+    @staticmethod
+    def _request(journal: Journal, shape: Shape) -> Any:
+        req = tree.make_req("aborted" if shape.abort != "none" else "healthy", 16, "PREFILL")
+        transport = KVTransport(
+            journal,
+            poll_state=tree.resolve("sglang.srt.disaggregation.base.KVPoll").WaitingForInput,
+            abort_error=RuntimeError("transport is down") if shape.sender_abort_fails else None,
+        )
+        req.disagg_kv_sender = transport.endpoint("sender", backend=None)
+        req.pending_bootstrap = False
+        req.metadata_buffer_index = shape.metadata_index
+        req.inflight_middle_chunks = len(shape.chunks_in_flight) - 1
+        if shape.holds_kv:
+            req.kv.req_pool_idx = 1
+            req.kv.kv_allocated_len = len(req.origin_input_ids)
+        if shape.holds_mamba:
+            req.kv.mamba_pool_idx = tree.torch().tensor([3])
+        if shape.abort == "pending":
+            req.to_finish = tree.abort_reason()
+        elif shape.abort == "retired":
+            req.finished_reason = tree.abort_reason()
+        if shape.grammar_rejects:
+            req.grammar = Double(
+                journal,
+                "grammar",
+                accept_token=journal.method("grammar", "accept_token", raises=ValueError("token not allowed")),
+            )
+        return req
+
+    def _release_kv_cache(self, req: Any, tree_cache: Any, **flags: Any) -> None:
+        """Records the release and hands the request's KV row and Mamba slot back, as the tree
+        cache would; ``is_insert`` (later spelt ``checkpoint``) says whether the KV enters the
+        radix tree."""
+        if self.journal.live:
+            self.releases.append(
+                {
+                    "rid": req.rid,
+                    "is_insert": bool(flags.get("is_insert", flags.get("checkpoint", True))),
+                    "flags": plain(flags),
+                    "kv": bool(req.kv.holds_kv),
+                    "mamba": bool(req.kv.holds_mamba),
+                }
+            )
+        req.kv.req_pool_idx = None
+        req.kv.mark_kv_released()
+        req.kv.mamba_pool_idx = None
+
+    def drive(self) -> None:
+        result_cls = tree.resolve(BATCH_RESULT)
+        for in_flight in self.shape.chunks_in_flight:
+            self.scheduler.chunked_req = self.req if in_flight else None
+            result = result_cls(next_token_ids=tree.torch().tensor([NEXT_TOKEN]))
+            self.scheduler.process_batch_result_disagg_prefill(self.batch, result)
+            self.snapshots.append(self._snapshot())
+
+    def _snapshot(self) -> dict[str, JSON]:
+        """Cumulative effects after one processed result."""
+        calls = self.journal.calls
+        return {
+            "inflight_queue": [req.rid for req in self.scheduler.disagg_prefill_inflight_queue],
+            "kv_chunks_sent": [
+                {"args": e["args"], "kwargs": e["kwargs"]} for e in calls("scheduler", "send_kv_chunk")
+            ],
+            "sender_calls": [
+                e["call"] for e in self.journal.entries if str(e["actor"]).startswith("kv_sender")
+            ],
+            "metadata_frees": [e["args"][0] for e in calls("metadata_allocator", "free")],
+            "kv_releases": list(self.releases),
+            "tree_cache_calls": [{"call": e["call"], "args": e["args"]} for e in calls("tree_cache")],
+            "streamed": [e["args"][0] for e in calls("output_streamer", "stream_output")],
+            "pending_chunk_rids": plain(self.scheduler.disagg_prefill_pending_chunk_rids),
+            "request": tree.request_state(self.req),
+        }
+
+    def effects(self) -> dict[str, JSON]:
+        return {"before": self.before, "results": self.snapshots}
+
+
+# --- signatures ----------------------------------------------------------------------------------
+
+
+def _requeued(snapshot: dict[str, Any]) -> bool:
+    return snapshot["request"]["rid"] in snapshot["inflight_queue"]
+
+
+def _untouched(snapshot: dict[str, Any]) -> bool:
+    """No handoff and no release, stream or cache call: nothing happened to the request."""
+    return not (
+        _requeued(snapshot)
+        or snapshot["kv_chunks_sent"]
+        or snapshot["sender_calls"]
+        or snapshot["metadata_frees"]
+        or snapshot["kv_releases"]
+        or snapshot["tree_cache_calls"]
+        or snapshot["streamed"]
+    )
+
+
+def retired_once(effects: dict[str, Any]) -> bool:
+    """Not handed off; everything it held freed exactly once; finished and streamed once."""
+    before, final = effects["before"], effects["results"][-1]
+    held = before["holds_kv"] or before["holds_mamba"]
+    metadata = [before["metadata_buffer_index"]] if before["metadata_buffer_index"] >= 0 else []
+    return (
+        not _requeued(final)
+        and not final["kv_chunks_sent"]
+        and len(final["kv_releases"]) == (1 if held else 0)
+        and not any(release["is_insert"] for release in final["kv_releases"])
+        and final["metadata_frees"] == metadata
+        and len(final["streamed"]) == 1
+        and final["request"]["finished"]
+    )
+
+
+def not_retired_once(effects: dict[str, Any]) -> bool:
+    return not retired_once(effects)
+
+
+def late_result_has_effects(effects: dict[str, Any]) -> bool:
+    return not _untouched(effects["results"][-1])
+
+
+def freed_early_or_not_retired(effects: dict[str, Any]) -> bool:
+    return not _untouched(effects["results"][0]) or not retired_once(effects)
+
+
+def not_handed_off(effects: dict[str, Any]) -> bool:
+    final = effects["results"][-1]
+    last_sent = any(chunk["kwargs"].get("last_chunk") for chunk in final["kv_chunks_sent"])
+    return not (_requeued(final) and last_sent)
+
+
+def result_case(case_id: str, role: str, title: str, signature: str, matches: Any, shape: Shape) -> Case:
+    return Case(
+        id=case_id,
+        site="prefill-result",
+        role=role,
+        title=title,
+        signature=signature,
+        matches=matches,
+        build=lambda journal: ResultScene(journal, shape),
+        requires=(
+            f"{MIXIN}.process_batch_result_disagg_prefill",
+            f"{PREFILL}.release_kv_cache",
+            BATCH_RESULT,
+        ),
+    )
+
+
+RETIRE_SIGNATURE = "re-queued or sent KV, or not freed exactly once, finished and streamed once"
+
+PROBE = Probe(
+    id="prefill-cleanup",
+    fix=36988,
+    imports=(
+        "sglang.srt.managers.schedule_batch",
+        "sglang.srt.sampling.sampling_params",
+        "sglang.srt.server_args",
+        "sglang.srt.runtime_context",
+        "sglang.srt.disaggregation.utils",
+        "sglang.srt.disaggregation.base",
+        PREFILL,
+        "sglang.srt.managers.utils",
+    ),
+    cases=(
+        result_case(
+            "aborted-final-result",
+            "bug",
+            "final prefill result of an aborted request that owns KV and a metadata buffer",
+            f"the aborted result was {RETIRE_SIGNATURE}",
+            not_retired_once,
+            Shape(),
+        ),
+        result_case(
+            "late-result-after-retire",
+            "bug",
+            "late prefill result of a request that was already retired",
+            "the retired request was re-queued, sent a KV chunk, or freed, aborted or streamed again",
+            late_result_has_effects,
+            Shape(abort="retired", holds_kv=False, metadata_index=-1),
+        ),
+        result_case(
+            "aborted-middle-chunk",
+            "bug",
+            "aborted request's middle-chunk result while its last chunk is still in flight, then its last",
+            f"freed while a chunk was in flight, or the final result was {RETIRE_SIGNATURE}",
+            freed_early_or_not_retired,
+            Shape(chunks_in_flight=(True, False)),
+        ),
+        result_case(
+            "sender-abort-raises",
+            "bug",
+            "final result of an aborted request whose KV sender fails to abort",
+            f"with sender.abort() raising, the aborted result was {RETIRE_SIGNATURE}",
+            not_retired_once,
+            Shape(sender_abort_fails=True),
+        ),
+        result_case(
+            "grammar-rejection",
+            "bug",
+            "final prefill result whose sampled token the grammar rejects",
+            f"the grammar-rejected request was {RETIRE_SIGNATURE}",
+            not_retired_once,
+            Shape(abort="none", grammar_rejects=True),
+        ),
+        result_case(
+            "mamba-before-kv",
+            "bug",
+            "final result of an aborted request holding Mamba state but no KV yet",
+            f"the aborted request holding only Mamba state was {RETIRE_SIGNATURE}",
+            not_retired_once,
+            Shape(holds_kv=False, holds_mamba=True, metadata_index=-1),
+        ),
+        result_case(
+            "healthy-final-result",
+            "guard",
+            "final prefill result of a healthy bootstrapped request",
+            "the healthy request was not queued for transfer or did not send its last KV chunk",
+            not_handed_off,
+            Shape(abort="none"),
+        ),
+    ),
+)

@@ -1,0 +1,35 @@
+"""The probes diffprobe knows, where their source lives, and the digest that versions them.
+
+Read as files only: the host never imports a probe (they import SGLang).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+from runner.files import sha256_bytes, sha256_file
+
+# probe id -> module file inside probes/
+PROBES: dict[str, str] = {"admission": "admission.py", "prefill-cleanup": "prefill_cleanup.py"}
+HARNESS = "harness.py"
+
+
+def probes_dir() -> Path:
+    spec = importlib.util.find_spec("probes")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("the probes package is not installed beside runner")
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def probe_files(probe: str, root: Path | None = None) -> list[Path]:
+    """The files a probe's behaviour depends on: its module and every shared (non-probe) module."""
+    root = root or probes_dir()
+    others = {f for p, f in PROBES.items() if p != probe}
+    return sorted(p for p in root.glob("*.py") if p.name not in others)
+
+
+def probe_digest(probe: str, root: Path | None = None) -> str:
+    """asv-style probe version: receipts whose probes differ in any byte are not comparable."""
+    lines = "".join(f"{sha256_file(p)}  {p.name}\n" for p in probe_files(probe, root))
+    return sha256_bytes(lines.encode())

@@ -1,0 +1,26 @@
+"""Errors that end a command with one clear line and a documented exit code."""
+
+from __future__ import annotations
+
+# Exit codes, shared by every command (README, "Exit codes").
+OK = 0
+DIFFERS = 1  # a verdict differs from the pin, a bundle was tampered with, observations differ
+BAD_INPUT = 2  # the user's input is wrong: pins, source spec, rev, bundle path
+INFRASTRUCTURE = 3  # the machine failed us: network, pip, git, a probe process that died
+
+
+class DiffprobeError(Exception):
+    exit_code = INFRASTRUCTURE
+
+    def __init__(self, message: str, *, detail: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.detail = detail  # extra lines (e.g. the tail of a failing build log), shown below
+
+
+class BadInput(DiffprobeError):
+    exit_code = BAD_INPUT
+
+
+class Infrastructure(DiffprobeError):
+    exit_code = INFRASTRUCTURE

@@ -1,0 +1,122 @@
+"""Atomic writes and digests: the two things every cache and bundle entry relies on."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import shutil
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+_CHUNK = 1 << 20
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Readers see the old file or the new one, never a prefix: temp name, fsync, rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+@contextmanager
+def building_dir(final: Path) -> Iterator[Path]:
+    """Yield a scratch directory that becomes ``final`` only if the block completes.
+
+    An interrupted build leaves a ``.building-*`` directory that no lookup treats as an entry
+    (pre-commit's "valid only after fully built"); the next build sweeps it away.
+    """
+    final.parent.mkdir(parents=True, exist_ok=True)
+    for stale in final.parent.glob(f".building-{final.name}-*"):
+        if not _owner_alive(stale):
+            shutil.rmtree(stale, ignore_errors=True)
+    scratch = Path(tempfile.mkdtemp(prefix=f".building-{final.name}-{os.getpid()}-", dir=final.parent))
+    try:
+        yield scratch
+        if final.exists():  # another process finished the same entry first; theirs is as good
+            shutil.rmtree(scratch, ignore_errors=True)
+        else:
+            os.replace(scratch, final)
+    except BaseException:
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise
+
+
+@contextmanager
+def scratch_dir(parent: Path) -> Iterator[Path]:
+    """A private directory under ``parent`` (same filesystem, so it can be renamed into place);
+    whatever is left of it when the block ends is removed."""
+    parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=f".scratch-{os.getpid()}-", dir=parent))
+    try:
+        yield scratch
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _owner_alive(scratch: Path) -> bool:
+    try:
+        pid = int(scratch.name.split("-")[-2])
+        os.kill(pid, 0)
+    except (ValueError, IndexError, ProcessLookupError):
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def tree_files(root: Path) -> list[str]:
+    """Relative paths (``/``-separated, sorted) of the regular files and links under ``root``.
+
+    Byte-code caches are left out: they are written by whoever imports the tree and say nothing
+    about its source.
+    """
+    out = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d != "__pycache__"]
+        for name in filenames:
+            if name.endswith((".pyc", ".pyo")):
+                continue
+            out.append(Path(dirpath, name).relative_to(root).as_posix())
+    return sorted(out)
+
+
+def dirhash1(root: Path, files: list[str] | None = None) -> str:
+    """in-toto / Go modules ``h1:`` directory hash over ``files`` (default: all of ``root``).
+
+    sha256 over the lines ``"<sha256 hex>  <relative path>\\n"`` sorted by path, base64-encoded
+    and prefixed ``h1:``. A symlink is hashed by its target text, so a link can never make two
+    different trees look the same. Recompute without diffprobe, inside ``root``:
+    ``find sglang -type f ! -path '*/__pycache__/*' ! -name '*.py[co]' -print0 | LC_ALL=C sort -z
+    | xargs -0 sha256sum | sha256sum | cut -d' ' -f1 | xxd -r -p | base64`` (valid while no path
+    holds a backslash or a newline, which sha256sum would escape).
+    """
+    lines = []
+    for rel in tree_files(root) if files is None else files:
+        p = root / rel
+        digest = sha256_bytes(os.readlink(p).encode()) if p.is_symlink() else sha256_file(p)
+        lines.append(f"{digest}  {rel}\n")
+    summary = hashlib.sha256("".join(lines).encode()).digest()
+    return "h1:" + base64.b64encode(summary).decode()

@@ -1,0 +1,110 @@
+"""The one source syntax: ``git+URL_OR_PATH@REV``, ``pypi:sglang==VERSION``, ``path:DIR``.
+
+Parsing is pure and strict. Everything a git source carries ends up on a git command line, so
+anything that could be read as an option or a command transport is refused here, before any
+process starts.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from runner.errors import BadInput
+
+_REV = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/~^-]*$")
+_VERSION = re.compile(r"^[0-9]+(\.[0-9]+)*([.+_-]?[A-Za-z0-9]+)*$")
+_SAFE_SCHEMES = ("https://", "http://", "ssh://", "git://", "file://")
+# scp-like ssh syntax: user@host:path (no scheme, a colon before any slash)
+_SCP_LIKE = re.compile(r"^[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:[A-Za-z0-9._/~-]+$")
+PACKAGE = "sglang"
+
+
+class GitSpec(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    kind: Literal["git"] = "git"
+    url: str
+    rev: str
+
+    def __str__(self) -> str:
+        return f"git+{self.url}@{self.rev}"
+
+
+class PypiSpec(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    kind: Literal["pypi"] = "pypi"
+    version: str
+
+    def __str__(self) -> str:
+        return f"pypi:{PACKAGE}=={self.version}"
+
+
+class PathSpec(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    kind: Literal["path"] = "path"
+    dir: str
+
+    def __str__(self) -> str:
+        return f"path:{self.dir}"
+
+
+SourceSpec = Annotated[Union[GitSpec, PypiSpec, PathSpec], Field(discriminator="kind")]
+
+
+def parse(text: str) -> GitSpec | PypiSpec | PathSpec:
+    text = text.strip()
+    if text.startswith("git+"):
+        body = text[4:]
+        if "@" not in body:
+            raise BadInput(f"source {text!r}: a git source needs a revision: git+URL_OR_PATH@REV")
+        url, rev = body.rsplit("@", 1)
+        return GitSpec(url=check_git_url(url), rev=check_rev(rev))
+    if text.startswith("pypi:"):
+        req = text[5:]
+        name, sep, version = req.partition("==")
+        if not sep or name.strip().lower() != PACKAGE or not _VERSION.match(version.strip()):
+            raise BadInput(f"source {text!r}: expected pypi:{PACKAGE}==VERSION (an exact release)")
+        return PypiSpec(version=version.strip())
+    if text.startswith("path:"):
+        d = text[5:]
+        if not d:
+            raise BadInput(f"source {text!r}: path: needs a directory")
+        return PathSpec(dir=d)
+    raise BadInput(f"source {text!r}: expected git+URL_OR_PATH@REV, pypi:{PACKAGE}==VERSION or path:DIR")
+
+
+def check_git_url(url: str) -> str:
+    """Accept a URL with a known network/file scheme, an scp-like ssh address, or a local path.
+
+    Refused: an empty value, anything starting with ``-`` (``--upload-pack=...`` and friends), any
+    ``transport::address`` form (``ext::`` runs a command, ``fd::`` reads a descriptor), control
+    characters and whitespace.
+    """
+    if not url:
+        raise BadInput("git source: empty repository URL")
+    if url.startswith("-"):
+        raise BadInput(f"git source {url!r}: refused, a repository may not start with '-' (option injection)")
+    if "::" in url:
+        raise BadInput(f"git source {url!r}: refused, 'transport::' forms such as ext:: can run commands")
+    if any(c.isspace() or ord(c) < 32 for c in url):
+        raise BadInput(f"git source {url!r}: refused, whitespace or control characters")
+    if url.startswith(_SAFE_SCHEMES) or _SCP_LIKE.match(url):
+        return url
+    if "://" in url:
+        raise BadInput(f"git source {url!r}: unsupported scheme (use https, ssh, git, file or a local path)")
+    if ":" in url.split("/", 1)[0]:
+        raise BadInput(f"git source {url!r}: not a URL, scp-like address or local path")
+    return str(Path(url).expanduser().resolve())
+
+
+def check_rev(rev: str) -> str:
+    if not rev:
+        raise BadInput("git source: empty revision after '@'")
+    if rev.startswith("-"):
+        raise BadInput(f"git revision {rev!r}: refused, a revision may not start with '-' (option injection)")
+    if not _REV.match(rev) or ".." in rev or rev.endswith((".lock", "/", ".")):
+        raise BadInput(f"git revision {rev!r}: not a commit, branch or tag name")
+    return rev

@@ -1,0 +1,37 @@
+"""Terminal output: rich progress on stderr for long steps, so stdout stays machine-readable."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Callable, Iterator
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+err = Console(stderr=True, highlight=False)
+out = Console(highlight=False, soft_wrap=True)
+
+Advance = Callable[[str | None, int | None, int | None], None]
+
+
+@contextmanager
+def step(description: str, total: int | None = None) -> Iterator[Advance]:
+    """A progress line for one long step; yields ``advance(detail, completed, total)``."""
+    columns = [SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]
+    with Progress(*columns, console=err, transient=True, disable=not err.is_terminal) as progress:
+        task = progress.add_task(description, total=total)
+
+        def advance(detail: str | None = None, completed: int | None = None, new_total: int | None = None) -> None:
+            progress.update(
+                task,
+                description=f"{description} [dim]{detail}[/]" if detail else description,
+                completed=completed if completed is not None else progress.tasks[0].completed,
+                total=new_total if new_total is not None else progress.tasks[0].total,
+            )
+
+        yield advance
+    err.print(f"[green]✓[/] {description}")
+
+
+def warn(message: str) -> None:
+    err.print(f"[yellow]warning:[/] {message}")
