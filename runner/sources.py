@@ -247,6 +247,15 @@ def _clone_url(url: str) -> str:
     return Path(url).as_uri() if url.startswith("/") else url
 
 
+class _CloneProgress(git.RemoteProgress):
+    def __init__(self, advance):
+        super().__init__()
+        self._advance = advance
+
+    def update(self, op_code, cur_count, max_count=None, message=""):
+        self._advance(message or None, int(cur_count), int(max_count) if max_count else None)
+
+
 def _mirror(url: str, cache: Cache) -> git.Repo:
     """One blobless bare mirror per repository URL."""
     path = cache.dir("git", sha256_bytes(url.encode())[:24] + ".git")
@@ -258,20 +267,15 @@ def _mirror(url: str, cache: Cache) -> git.Repo:
             shutil.rmtree(path)
     local = url.startswith(("/", "file://"))
     with building_dir(path) as scratch, ui.step(f"clone {url} (blobless)") as advance:
-
-        def progress(op_code, cur_count, max_count=None, message=""):
-            advance(message or None, int(cur_count), int(max_count) if max_count else None)
-
+        progress = _CloneProgress(advance)
         try:
-            git.Repo.clone_from(
-                _clone_url(url), scratch, bare=True, progress=progress, env=GIT_ENV,
-                multi_options=["--filter=blob:none"],
-            )
+            git.Repo.clone_from(_clone_url(url), scratch, bare=True, progress=progress, env=GIT_ENV,
+                                multi_options=["--filter=blob:none"])
         except git.exc.GitCommandError as e:
-            last = (e.stderr or "").strip().splitlines()
-            reason = last[-1].strip().removeprefix("stderr: ").strip("'") if last else str(e)
-            error = BadInput if local else Infrastructure
-            raise error(f"git source {url}: cannot clone: {reason}") from None
+            lines = progress.error_lines + progress.other_lines + str(e).splitlines()
+            fatal = [ln.split("fatal:", 1)[1].strip() for ln in lines if "fatal:" in ln]
+            reason = fatal[0] if fatal else f"git exit {e.status}"
+            raise (BadInput if local else Infrastructure)(f"git source {url}: cannot clone: {reason}") from None
     return git.Repo(path)
 
 
