@@ -135,7 +135,7 @@ class DecodeDoor(_Door):
             prealloc_ceiling_fits=lambda full, swa: None,  # no unified byte ceiling: token capacity decides
         )
         # One prefill peer already known with dp_size 1: the door's cache-hit fast path.
-        peer = Double(journal, "prefill_info", dp_size=1, follow_bootstrap_room=False)
+        peer = Double(journal, "prefill_info", dp_size=1)
         self.door = strict_subject(
             decode.DecodePreallocQueue,
             journal,

@@ -137,7 +137,7 @@ class KVTransport:
     """Stands in for ``get_kv_class``: hands out recording KV senders and receivers.
 
     ``constructed`` lists what SGLang built, with backend and constructor arguments; each
-    endpoint records ``init``, ``send``, ``abort``, ``poll`` and the rest of what it models.
+    endpoint models and records ``init``, ``send``, ``abort`` and ``poll``.
     Asking for any other transport class (manager, args, bootstrap server) is a gap.
     """
 
@@ -172,8 +172,7 @@ class KVTransport:
         return Double(
             self.journal,
             name,
-            recorded=("init", "send", "send_metadata", "clear"),
+            recorded=("init", "send"),
             poll=lambda: self.poll_state,
             abort=self.journal.method(name, "abort", raises=self.abort_error),
-            pop_decode_prefix_len=lambda: 0,
         )

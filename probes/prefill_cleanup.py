@@ -46,13 +46,13 @@ class Shape:
 class ResultScene:
     """A prefill scheduler that ran a forward for one request and now processes its result(s)."""
 
-    def __init__(self, journal: Journal, shape: Shape) -> None:
+    def __init__(self, journal: Journal, rid: str, shape: Shape) -> None:
         self.journal = journal
         self.shape = shape
         self.releases: list[dict[str, JSON]] = []
         prefill = tree.module(PREFILL)
         prefill.release_kv_cache = journal.method("mem_cache", "release_kv_cache", self._release_kv_cache)
-        self.req = self._request(journal, shape)
+        self.req = self._request(journal, rid, shape)
         self.scheduler = strict_subject(
             prefill.SchedulerDisaggregationPrefillMixin,
             journal,
@@ -60,28 +60,19 @@ class ResultScene:
             batch_result_processor=Double(
                 journal,
                 "batch_result_processor",
-                recorded=("move_logprobs_to_cpu", "consume_auxiliary_output"),
+                recorded=("move_logprobs_to_cpu",),
                 snapshot_auxiliary_output_starts=lambda batch, result: [],
             ),
             spec_algorithm=Double(journal, "spec_algorithm", is_eagle=lambda: False),
-            tree_cache=Double(
-                journal,
-                "tree_cache",
-                recorded=("cache_unfinished_req", "checkpoint", "finish", "release_aborted_request"),
-                supports_mamba=lambda: shape.holds_mamba,
-            ),
+            tree_cache=Double(journal, "tree_cache", recorded=("cache_unfinished_req", "checkpoint", "finish")),
             output_streamer=Double(journal, "output_streamer", recorded=("stream_output",)),
-            metrics_reporter=Double(
-                journal, "metrics_reporter", recorded=("report_prefill_stats",), enable_metrics=False
-            ),
+            metrics_reporter=Double(journal, "metrics_reporter", recorded=("report_prefill_stats",)),
             req_to_metadata_buffer_idx_allocator=Double(journal, "metadata_allocator", recorded=("free",)),
             send_kv_chunk=journal.method("scheduler", "send_kv_chunk"),
             maybe_send_health_check_signal=journal.method("scheduler", "maybe_send_health_check_signal"),
-            _release_aborted_request=journal.method("scheduler", "_release_aborted_request"),
             disagg_prefill_inflight_queue=[],
             disagg_prefill_pending_chunk_rids=set() if shape.abort == "retired" else {self.req.rid},
             enable_hicache_storage=True,
-            enable_overlap=False,
             chunked_req=None,
         )
         self.batch = Double(
@@ -91,8 +82,8 @@ class ResultScene:
         self.snapshots: list[dict[str, JSON]] = []
 
     @staticmethod
-    def _request(journal: Journal, shape: Shape) -> Any:
-        req = tree.make_req("aborted" if shape.abort != "none" else "healthy", 16, "PREFILL")
+    def _request(journal: Journal, rid: str, shape: Shape) -> Any:
+        req = tree.make_req(rid, 16, "PREFILL")
         transport = KVTransport(
             journal,
             poll_state=tree.resolve("sglang.srt.disaggregation.base.KVPoll").WaitingForInput,
@@ -158,7 +149,7 @@ class ResultScene:
             ],
             "metadata_frees": [e["args"][0] for e in calls("metadata_allocator", "free")],
             "kv_releases": list(self.releases),
-            "tree_cache_calls": [{"call": e["call"], "args": e["args"]} for e in calls("tree_cache")],
+            "tree_cache_calls": [{k: e[k] for k in ("call", "args", "kwargs")} for e in calls("tree_cache")],
             "streamed": [e["args"][0] for e in calls("output_streamer", "stream_output")],
             "pending_chunk_rids": plain(self.scheduler.disagg_prefill_pending_chunk_rids),
             "request": tree.request_state(self.req),
@@ -230,7 +221,7 @@ def result_case(case_id: str, role: str, title: str, signature: str, matches: An
         title=title,
         signature=signature,
         matches=matches,
-        build=lambda journal: ResultScene(journal, shape),
+        build=lambda journal: ResultScene(journal, case_id, shape),
         requires=(
             f"{MIXIN}.process_batch_result_disagg_prefill",
             f"{PREFILL}.release_kv_cache",
