@@ -1,0 +1,70 @@
+"""Shared fixtures: one diffprobe cache per test session, real SGLang releases, a git fixture repo.
+
+Set DIFFPROBE_TEST_CACHE to keep the cache (downloads, layer, environments) between sessions.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from runner import envs, sources, specs
+from runner.cache import Cache
+
+RELEASES = ["0.5.19", "0.5.20", "0.5.21"]
+
+
+@pytest.fixture(scope="session")
+def cache(tmp_path_factory) -> Cache:
+    root = os.environ.get("DIFFPROBE_TEST_CACHE")
+    return Cache.at(root) if root else Cache.at(tmp_path_factory.mktemp("cache"))
+
+
+@pytest.fixture(scope="session")
+def interp():
+    return envs.interpreter(None)
+
+
+@pytest.fixture(scope="session")
+def release_tree(cache):
+    """Resolve (download once per session) a real sglang release."""
+    trees: dict[str, sources.Tree] = {}
+
+    def get(version: str) -> sources.Tree:
+        if version not in trees:
+            trees[version] = sources.resolve(specs.PypiSpec(version=version), cache)
+        return trees[version]
+
+    return get
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout.strip()
+
+
+@pytest.fixture(scope="session")
+def upstream_repo(tmp_path_factory, release_tree) -> dict:
+    """A repository laid out like upstream (package at python/sglang/) whose successive commits are
+    the source of real releases (compiled modules left out, as in a real checkout). Served so that
+    partial clones work: uploadpack.allowFilter and fetching blobs by id are allowed."""
+    repo = tmp_path_factory.mktemp("upstream")
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "config", "user.email", "fixture@diffprobe.invalid")
+    git(repo, "config", "user.name", "fixture")
+    git(repo, "config", "uploadpack.allowFilter", "true")
+    git(repo, "config", "uploadpack.allowAnySHA1InWant", "true")
+    (repo / "README.md").write_text("fixture\n")
+    commits = {}
+    for version in RELEASES:
+        target = repo / "python" / "sglang"
+        shutil.rmtree(target, ignore_errors=True)
+        shutil.copytree(release_tree(version).root / "sglang", target, ignore=shutil.ignore_patterns("*.so"))
+        git(repo, "add", "-A")
+        git(repo, "commit", "-q", "-m", f"sglang {version}")
+        git(repo, "tag", f"v{version}")
+        commits[version] = git(repo, "rev-parse", "HEAD")
+    return {"path": repo, "commits": commits}
