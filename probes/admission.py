@@ -114,7 +114,8 @@ class PrefillDoor(_Door):
         )
 
     def drive(self) -> None:
-        self.door.add(self.req, NUM_KV_HEADS)
+        extra = {"num_kv_heads": NUM_KV_HEADS} if tree.accepts(self.door.add, "num_kv_heads") else {}
+        self.door.add(self.req, **extra)
 
     def queues(self) -> dict[str, list[str]]:
         return {"bootstrap": [req.rid for req in self.door.queue]}
@@ -221,9 +222,6 @@ def preempted(journal: Journal, rid: str, mode: str) -> Any:
 
 # --- cases ---------------------------------------------------------------------------------------
 
-REJECTED_SIGNATURE = "the rejected request got a KV {endpoint} or entered the {queue} queue"
-GUARD_SIGNATURE = "the {what} was retired at the door or did not reach its queue"
-
 
 def admitted(effects: dict[str, Any]) -> bool:
     rid = effects["request"]["rid"]
@@ -238,39 +236,58 @@ def dropped(effects: dict[str, Any]) -> bool:
     return bool(effects["retired"]) or not admitted(effects)
 
 
-def door_case(
-    case_id: str,
+def rejected_case(door: type[_Door]) -> Case:
+    prefill = door is PrefillDoor
+    endpoint, queue = ("sender", "bootstrap") if prefill else ("receiver", "prealloc")
+    return _case(
+        door,
+        "rejected",
+        role="bug",
+        title=f"request rejected for length reaches the {'prefill' if prefill else 'decode'} admission door",
+        signature=f"the rejected request got a KV {endpoint} or entered the {queue} queue",
+        request=rejected,
+        extra_requires=("sglang.srt.managers.schedule_batch.Req.set_finish_with_abort",),
+    )
+
+
+def guard_case(door: type[_Door], name: str, what: str, title: str, request: Request, **flags: bool) -> Case:
+    return _case(
+        door,
+        name,
+        role="guard",
+        title=title,
+        signature=f"the {what} was retired at the door or did not reach its queue",
+        request=request,
+        flags=flags,
+    )
+
+
+def _case(
     door: type[_Door],
+    name: str,
+    *,
     role: str,
     title: str,
+    signature: str,
     request: Request,
-    what: str = "",
     flags: dict[str, bool] | None = None,
+    extra_requires: tuple[str, ...] = (),
 ) -> Case:
+    """One door, one request shape; ``name`` is both the case's suffix and the request's rid."""
     flags = flags or {}
     prefill = door is PrefillDoor
-    add = f"{PREFILL}.PrefillBootstrapQueue.add" if prefill else f"{DECODE}.DecodePreallocQueue.add"
-    requires = (add, f"{PREFILL if prefill else DECODE}.get_kv_class") + tuple(
-        f"{add}({flag})" for flag in flags
-    )
-    if request is rejected:
-        requires += ("sglang.srt.managers.schedule_batch.Req.set_finish_with_abort",)
-        signature = REJECTED_SIGNATURE.format(
-            endpoint="sender" if prefill else "receiver", queue="bootstrap" if prefill else "prealloc"
-        )
-    else:
-        signature = GUARD_SIGNATURE.format(what=what)
+    module, site = (PREFILL, "prefill-door") if prefill else (DECODE, "decode-door")
+    add = f"{module}.{'PrefillBootstrapQueue' if prefill else 'DecodePreallocQueue'}.add"
     mode = "PREFILL" if prefill else "DECODE"
-    rid = case_id.split("-door-", 1)[1]
     return Case(
-        id=case_id,
-        site="prefill-door" if prefill else "decode-door",
+        id=f"{site}-{name}",
+        site=site,
         role=role,
         title=title,
         signature=signature,
         matches=handed_off if role == "bug" else dropped,
-        build=lambda journal: door(journal, request(journal, rid, mode), flags),
-        requires=requires,
+        build=lambda journal: door(journal, request(journal, name, mode), flags),
+        requires=(add, f"{module}.get_kv_class", *(f"{add}({flag})" for flag in flags), *extra_requires),
     )
 
 
@@ -289,85 +306,55 @@ PROBE = Probe(
         SCHEDULER,
     ),
     cases=(
-        door_case(
-            "prefill-door-rejected",
+        rejected_case(PrefillDoor),
+        rejected_case(DecodeDoor),
+        guard_case(
+            PrefillDoor, "valid", "valid request", "valid request at the prefill admission door", valid
+        ),
+        guard_case(DecodeDoor, "valid", "valid request", "valid request at the decode admission door", valid),
+        guard_case(
             PrefillDoor,
-            "bug",
-            "request rejected for length reaches the prefill admission door",
-            rejected,
-        ),
-        door_case(
-            "decode-door-rejected",
-            DecodeDoor,
-            "bug",
-            "request rejected for length reaches the decode admission door",
-            rejected,
-        ),
-        door_case(
-            "prefill-door-valid",
-            PrefillDoor,
-            "guard",
-            "valid request at the prefill admission door",
-            valid,
-            what="valid request",
-        ),
-        door_case(
-            "decode-door-valid",
-            DecodeDoor,
-            "guard",
-            "valid request at the decode admission door",
-            valid,
-            what="valid request",
-        ),
-        door_case(
-            "prefill-door-reentry-metadata",
-            PrefillDoor,
-            "guard",
+            "reentry-metadata",
+            "re-entering request holding a metadata buffer",
             "aborted-while-running request re-enters the prefill door holding a metadata buffer",
             holding_metadata,
-            what="re-entering request holding a metadata buffer",
         ),
-        door_case(
-            "prefill-door-reentry-backup",
+        guard_case(
             PrefillDoor,
-            "guard",
+            "reentry-backup",
+            "re-entering request holding a retraction backup",
             "aborted-while-running request re-enters the prefill door holding a retraction backup",
             holding_backup,
-            what="re-entering request holding a retraction backup",
         ),
-        door_case(
-            "decode-door-retracted",
+        guard_case(
             DecodeDoor,
-            "guard",
+            "retracted",
+            "retracted request",
             "retracted decode request with a pending abort re-enters the decode door",
             retracted,
-            what="retracted request",
-            flags={"is_retracted": True},
+            is_retracted=True,
         ),
-        door_case(
-            "decode-door-rebootstrap",
+        guard_case(
             DecodeDoor,
-            "guard",
+            "rebootstrap",
+            "re-bootstrapping request",
             "re-bootstrapping decode request with a pending abort re-enters the decode door",
             retracted,
-            what="re-bootstrapping request",
-            flags={"is_rebootstrap": True},
+            is_rebootstrap=True,
         ),
-        door_case(
-            "prefill-door-preempted",
+        guard_case(
             PrefillDoor,
-            "guard",
+            "preempted",
+            "preempted request",
             "preempted request holding nothing re-enters the prefill door with a pending abort",
             preempted,
-            what="preempted request",
         ),
-        door_case(
-            "decode-door-preempted",
+        guard_case(
             DecodeDoor,
-            "guard",
+            "preempted",
+            "preempted request",
             "preempted request holding nothing re-enters the decode door with a pending abort",
             preempted,
-            what="preempted request",
         ),
     ),
 )

@@ -109,6 +109,8 @@ class Places:
         return f"{self.display(path)}:{line} in {func}"
 
     def display(self, path: str) -> str:
+        if path.startswith("<"):  # <frozen ...>, <string>: not a file
+            return path
         path = os.path.abspath(path)
         if self.sglang_root and _inside(path, self.sglang_root):
             return os.path.relpath(path, self.sglang_root).replace(os.sep, "/")
@@ -131,15 +133,14 @@ def error(kind: str, message: str, where: str, frame: str | None = None) -> dict
 
 def run_case(case: Case, places: Places) -> dict[str, JSON]:
     """Run one case to its outcome; the caller adds the header and the duration."""
-    for api in case.requires:
-        try:
-            tree.resolve(api)
-        except tree.Missing:
-            return _result("not_applicable", missing=api)
-
     journal = Journal()
     phase = "setup"
     try:
+        for api in case.requires:
+            try:
+                tree.resolve(api)
+            except tree.Missing:
+                return _result("not_applicable", missing=api)
         tree.publish_defaults()
         scene = case.build(journal)
         phase = "drive"

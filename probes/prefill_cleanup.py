@@ -64,7 +64,9 @@ class ResultScene:
                 snapshot_auxiliary_output_starts=lambda batch, result: [],
             ),
             spec_algorithm=Double(journal, "spec_algorithm", is_eagle=lambda: False),
-            tree_cache=Double(journal, "tree_cache", recorded=("cache_unfinished_req", "checkpoint", "finish")),
+            tree_cache=Double(
+                journal, "tree_cache", recorded=("cache_unfinished_req", "checkpoint", "finish")
+            ),
             output_streamer=Double(journal, "output_streamer", recorded=("stream_output",)),
             metrics_reporter=Double(journal, "metrics_reporter", recorded=("report_prefill_stats",)),
             req_to_metadata_buffer_idx_allocator=Double(journal, "metadata_allocator", recorded=("free",)),
@@ -106,7 +108,9 @@ class ResultScene:
             req.grammar = Double(
                 journal,
                 "grammar",
-                accept_token=journal.method("grammar", "accept_token", raises=ValueError("token not allowed")),
+                accept_token=journal.method(
+                    "grammar", "accept_token", raises=ValueError("token not allowed")
+                ),
             )
         return req
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import importlib.util
 import inspect
 import sys
 from array import array
@@ -31,30 +32,36 @@ def module(name: str) -> Any:
 
 
 def resolve(api: str) -> Any:
-    """Resolve ``pkg.mod.Obj.attr`` or ``pkg.mod.Obj.method(param)``; raise :class:`Missing`."""
+    """Resolve ``pkg.mod.Obj.attr`` or ``pkg.mod.Obj.method(param)``; raise :class:`Missing`.
+
+    A module that exists but fails to import raises its own error: that is not an absent API.
+    """
     path, _, param = api.partition("(")
     parts = path.split(".")
-    for cut in range(len(parts), 0, -1):
-        try:
-            obj = module(".".join(parts[:cut]))
-        except ImportError:
-            continue
-        for attr in parts[cut:]:
-            if not hasattr(obj, attr):
-                raise Missing(api)
-            obj = getattr(obj, attr)
-        if param and param.rstrip(")") not in inspect.signature(obj).parameters:
+    cut = next((n for n in range(len(parts), 0, -1) if _is_module(".".join(parts[:n]))), 0)
+    if not cut:
+        raise Missing(api)
+    obj = module(".".join(parts[:cut]))
+    for attr in parts[cut:]:
+        if not hasattr(obj, attr):
             raise Missing(api)
-        return obj
-    raise Missing(api)
+        obj = getattr(obj, attr)
+    if param and not accepts(obj, param.rstrip(")")):
+        raise Missing(api)
+    return obj
 
 
-def first(*apis: str) -> Any:
-    """The first of several spellings of one API that the tree has."""
-    for api in apis:
-        with contextlib.suppress(Missing):
-            return resolve(api)
-    raise Missing(apis[0])
+def _is_module(name: str) -> bool:
+    if name in sys.modules:
+        return True
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:  # a parent package is missing
+        return False
+
+
+def accepts(func: Any, param: str) -> bool:
+    return param in inspect.signature(func).parameters
 
 
 def torch() -> Any:
