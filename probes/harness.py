@@ -34,6 +34,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 def load_package() -> ModuleType:
     """Load ``probes`` by file location: its parent directory may be the host's site-packages,
     which must not become importable here, so ``sys.path`` is left alone."""
+    loaded = sys.modules.get("probes")
+    if loaded is not None and list(getattr(loaded, "__path__", ())) == [HERE]:
+        return loaded
     spec = importlib.util.spec_from_file_location(
         "probes", os.path.join(HERE, "__init__.py"), submodule_search_locations=[HERE]
     )
@@ -42,6 +45,10 @@ def load_package() -> ModuleType:
     sys.modules["probes"] = package
     spec.loader.exec_module(package)
     return package
+
+
+load_package()  # before the imports below: ``probes`` is not on sys.path
+from probes.case import Case, Places, Probe, error, run_case  # noqa: E402
 
 
 def find_sglang_root() -> str | None:
@@ -55,7 +62,7 @@ def find_sglang_root() -> str | None:
     return os.path.dirname(os.path.abspath(list(spec.submodule_search_locations)[0]))
 
 
-def import_sglang(modules: tuple[str, ...], places: Any, case_mod: ModuleType) -> dict[str, Any]:
+def import_sglang(modules: tuple[str, ...], places: Places) -> dict[str, Any]:
     """Import what the probe needs, once. A module the tree does not have is left to the cases'
     ``requires`` (they become not applicable); any other failure is an import error."""
     start = time.monotonic()
@@ -68,10 +75,10 @@ def import_sglang(modules: tuple[str, ...], places: Any, case_mod: ModuleType) -
                 name == exc.name or name.startswith(exc.name + ".")
             )
             if not absent:
-                failure = _import_error(exc, places, case_mod)
+                failure = _import_error(exc, places)
                 break
         except Exception as exc:  # SGLang failing to import is an outcome, not a crash
-            failure = _import_error(exc, places, case_mod)
+            failure = _import_error(exc, places)
             break
     return {
         "outcome": "ok" if failure is None else "error",
@@ -80,8 +87,8 @@ def import_sglang(modules: tuple[str, ...], places: Any, case_mod: ModuleType) -
     }
 
 
-def _import_error(exc: BaseException, places: Any, case_mod: ModuleType) -> dict[str, Any]:
-    return case_mod.error(type(exc).__name__, str(exc) or type(exc).__name__, "import", places.frame(exc))
+def _import_error(exc: BaseException, places: Places) -> dict[str, Any]:
+    return error(type(exc).__name__, str(exc) or type(exc).__name__, "import", places.frame(exc))
 
 
 def imported_files(sglang_root: str | None, known: frozenset[str] = frozenset()) -> set[str]:
@@ -107,7 +114,7 @@ def loaded_standins() -> set[str]:
 
 
 def run_forked(
-    case: Any, places: Any, timeout: float, case_mod: ModuleType, known: frozenset[str]
+    case: Case, places: Places, timeout: float, known: frozenset[str]
 ) -> tuple[dict[str, Any], dict]:
     """Run one case in a forked child; return its result and what the child imported beyond
     the modules ``known`` to the parent."""
@@ -118,7 +125,7 @@ def run_forked(
     pid = os.fork()
     if pid == 0:
         os.close(read_fd)
-        _child(case, places, write_fd, case_mod, known)
+        _child(case, places, write_fd, known)
     os.close(write_fd)
     data, timed_out = _read_until(read_fd, start + timeout)
     os.close(read_fd)
@@ -132,7 +139,7 @@ def run_forked(
         result = _bare("timeout")
     elif os.WIFSIGNALED(status):
         name = signal.Signals(os.WTERMSIG(status)).name
-        result = _bare("error", case_mod.error("Signal", f"case process killed by {name}", "process"))
+        result = _bare("error", error("Signal", f"case process killed by {name}", "process"))
     else:
         try:
             payload = json.loads(data.decode())
@@ -140,15 +147,15 @@ def run_forked(
         except (ValueError, KeyError):
             code = os.WEXITSTATUS(status)
             message = f"case process exited with status {code} without a result"
-            result = _bare("error", case_mod.error("NoResult", message, "process"))
+            result = _bare("error", error("NoResult", message, "process"))
     return {**case.header(), **result, "duration_ms": duration}, payload
 
 
-def _child(case: Any, places: Any, write_fd: int, case_mod: ModuleType, known: frozenset[str]) -> None:
+def _child(case: Case, places: Places, write_fd: int, known: frozenset[str]) -> None:
     code = 1
     try:
         payload = {
-            "result": case_mod.run_case(case, places),
+            "result": run_case(case, places),
             "modules": sorted(imported_files(places.sglang_root, known)),
             "standins": sorted(loaded_standins()),
         }
@@ -217,9 +224,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
-    load_package()
-    case_mod = importlib.import_module("probes.case")
-    probe = importlib.import_module(PROBE_MODULES[args.probe]).PROBE
+    probe: Probe = importlib.import_module(PROBE_MODULES[args.probe]).PROBE
     cases = list(probe.cases)
     if args.cases:
         unknown = sorted(set(args.cases) - {case.id for case in cases})
@@ -229,8 +234,8 @@ def main(argv: list[str]) -> int:
         cases = [case for case in cases if case.id in args.cases]
 
     sglang_root = find_sglang_root()
-    places = case_mod.Places(sglang_root=sglang_root, probes_dir=HERE)
-    imported = import_sglang(probe.imports, places, case_mod)
+    places = Places(sglang_root=sglang_root, probes_dir=HERE)
+    imported = import_sglang(probe.imports, places)
     files, standins, results = set(), loaded_standins(), []
     known = frozenset(sys.modules)
     gc.freeze()  # children would otherwise copy the whole heap when their collector walks it
@@ -238,7 +243,7 @@ def main(argv: list[str]) -> int:
         if imported["outcome"] != "ok":
             results.append({**case.header(), **_bare("error", imported["error"]), "duration_ms": 0})
             continue
-        result, payload = run_forked(case, places, args.case_timeout, case_mod, known)
+        result, payload = run_forked(case, places, args.case_timeout, known)
         results.append(result)
         files.update(payload.get("modules", ()))
         standins.update(payload.get("standins", ()))
