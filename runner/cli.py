@@ -9,8 +9,11 @@ import traceback
 
 import orjson
 
-from runner import __version__, envs, errors, pins, sources, specs, ui
+from pathlib import Path
+
+from runner import __version__, bundle, compare, envs, errors, execute, pins, pipeline, receipts, sources, specs, summary, ui
 from runner.cache import Cache
+from runner.files import sha256_file
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -31,9 +34,7 @@ def _resolve_tree(args, text: str) -> sources.Tree:
     )
 
 
-def _path(value):
-    from pathlib import Path
-
+def _path(value: str | None) -> Path | None:
     return Path(value) if value else None
 
 
@@ -92,6 +93,80 @@ def _print_check(tree, environment, check) -> None:
     o.print(f"import took {check.duration_ms / 1000:.1f} s")
 
 
+def _options(args, p: pins.Pins) -> pipeline.Options:
+    return pipeline.Options(
+        cache=Cache.at(args.cache_dir), python=getattr(args, "python", None), workers=getattr(args, "jobs", 1),
+        case_timeout=getattr(args, "case_timeout", execute.DEFAULT_CASE_TIMEOUT), package_dir=p.package_dir,
+        pinned_sha256={v: r.sha256 for v, r in p.releases.items() if r.sha256},
+    )
+
+
+def _default_out(kind: str) -> Path:
+    return Path(f"diffprobe-{kind}-{execute.now().replace(':', '').replace('-', '')}")
+
+
+def cmd_run(args) -> int:
+    """Reproduce the evidence bundle: base and head of each pinned fix, every witnessing probe."""
+    pins_path = _path(args.pins) or pins.default_path()
+    p = pins.load(pins_path)
+    numbers = args.pr or sorted(p.fixes)
+    fixes = {n: p.fix(n) for n in numbers}
+    repo = specs.check_git_url(args.repo) if args.repo else p.upstream
+    sides: dict[int, tuple[str, str]] = {}
+    extra_refs: dict[str, list[str]] = {}
+    for n, fix in fixes.items():
+        if args.via == "releases":
+            sides[n] = (f"pypi:sglang=={fix.releases.without}", f"pypi:sglang=={fix.releases.with_}")
+        else:
+            sides[n] = (f"git+{repo}@{fix.base}", f"git+{repo}@{fix.head}")
+            for text in sides[n]:  # PR heads of squash merges live only under refs/pull/N/head
+                extra_refs.setdefault(text, []).append(f"refs/pull/{n}/head")
+    opts = _options(args, p)
+    started = execute.now()
+    trees = pipeline.resolve_all([t for pair in sides.values() for t in pair], opts, extra_refs)
+    pairs = [(t, probe) for n, fix in fixes.items() for t in sides[n] for probe in fix.probes]
+    got = pipeline.probe_all(trees, pairs, opts)
+    diffs = []
+    for n, fix in fixes.items():
+        base, head = sides[n]
+        diffs.append(receipts.differential(
+            n, fix.title, fix.probes,
+            [(bundle.receipt_name(got[(base, pr)]), got[(base, pr)]) for pr in fix.probes],
+            [(bundle.receipt_name(got[(head, pr)]), got[(head, pr)]) for pr in fix.probes],
+            fix.expect,
+        ))
+    out = bundle.write(
+        Path(args.out) if args.out else _default_out("run"), kind="run", created_at=started,
+        receipts=list({bundle.receipt_name(r): r for r in got.values()}.values()), differentials=diffs, pins_sha256=sha256_file(pins_path),
+        extra={"via": args.via, "fixes": numbers, "repo": repo if args.via == "commits" else None},
+    )
+    summary.differentials(diffs)
+    ui.out.print(f"bundle: {out}  (check with: diffprobe verify {out}  or  cd {out} && sha256sum -c {bundle.MANIFEST})")
+    return errors.OK if all(d.as_expected for d in diffs) else errors.DIFFERS
+
+
+def cmd_verify(args) -> int:
+    root = Path(args.bundle)
+    problems = bundle.verify(root)
+    if problems:
+        for line in problems:
+            ui.out.print(f"[red]✗[/] {line}", markup=True)
+        ui.err.print(f"diffprobe: {root}: tampered or damaged ({len(problems)} problem(s))", markup=False)
+        return errors.DIFFERS
+    _, rs, ds = bundle.load(root)
+    ui.out.print(f"[green]✓[/] {root}: intact ({len(rs)} receipts, {len(ds)} differentials, every digest recomputed)")
+    return errors.OK
+
+
+def cmd_compare(args) -> int:
+    differences = compare.compare(Path(args.a), Path(args.b))
+    for line in differences:
+        ui.out.print(line, markup=False)
+    if not differences:
+        ui.out.print("same observations")
+    return errors.DIFFERS if differences else errors.OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="diffprobe", description=__doc__)
     parser.add_argument("--version", action="version", version=f"diffprobe {__version__}")
@@ -108,7 +183,33 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
     _env_options(p)
     p.set_defaults(func=cmd_env)
+
+    p = sub.add_parser("run", help="reproduce the evidence bundle from pins.toml (base and head of each fix)")
+    p.add_argument("--via", choices=["releases", "commits"], default="releases",
+                   help="trees from the release brackets on PyPI, or the pinned commits of a git repository")
+    p.add_argument("--repo", metavar="URL|PATH", help="git repository for --via commits (default: the pinned upstream)")
+    p.add_argument("--pr", type=int, action="append", metavar="N", help="only this fix (repeatable)")
+    p.add_argument("--out", metavar="DIR", help="bundle directory to create (must not exist or be empty)")
+    _probe_options(p)
+    _common(p)
+    _env_options(p)
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("verify", help="recompute a bundle's manifest and every receipt digest")
+    p.add_argument("bundle")
+    p.set_defaults(func=cmd_verify)
+
+    p = sub.add_parser("compare", help="observation-level differences between two bundles or receipts")
+    p.add_argument("a")
+    p.add_argument("b")
+    p.set_defaults(func=cmd_compare)
     return parser
+
+
+def _probe_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-j", "--jobs", type=int, default=1, metavar="N", help="probe runs in parallel (default 1)")
+    p.add_argument("--case-timeout", type=int, default=execute.DEFAULT_CASE_TIMEOUT, metavar="S",
+                   help=f"seconds before a probe case is killed (default {execute.DEFAULT_CASE_TIMEOUT})")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,120 @@
+"""Run one probe inside one tree's environment, isolated, and bring back its observations.
+
+Probing a fork runs the fork's code. Each run is a separate process group with a scrubbed
+environment, a private HOME/TMPDIR, an overall deadline on top of the harness's per-case timeouts,
+and, where the OS allows it, a new network namespace with no interfaces but a downed loopback.
+What is not isolated: the file system (the process runs as the invoking user and can read and
+write what that user can) and CPU/memory (no cgroup limits). See README, "Isolation".
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from runner import catalog
+from runner.envs import Env, scrubbed_env
+from runner.errors import Infrastructure
+from runner.observations import Observations
+
+DEFAULT_CASE_TIMEOUT = 60
+DEFAULT_RUN_TIMEOUT = 900
+
+
+@dataclass(frozen=True)
+class Run:
+    observations: Observations
+    started_at: str
+    finished_at: str
+    network_isolated: bool
+    log_tail: str
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+@functools.cache
+def network_wrapper() -> tuple[str, ...]:
+    """The command prefix that gives a process no network, or () when this OS will not allow it."""
+    unshare = shutil.which("unshare")
+    if not unshare:
+        return ()
+    for prefix in ((unshare, "--net"), (unshare, "--user", "--map-root-user", "--net")):
+        try:
+            if subprocess.run([*prefix, "true"], capture_output=True, timeout=10).returncode == 0:
+                return prefix
+        except (OSError, subprocess.SubprocessError):
+            continue
+    return ()
+
+
+def run_probe(
+    environment: Env,
+    probe: str,
+    *,
+    case_timeout: int = DEFAULT_CASE_TIMEOUT,
+    run_timeout: int = DEFAULT_RUN_TIMEOUT,
+    cases: list[str] | None = None,
+    isolate_network: bool = True,
+) -> Run:
+    harness = catalog.probes_dir() / catalog.HARNESS
+    with tempfile.TemporaryDirectory(prefix="diffprobe-run-") as work:
+        work_dir = Path(work)
+        home = work_dir / "home"
+        home.mkdir()
+        out = work_dir / "observations.json"
+        wrapper = network_wrapper() if isolate_network else ()
+        argv = [*wrapper, str(environment.python), "-I", "-B", str(harness), "--probe", probe, "--out", str(out),
+                "--case-timeout", str(case_timeout), *[a for c in cases or () for a in ("--case", c)]]
+        started = now()
+        log_path = work_dir / "log.txt"
+        with open(log_path, "wb") as log:
+            proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    env=scrubbed_env(home), cwd=home, start_new_session=True)
+            _live.add(proc)
+            try:
+                code = proc.wait(timeout=run_timeout)
+            except subprocess.TimeoutExpired:
+                _kill_group(proc)
+                raise Infrastructure(f"probe {probe} in {environment.root.name} exceeded {run_timeout} s and was killed") from None
+            finally:
+                if proc.poll() is None:  # interrupted: take the whole group down with us
+                    _kill_group(proc)
+                _live.discard(proc)
+        finished = now()
+        tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-15:])
+        if code != 0 or not out.exists():
+            how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit {code}"
+            raise Infrastructure(f"probe harness for {probe} failed ({how}) in {environment.root.name}", detail=tail)
+        try:
+            observations = Observations.model_validate_json(out.read_bytes())
+        except ValidationError as e:
+            raise Infrastructure(f"probe {probe} returned observations that break the contract: {e.errors()[0]['msg']}") from None
+    return Run(observations, started, finished, bool(wrapper), tail)
+
+
+_live: set[subprocess.Popen] = set()
+
+
+def kill_all() -> None:
+    """Stop every probe process still running (their sessions do not receive our Ctrl-C)."""
+    for proc in list(_live):
+        _kill_group(proc)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()

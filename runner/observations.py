@@ -1,0 +1,95 @@
+"""The host-side model of what a probe run sends back (docs/probe-contract.md).
+
+Validation here is where a harness that misbehaves (a missing field, a float, an outcome outside
+the four) becomes an infrastructure error instead of a receipt that claims something.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+Outcome = Literal["observed", "error", "not_applicable", "timeout"]
+Classification = Literal["bug", "clean", "inconclusive"]
+ErrorWhere = Literal["setup", "sglang", "double", "import", "process"]
+
+
+def reject_floats(value: Any, where: str = "effects") -> Any:
+    """Floats have no canonical text form; observations must not contain them."""
+    if isinstance(value, float):
+        raise ValueError(f"{where}: floats are not allowed in observations")
+    if isinstance(value, dict):
+        for k, v in value.items():
+            reject_floats(v, f"{where}.{k}")
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            reject_floats(v, f"{where}[{i}]")
+    return value
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class CaseError(_Model):
+    type: str
+    message: str
+    where: ErrorWhere
+    frame: str | None = None
+
+
+class Case(_Model):
+    id: str
+    site: str
+    role: Literal["bug", "guard"]
+    title: str
+    signature: str
+    outcome: Outcome
+    classification: Classification
+    effects: dict[str, Any] | None = None
+    error: CaseError | None = None
+    missing: str | None = None
+    duration_ms: int = Field(ge=0)
+
+    _check_effects = field_validator("effects")(classmethod(lambda cls, v: reject_floats(v)))
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "Case":
+        """One outcome, its own evidence, and a classification that follows from it."""
+        if (self.outcome == "observed") != (self.effects is not None):
+            raise ValueError(f"case {self.id}: effects must be present exactly when observed")
+        if (self.outcome == "error") != (self.error is not None):
+            raise ValueError(f"case {self.id}: error must be present exactly when the outcome is error")
+        if (self.outcome == "not_applicable") != bool(self.missing):
+            raise ValueError(f"case {self.id}: not_applicable must name what is missing")
+        if (self.outcome == "observed") == (self.classification == "inconclusive"):
+            raise ValueError(f"case {self.id}: only an observed case can be classified bug or clean")
+        return self
+
+
+class ImportResult(_Model):
+    outcome: Literal["ok", "error"]
+    error: CaseError | None = None
+    duration_ms: int = Field(ge=0)
+
+
+class Observations(_Model):
+    schema_: Literal["diffprobe.observations/1"] = Field(alias="schema")
+    probe: str
+    fix: int
+    python: str
+    implementation: str
+    platform: str
+    sglang_root: str | None
+    import_: ImportResult = Field(alias="import")
+    materials: dict[str, str]
+    standins: list[str]
+    cases: list[Case]
+
+    @model_validator(mode="after")
+    def _unique_cases(self) -> "Observations":
+        ids = [c.id for c in self.cases]
+        if len(ids) != len(set(ids)):
+            raise ValueError("duplicate case ids")
+        return self
