@@ -10,6 +10,7 @@ and Mamba state freed, finished and streamed once; a late result of a retired re
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -217,7 +218,14 @@ def not_handed_off(effects: dict[str, Any]) -> bool:
     return not (_requeued(final) and last_sent)
 
 
-def result_case(case_id: str, role: str, title: str, signature: str, matches: Any, shape: Shape) -> Case:
+def result_case(
+    case_id: str,
+    role: str,
+    title: str,
+    signature: str,
+    matches: Callable[[dict[str, Any]], bool],
+    shape: Shape,
+) -> Case:
     return Case(
         id=case_id,
         site="prefill-result",
@@ -234,7 +242,7 @@ def result_case(case_id: str, role: str, title: str, signature: str, matches: An
     )
 
 
-RETIRE_SIGNATURE = "re-queued or sent KV, or not freed exactly once, finished and streamed once"
+RETIRE_SIGNATURE = "re-queued or sent KV, or not retired exactly once (resources freed, finished, streamed)"
 
 PROBE = Probe(
     id="prefill-cleanup",
