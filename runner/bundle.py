@@ -21,8 +21,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from runner import __version__
 from runner.errors import BadInput
 from runner.files import sha256_bytes, sha256_file
-from runner.receipts import Differential, Receipt, seal
-from runner.sources import TreeIdentity
+from runner.receipts import Differential, Receipt, Source, seal, source_key
 
 INDEX = "bundle.json"
 MANIFEST = "SHA256SUMS"
@@ -42,20 +41,22 @@ class Index(BaseModel):
     created_at: str
     diffprobe: str
     pins_sha256: str | None
-    trees: list[TreeIdentity]
+    trees: list[Source]
     receipts: list[str]
     differentials: list[str]
     limits: list[str]
     extra: dict = {}
 
 
-def label(identity: TreeIdentity) -> str:
-    """A short, stable, file-name-safe name for a tree."""
+def label(identity: Source) -> str:
+    """A short, stable, file-name-safe name for what a receipt observed."""
     if identity.kind == "pypi":
         return f"sglang-{identity.version}"
     if identity.kind == "git":
         return f"git-{identity.commit[:12]}"
-    return "path-" + base64.b64decode(identity.tree_digest.removeprefix("h1:")).hex()[:12]
+    if identity.kind == "path":
+        return "path-" + base64.b64decode(identity.tree_digest.removeprefix("h1:")).hex()[:12]
+    return f"{identity.kind}-{source_key(identity)[:12]}"
 
 
 def receipt_name(receipt: Receipt) -> str:
@@ -77,10 +78,10 @@ def write(
     staging = Path(tempfile.mkdtemp(prefix=f".partial-{out.name}-", dir=out.parent))
     try:
         contents: dict[str, bytes] = dict(files or {})
-        trees: dict[str, TreeIdentity] = {}
+        trees: dict[str, Source] = {}
         for r in receipts:
             contents[receipt_name(r)] = _dump(r)
-            trees.setdefault(r.source.tree_digest + r.source.source, r.source)
+            trees.setdefault(label(r.source), r.source)
         for d in differentials:
             contents[f"differentials/fix-{d.fix}.json"] = _dump(d)
         index = Index(

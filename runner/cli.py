@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 import traceback
@@ -167,6 +168,10 @@ def cmd_compare(args) -> int:
     return errors.DIFFERS if differences else errors.OK
 
 
+# Modules with a ``register(subparsers, add_common_options)`` function, each adding its commands.
+EXTENSIONS: list[str] = []
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="diffprobe", description=__doc__)
     parser.add_argument("--version", action="version", version=f"diffprobe {__version__}")
@@ -203,6 +208,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("a")
     p.add_argument("b")
     p.set_defaults(func=cmd_compare)
+
+    for module in EXTENSIONS:  # commands that live in their own modules register themselves
+        importlib.import_module(f"runner.{module}").register(sub, _common)
     return parser
 
 

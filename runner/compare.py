@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from runner import bundle
 from runner.errors import BadInput
-from runner.receipts import Receipt, seal
+from runner.receipts import Receipt, seal, source_key
 
 
 def _receipt_file(path: Path) -> Receipt:
@@ -31,7 +31,7 @@ def _receipt_file(path: Path) -> Receipt:
 def _receipts(path: Path) -> dict[tuple[str, str], Receipt]:
     if path.is_dir():
         _, receipts, _ = bundle.load(path)
-        return {(r.probe.id, r.source.tree_digest): r for r in receipts.values()}
+        return {(r.probe.id, source_key(r.source)): r for r in receipts.values()}
     r = _receipt_file(path)
     return {(r.probe.id, "*"): r}
 
@@ -42,7 +42,7 @@ def compare_receipts(a: Receipt, b: Receipt, where: str) -> list[str]:
     if a.observation_digest == b.observation_digest:
         return []
     lines = []
-    if a.source.tree_digest != b.source.tree_digest:
+    if source_key(a.source) != source_key(b.source):
         lines.append(f"{where}: different trees ({a.source.source} vs {b.source.source})")
     ids = list(dict.fromkeys([c.id for c in a.cases] + [c.id for c in b.cases]))
     for case_id in ids:

@@ -9,7 +9,8 @@ version, the tree and each case without its duration), so runs can be compared a
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import platform
+from typing import Annotated, Any, Literal, Union
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
@@ -41,7 +42,7 @@ class _Model(BaseModel):
 
 class ProbeRef(_Model):
     id: str
-    fix: int
+    fix: int | None
     sha256: str = Field(description="probe version: sha256 over the probe's own files (runner.catalog)")
     files: dict[str, str] = Field(description="each probe source file -> its sha256")
 
@@ -54,16 +55,39 @@ class Standins(_Model):
 
 
 class Environment(_Model):
+    """Where the observation was made. Tree probes fill every field; gates and the model, which run
+    on the host, leave the probe-environment fields empty."""
+
     python: str
     implementation: str
-    interpreter_tag: str
     platform: str
-    lock_sha256: str
-    layer: str
-    standins: Standins
-    notes: list[str]
-    network_isolated: bool
     diffprobe: str
+    interpreter_tag: str | None = None
+    lock_sha256: str | None = None
+    layer: str | None = None
+    standins: Standins | None = None
+    notes: list[str] = []
+    network_isolated: bool | None = None
+
+
+class ServerIdentity(_Model):
+    """A live server probed by a gate: its URL and what it said about itself."""
+
+    kind: Literal["server"] = "server"
+    source: str
+    url: str
+    reported: dict[str, Any]
+
+
+class ModelIdentity(_Model):
+    """The executable incident model: which switches were set."""
+
+    kind: Literal["model"] = "model"
+    source: str
+    switches: dict[str, bool]
+
+
+Source = Annotated[Union[TreeIdentity, ServerIdentity, ModelIdentity], Field(discriminator="kind")]
 
 
 class Summary(_Model):
@@ -74,7 +98,7 @@ class Summary(_Model):
 class Receipt(_Model):
     schema_version: Literal["diffprobe.receipt/1"] = RECEIPT_SCHEMA
     probe: ProbeRef
-    source: TreeIdentity
+    source: Source
     environment: Environment
     materials: dict[str, str] = Field(description="every sglang file the probe imported -> sha256 (in-toto materials)")
     import_result: ImportResult
@@ -103,32 +127,56 @@ def _summary(cases: list[Case]) -> Summary:
     return Summary(outcomes=outcomes, classifications=classes)
 
 
+def make(
+    probe: ProbeRef, source: TreeIdentity | ServerIdentity | ModelIdentity, environment: Environment,
+    cases: list[Case], *, started_at: str, finished_at: str, materials: dict[str, str] | None = None,
+    import_result: ImportResult | None = None,
+) -> Receipt:
+    """Seal a receipt; the one constructor for tree probes, gates and the incident model alike."""
+    identity = source_key(source)
+    body: dict[str, Any] = {
+        "schema_version": RECEIPT_SCHEMA,
+        "probe": probe.model_dump(mode="json"),
+        "source": source.model_dump(mode="json"),
+        "environment": environment.model_dump(mode="json"),
+        "materials": dict(sorted((materials or {}).items())),
+        "import_result": (import_result or ImportResult(outcome="ok", duration_ms=0)).model_dump(mode="json"),
+        "cases": [c.model_dump(mode="json") for c in cases],
+        "summary": _summary(cases).model_dump(mode="json"),
+        "started_at": started_at,
+        "finished_at": finished_at,
+        "observation_digest": observation_digest(probe.sha256, identity, cases),
+    }
+    body["digest"] = seal(body)
+    return Receipt.model_validate(body)
+
+
+def source_key(source: TreeIdentity | ServerIdentity | ModelIdentity) -> str:
+    """What identifies the observed thing: a tree's digest, else the digest of its identity."""
+    return getattr(source, "tree_digest", None) or sha256_bytes(canonical(source.model_dump(mode="json")))
+
+
+def host_environment() -> Environment:
+    """For observations made in diffprobe's own interpreter (gates, the model)."""
+    return Environment(python=platform.python_version(), implementation=platform.python_implementation(),
+                       platform=platform.platform(), diffprobe=__version__)
+
+
 def build(probe: ProbeRef, identity: TreeIdentity, environment: Env, run: Run) -> Receipt:
+    """The receipt of one probe run in one tree's environment."""
     obs = run.observations
     if obs.probe != probe.id:
         raise ValueError(f"observations are for probe {obs.probe}, not {probe.id}")
     stamp = environment.stamp
-    body: dict[str, Any] = {
-        "schema_version": RECEIPT_SCHEMA,
-        "probe": probe.model_dump(mode="json"),
-        "source": identity.model_dump(mode="json"),
-        "environment": Environment(
-            python=obs.python, implementation=obs.implementation, interpreter_tag=stamp.interpreter.tag,
-            platform=obs.platform, lock_sha256=stamp.lock_sha256, layer=stamp.layer_key,
-            standins=Standins(declared=stamp.standins.declared, used=obs.standins,
-                              tree_lacks=stamp.standins.tree_lacks, sha256=stamp.standins.sha256),
-            notes=stamp.notes, network_isolated=run.network_isolated, diffprobe=__version__,
-        ).model_dump(mode="json"),
-        "materials": dict(sorted(obs.materials.items())),
-        "import_result": obs.import_.model_dump(mode="json"),
-        "cases": [c.model_dump(mode="json") for c in obs.cases],
-        "summary": _summary(obs.cases).model_dump(mode="json"),
-        "started_at": run.started_at,
-        "finished_at": run.finished_at,
-        "observation_digest": observation_digest(probe.sha256, identity.tree_digest, obs.cases),
-    }
-    body["digest"] = seal(body)
-    return Receipt.model_validate(body)
+    env = Environment(
+        python=obs.python, implementation=obs.implementation, interpreter_tag=stamp.interpreter.tag,
+        platform=obs.platform, lock_sha256=stamp.lock_sha256, layer=stamp.layer_key,
+        standins=Standins(declared=stamp.standins.declared, used=obs.standins,
+                          tree_lacks=stamp.standins.tree_lacks, sha256=stamp.standins.sha256),
+        notes=stamp.notes, network_isolated=run.network_isolated, diffprobe=__version__,
+    )
+    return make(probe, identity, env, obs.cases, started_at=run.started_at, finished_at=run.finished_at,
+                materials=obs.materials, import_result=obs.import_)
 
 
 # --- differentials --------------------------------------------------------------------------
@@ -139,7 +187,7 @@ Transition = Literal["bug -> clean", "clean -> clean", "bug -> bug", "clean -> b
 class Side(_Model):
     receipt: str = Field(description="file name of the receipt inside the bundle")
     receipt_digest: str
-    source: TreeIdentity
+    source: Source
 
 
 class CaseTransition(_Model):

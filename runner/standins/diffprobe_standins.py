@@ -154,4 +154,5 @@ def install() -> None:
 
 def loaded() -> list[str]:
     """Names of stand-in modules this interpreter actually imported."""
-    return sorted(n for n, m in list(sys.modules.items()) if getattr(m, "DIFFPROBE_STANDIN", False) is True)
+    # vars(), not getattr(): a lazy module (transformers) would import itself on attribute access
+    return sorted(n for n, m in list(sys.modules.items()) if vars(m).get("DIFFPROBE_STANDIN", False) is True)
