@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Iterator
 
 _CHUNK = 1 << 20
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -31,6 +33,7 @@ def write_atomic(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; the result should read like any file
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()

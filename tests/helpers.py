@@ -1,0 +1,33 @@
+"""Hand-made receipts for testing the runner's own mechanics (no SGLang involved)."""
+
+from __future__ import annotations
+
+from runner import receipts
+from runner.observations import Case
+from runner.sources import TreeIdentity
+
+PROBE = receipts.ProbeRef(id="admission", fix=38935, sha256="a" * 64, files={"admission.py": "b" * 64})
+
+
+def case(case_id: str, role: str = "bug", outcome: str = "observed", bug: bool = False, **extra) -> Case:
+    classification = ("bug" if bug else "clean") if outcome == "observed" else "inconclusive"
+    fields = dict(
+        id=case_id, site="prefill-door", role=role, title=f"{case_id} title", signature="a rejected request got a sender",
+        outcome=outcome, classification=classification, duration_ms=5,
+        effects={"senders": [{"rid": case_id}] if bug else [], "queue": []} if outcome == "observed" else None,
+        error={"type": "AttributeError", "message": "x", "where": "double", "frame": None} if outcome == "error" else None,
+        missing="sglang.x.y" if outcome == "not_applicable" else None,
+    )
+    fields.update(extra)
+    return Case(**fields)
+
+
+def tree(version: str) -> TreeIdentity:
+    return TreeIdentity(kind="pypi", source=f"pypi:sglang=={version}", version=version, artifact=f"sglang-{version}.whl",
+                        artifact_sha256="c" * 64, tree_digest=f"h1:{version}AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=", files=3)
+
+
+def receipt(version: str, cases: list[Case], probe: receipts.ProbeRef = PROBE) -> receipts.Receipt:
+    return receipts.make(probe, tree(version), receipts.host_environment(), cases,
+                         started_at="2026-11-30T00:00:00Z", finished_at="2026-11-30T00:00:01Z",
+                         materials={"sglang/__init__.py": "d" * 64})
