@@ -1,0 +1,37 @@
+"""Fork trees made from a real release by editing its source, like a vendor would."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+# Each edit: (file inside the tree, exact text to find, replacement). Finding nothing is an error:
+# a fork that silently did not apply would make a test pass for the wrong reason.
+Edit = tuple[str, str, str]
+
+PREFILL = "sglang/srt/disaggregation/prefill.py"
+DECODE = "sglang/srt/disaggregation/decode.py"
+SCHEDULE_BATCH = "sglang/srt/managers/schedule_batch.py"
+
+PREFILL_GATE = "        if is_unadmitted_reject(req):\n            self.scheduler.retire_unadmitted_request(req)\n            return\n"
+DECODE_GATE = "        if not is_retracted and not is_rebootstrap and is_unadmitted_reject(req):\n            self.scheduler.retire_unadmitted_request(req)\n            return\n"
+
+WITHOUT_PREFILL_GATE: list[Edit] = [(PREFILL, PREFILL_GATE, "")]
+WITHOUT_DECODE_GATE: list[Edit] = [(DECODE, DECODE_GATE, "")]
+# The gate still recognises the rejected request, but hangs or crashes instead of retiring it,
+# so only that case is hit and the others go on.
+RETIRE = "            self.scheduler.retire_unadmitted_request(req)\n"
+HANG_AT_PREFILL_DOOR: list[Edit] = [(PREFILL, PREFILL_GATE, PREFILL_GATE.replace(RETIRE, "            while True:\n                pass\n"))]
+CRASH_AT_DECODE_DOOR: list[Edit] = [
+    (DECODE, DECODE_GATE, DECODE_GATE.replace(RETIRE, "            import os, signal\n            os.kill(os.getpid(), signal.SIGSEGV)\n"))
+]
+
+
+def make(release_root: Path, dest: Path, edits: list[Edit]) -> Path:
+    shutil.copytree(release_root / "sglang", dest / "sglang")
+    for rel, old, new in edits:
+        path = dest / rel
+        text = path.read_text()
+        assert text.count(old) == 1, f"{rel}: the text to edit occurs {text.count(old)} times"
+        path.write_text(text.replace(old, new))
+    return dest
