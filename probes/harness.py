@@ -1,6 +1,6 @@
 """Probe harness: the one entry point the host runs inside a tree's environment.
 
-    <env python> -I -B /abs/probes/harness.py --probe PROBE_ID --out FILE
+    <env python> -I -B /abs/probes/harness.py --probe PROBE_ID [--probe PROBE_ID ...] --out DIR
         [--case-timeout SECONDS] [--case CASE_ID ...]
 
 Implements ``docs/probe-contract.md`` (``diffprobe.observations/1``): imports SGLang once, forks
@@ -214,9 +214,9 @@ def write_atomically(path: str, document: dict[str, Any]) -> None:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description="Run one diffprobe probe against this environment's SGLang.")
-    parser.add_argument("--probe", required=True, choices=sorted(PROBE_MODULES))
-    parser.add_argument("--out", required=True)
+    parser = argparse.ArgumentParser(description="Run diffprobe probes against this environment's SGLang.")
+    parser.add_argument("--probe", required=True, action="append", dest="probes", choices=sorted(PROBE_MODULES))
+    parser.add_argument("--out", required=True, help="directory that receives one <probe>.json per probe")
     parser.add_argument("--case-timeout", type=float, default=60.0)
     parser.add_argument("--case", action="append", dest="cases", metavar="CASE_ID")
     return parser.parse_args(argv)
@@ -224,47 +224,46 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
-    probe: Probe = importlib.import_module(PROBE_MODULES[args.probe]).PROBE
-    cases = list(probe.cases)
-    if args.cases:
-        unknown = sorted(set(args.cases) - {case.id for case in cases})
-        if unknown:
-            print(f"unknown case id(s) for {probe.id}: {', '.join(unknown)}", file=sys.stderr)
-            return 2
-        cases = [case for case in cases if case.id in args.cases]
+    probes: list[Probe] = [importlib.import_module(PROBE_MODULES[p]).PROBE for p in dict.fromkeys(args.probes)]
+    selected = {probe.id: [c for c in probe.cases if not args.cases or c.id in args.cases] for probe in probes}
+    unknown = sorted(set(args.cases or ()) - {c.id for probe in probes for c in probe.cases})
+    if unknown:
+        print(f"unknown case id(s): {', '.join(unknown)}", file=sys.stderr)
+        return 2
 
     sglang_root = find_sglang_root()
     places = Places(sglang_root=sglang_root, probes_dir=HERE)
-    imported = import_sglang(probe.imports, places)
-    files, standins, results = set(), loaded_standins(), []
+    # One import serves every probe: the import is most of the cost of a run.
+    imported = import_sglang(tuple(dict.fromkeys(m for probe in probes for m in probe.imports)), places)
+    parent_files, parent_standins = imported_files(sglang_root), loaded_standins()
     known = frozenset(sys.modules)
     gc.freeze()  # children would otherwise copy the whole heap when their collector walks it
-    for case in cases:
-        if imported["outcome"] != "ok":
-            results.append({**case.header(), **_bare("error", imported["error"]), "duration_ms": 0})
-            continue
-        result, payload = run_forked(case, places, args.case_timeout, known)
-        results.append(result)
-        files.update(payload.get("modules", ()))
-        standins.update(payload.get("standins", ()))
-    files.update(imported_files(sglang_root))
-
-    write_atomically(
-        args.out,
-        {
-            "schema": SCHEMA,
-            "probe": probe.id,
-            "fix": probe.fix,
-            "python": platform.python_version(),
-            "implementation": platform.python_implementation(),
-            "platform": platform.platform(),
-            "sglang_root": sglang_root,
-            "import": imported,
-            "materials": materials(sglang_root, files),
-            "standins": sorted(standins),
-            "cases": results,
-        },
-    )
+    for probe in probes:
+        files, standins, results = set(parent_files), set(parent_standins), []
+        for case in selected[probe.id]:
+            if imported["outcome"] != "ok":
+                results.append({**case.header(), **_bare("error", imported["error"]), "duration_ms": 0})
+                continue
+            result, payload = run_forked(case, places, args.case_timeout, known)
+            results.append(result)
+            files.update(payload.get("modules", ()))
+            standins.update(payload.get("standins", ()))
+        write_atomically(
+            os.path.join(args.out, f"{probe.id}.json"),
+            {
+                "schema": SCHEMA,
+                "probe": probe.id,
+                "fix": probe.fix,
+                "python": platform.python_version(),
+                "implementation": platform.python_implementation(),
+                "platform": platform.platform(),
+                "sglang_root": sglang_root,
+                "import": imported,
+                "materials": materials(sglang_root, files),
+                "standins": sorted(standins),
+                "cases": results,
+            },
+        )
     return 0
 
 

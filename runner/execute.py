@@ -27,7 +27,10 @@ from runner.errors import Infrastructure
 from runner.observations import Observations
 
 DEFAULT_CASE_TIMEOUT = 60
-DEFAULT_RUN_TIMEOUT = 900
+# The overall deadline is a safety net over the per-case timeouts: an import allowance plus room
+# for every case of every probe to time out.
+IMPORT_ALLOWANCE = 600
+MAX_CASES = 50
 
 
 @dataclass(frozen=True)
@@ -58,24 +61,27 @@ def network_wrapper() -> tuple[str, ...]:
     return ()
 
 
-def run_probe(
+def run_probes(
     environment: Env,
-    probe: str,
+    probes: list[str],
     *,
     case_timeout: int = DEFAULT_CASE_TIMEOUT,
-    run_timeout: int = DEFAULT_RUN_TIMEOUT,
+    run_timeout: int | None = None,
     cases: list[str] | None = None,
     isolate_network: bool = True,
-) -> Run:
+) -> dict[str, Run]:
+    """Run ``probes`` in one harness process (one SGLang import) and return each probe's run."""
     harness = catalog.probes_dir() / catalog.HARNESS
+    run_timeout = run_timeout or IMPORT_ALLOWANCE + case_timeout * MAX_CASES
     with tempfile.TemporaryDirectory(prefix="diffprobe-run-") as work:
         work_dir = Path(work)
-        home = work_dir / "home"
+        home, out = work_dir / "home", work_dir / "out"
         home.mkdir()
-        out = work_dir / "observations.json"
+        out.mkdir()
         wrapper = network_wrapper() if isolate_network else ()
-        argv = [*wrapper, str(environment.python), "-I", "-B", str(harness), "--probe", probe, "--out", str(out),
-                "--case-timeout", str(case_timeout), *[a for c in cases or () for a in ("--case", c)]]
+        argv = [*wrapper, str(environment.python), "-I", "-B", str(harness), "--out", str(out),
+                "--case-timeout", str(case_timeout), *[a for p in probes for a in ("--probe", p)],
+                *[a for c in cases or () for a in ("--case", c)]]
         started = now()
         log_path = work_dir / "log.txt"
         with open(log_path, "wb") as log:
@@ -86,21 +92,25 @@ def run_probe(
                 code = proc.wait(timeout=run_timeout)
             except subprocess.TimeoutExpired:
                 _kill_group(proc)
-                raise Infrastructure(f"probe {probe} in {environment.root.name} exceeded {run_timeout} s and was killed") from None
+                raise Infrastructure(f"probes {', '.join(probes)} in {environment.root.name} exceeded {run_timeout} s and were killed") from None
             finally:
                 if proc.poll() is None:  # interrupted: take the whole group down with us
                     _kill_group(proc)
                 _live.discard(proc)
         finished = now()
         tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-15:])
-        if code != 0 or not out.exists():
+        files = {p: out / f"{p}.json" for p in probes}
+        if code != 0 or not all(f.exists() for f in files.values()):
             how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit {code}"
-            raise Infrastructure(f"probe harness for {probe} failed ({how}) in {environment.root.name}", detail=tail)
-        try:
-            observations = Observations.model_validate_json(out.read_bytes())
-        except ValidationError as e:
-            raise Infrastructure(f"probe {probe} returned observations that break the contract: {e.errors()[0]['msg']}") from None
-    return Run(observations, started, finished, bool(wrapper), tail)
+            raise Infrastructure(f"probe harness failed ({how}) in {environment.root.name}", detail=tail)
+        runs = {}
+        for probe, path in files.items():
+            try:
+                observations = Observations.model_validate_json(path.read_bytes())
+            except ValidationError as e:
+                raise Infrastructure(f"probe {probe} returned observations that break the contract: {e.errors()[0]['msg']}") from None
+            runs[probe] = Run(observations, started, finished, bool(wrapper), tail)
+    return runs
 
 
 _live: set[subprocess.Popen] = set()

@@ -45,23 +45,28 @@ def probe_all(trees: dict[str, sources.Tree], pairs: list[tuple[str, str]], opts
         for note in environments[text].stamp.notes:
             ui.warn(f"{text}: {note}")
 
-    def one(pair: tuple[str, str]) -> Receipt:
-        text, probe = pair
-        run = execute.run_probe(environments[text], probe, case_timeout=opts.case_timeout)
-        receipt = receipts.build(probe_ref(probe, run.observations.fix), trees[text].identity, environments[text], run)
-        counts = receipt.summary.classifications
-        ui.err.print(f"[green]✓[/] {probe} on {text}: {counts['bug']} bug, {counts['clean']} clean, "
-                     f"{counts['inconclusive']} inconclusive")
-        return receipt
+    by_tree: dict[str, list[str]] = {}
+    for text, probe in dict.fromkeys(pairs):
+        by_tree.setdefault(text, []).append(probe)
 
-    unique = list(dict.fromkeys(pairs))
-    with ui.step(f"probe {len(unique)} (tree, probe) pairs with {opts.workers} worker(s)", total=len(unique)):
+    def one(text: str) -> dict[tuple[str, str], Receipt]:
+        runs = execute.run_probes(environments[text], by_tree[text], case_timeout=opts.case_timeout)
+        got = {}
+        for probe, run in runs.items():
+            receipt = receipts.build(probe_ref(probe, run.observations.fix), trees[text].identity, environments[text], run)
+            counts = receipt.summary.classifications
+            ui.err.print(f"[green]✓[/] {probe} on {text}: {counts['bug']} bug, {counts['clean']} clean, "
+                         f"{counts['inconclusive']} inconclusive")
+            got[(text, probe)] = receipt
+        return got
+
+    with ui.step(f"probe {len(by_tree)} tree(s) with {opts.workers} worker(s)", total=len(by_tree)):
         pool = ThreadPoolExecutor(max_workers=max(1, opts.workers))
         try:
-            results = list(pool.map(one, unique))
+            results = list(pool.map(one, by_tree))
         except BaseException:
             pool.shutdown(wait=False, cancel_futures=True)
             execute.kill_all()
             raise
         pool.shutdown()
-    return dict(zip(unique, results))
+    return {pair: receipt for got in results for pair, receipt in got.items()}
