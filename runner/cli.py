@@ -169,7 +169,7 @@ def cmd_compare(args) -> int:
 
 
 # Modules with a ``register(subparsers, add_common_options)`` function, each adding its commands.
-EXTENSIONS: list[str] = ["report"]
+EXTENSIONS: list[str] = ["model", "gates", "report"]
 
 
 def build_parser() -> argparse.ArgumentParser:
