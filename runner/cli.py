@@ -124,9 +124,11 @@ def cmd_run(args) -> int:
                 extra_refs.setdefault(text, []).append(f"refs/pull/{n}/head")
     opts = _options(args, p)
     started = execute.now()
-    trees = pipeline.resolve_all([t for pair in sides.values() for t in pair], opts, extra_refs)
-    pairs = [(t, probe) for n, fix in fixes.items() for t in sides[n] for probe in fix.probes]
-    got = pipeline.probe_all(trees, pairs, opts)
+    plan: dict[str, list[str]] = {}
+    for n, fix in fixes.items():
+        for text in sides[n]:
+            plan.setdefault(text, []).extend(pr for pr in fix.probes if pr not in plan.get(text, []))
+    _, got = pipeline.probe_sources(plan, opts, extra_refs)
     diffs = []
     for n, fix in fixes.items():
         base, head = sides[n]

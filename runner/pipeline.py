@@ -1,11 +1,14 @@
 """The one pipeline every command composes: resolve trees, build environments, run probes, seal
 receipts. Resolution and environment builds run one at a time (they share caches and the network);
-probe runs, the expensive part, run on ``workers`` threads, each driving its own process."""
+probe runs, the expensive part, run on ``workers`` threads, each driving its own process that
+imports SGLang once for all of that tree's probes."""
 
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+
+from rich.markup import escape
 
 from runner import catalog, envs, execute, receipts, sources, specs, ui
 from runner.cache import Cache
@@ -28,45 +31,62 @@ def probe_ref(probe: str, fix: int) -> ProbeRef:
     return ProbeRef(id=probe, fix=fix, sha256=catalog.probe_digest(probe), files=files)
 
 
-def resolve_all(texts: list[str], opts: Options, extra_refs: dict[str, list[str]] | None = None) -> dict[str, sources.Tree]:
-    trees = {}
-    for text in dict.fromkeys(texts):
-        trees[text] = sources.resolve(specs.parse(text), opts.cache, package_dir=opts.package_dir,
-                                      pinned_sha256=opts.pinned_sha256, extra_refs=(extra_refs or {}).get(text, []))
-    return trees
+def resolve(text: str, opts: Options, extra_refs: list[str] = ()) -> sources.Tree:
+    return sources.resolve(specs.parse(text), opts.cache, package_dir=opts.package_dir,
+                           pinned_sha256=opts.pinned_sha256, extra_refs=extra_refs)
 
 
-def probe_all(trees: dict[str, sources.Tree], pairs: list[tuple[str, str]], opts: Options) -> dict[tuple[str, str], Receipt]:
-    """Receipts for each (source text, probe id) pair."""
+def workers_for_memory(requested: int) -> int:
+    """Each probe process holds about 1 GiB (torch + SGLang); never start more than memory allows."""
+    try:
+        meminfo = dict(line.split(":", 1) for line in open("/proc/meminfo"))
+        available = int(meminfo["MemAvailable"].split()[0]) * 1024
+    except (OSError, KeyError, ValueError):
+        return max(1, requested)
+    allowed = max(1, int(available // PROCESS_BYTES))
+    if requested > allowed:
+        ui.warn(f"-j {requested} needs about {requested * PROCESS_BYTES >> 30} GiB; using {allowed} worker(s)")
+    return max(1, min(requested, allowed))
+
+
+PROCESS_BYTES = 3 << 29  # 1.5 GiB: a probe process's peak with headroom
+
+
+def probe_sources(
+    plan: dict[str, list[str]], opts: Options, extra_refs: dict[str, list[str]] | None = None,
+) -> tuple[dict[str, sources.Tree], dict[tuple[str, str], Receipt]]:
+    """Receipts for every (source, probe) in ``plan`` (source text -> probe ids).
+
+    Sources are resolved and their environments built in order on this thread, and each tree's
+    probes start on the pool as soon as it is ready, so downloads overlap with probe runs.
+    """
     interp = envs.interpreter(opts.python)
-    environments = {}
-    for text in dict.fromkeys(t for t, _ in pairs):
-        environments[text] = envs.env(trees[text], opts.cache, interp)
-        for note in environments[text].stamp.notes:
-            ui.warn(f"{text}: {note}")
+    trees: dict[str, sources.Tree] = {}
 
-    by_tree: dict[str, list[str]] = {}
-    for text, probe in dict.fromkeys(pairs):
-        by_tree.setdefault(text, []).append(probe)
-
-    def one(text: str) -> dict[tuple[str, str], Receipt]:
-        runs = execute.run_probes(environments[text], by_tree[text], case_timeout=opts.case_timeout)
+    def one(text: str, environment: envs.Env) -> dict[tuple[str, str], Receipt]:
+        runs = execute.run_probes(environment, plan[text], case_timeout=opts.case_timeout)
         got = {}
         for probe, run in runs.items():
-            receipt = receipts.build(probe_ref(probe, run.observations.fix), trees[text].identity, environments[text], run)
+            receipt = receipts.build(probe_ref(probe, run.observations.fix), trees[text].identity, environment, run)
             counts = receipt.summary.classifications
-            ui.err.print(f"[green]✓[/] {probe} on {text}: {counts['bug']} bug, {counts['clean']} clean, "
+            ui.err.print(f"[green]✓[/] {probe} on {escape(text)}: {counts['bug']} bug, {counts['clean']} clean, "
                          f"{counts['inconclusive']} inconclusive")
             got[(text, probe)] = receipt
         return got
 
-    with ui.step(f"probe {len(by_tree)} tree(s) with {opts.workers} worker(s)", total=len(by_tree)):
-        pool = ThreadPoolExecutor(max_workers=max(1, opts.workers))
-        try:
-            results = list(pool.map(one, by_tree))
-        except BaseException:
-            pool.shutdown(wait=False, cancel_futures=True)
-            execute.kill_all()
-            raise
-        pool.shutdown()
-    return {pair: receipt for got in results for pair, receipt in got.items()}
+    pool = ThreadPoolExecutor(max_workers=workers_for_memory(opts.workers))
+    futures = []
+    try:
+        for text in plan:
+            trees[text] = resolve(text, opts, (extra_refs or {}).get(text, []))
+            environment = envs.env(trees[text], opts.cache, interp)
+            for note in environment.stamp.notes:
+                ui.warn(f"{text}: {note}")
+            futures.append(pool.submit(one, text, environment))
+        results = [f.result() for f in futures]
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        execute.kill_all()
+        raise
+    pool.shutdown()
+    return trees, {pair: receipt for got in results for pair, receipt in got.items()}

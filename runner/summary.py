@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rich.markup import escape
 from rich.table import Table
 
 from runner import ui
@@ -15,12 +16,12 @@ def differentials(diffs: list[Differential]) -> None:
     for d in diffs:
         base = ", ".join(s.source.source for s in d.base[:1])
         head = ", ".join(s.source.source for s in d.head[:1])
-        table = Table(title=f"#{d.fix} {d.title}: {base} -> {head}", title_justify="left")
+        table = Table(title=escape(f"#{d.fix} {d.title}: {base} -> {head}"), title_justify="left")
         for col in ("case", "site", "role", "base", "head", "transition"):
             table.add_column(col)
         for c in d.cases:
             style = _TRANSITION.get(c.transition, "yellow")
-            table.add_row(c.case, c.site, c.role, c.base, c.head, f"[{style}]{c.transition}[/]")
+            table.add_row(*(escape(v) for v in (c.case, c.site, c.role, c.base, c.head)), f"[{style}]{c.transition}[/]")
         ui.out.print(table)
         expected = "" if d.expected is None else (" (as pinned)" if d.as_expected else f" [red](pinned: {d.expected})[/]")
         ui.out.print(f"verdict: [{_STYLE[d.verdict]}]{d.verdict}[/]{expected}")

@@ -84,8 +84,8 @@ def test_reference_bundle_is_current(run_bundle):
 def _probe_fork(tmp_path, release_tree, opts, version, edits, probe="admission"):
     root = forks.make(release_tree(version).root, tmp_path / "fork", edits)
     text = f"path:{root}"
-    trees = pipeline.resolve_all([text], opts)
-    receipt = pipeline.probe_all(trees, [(text, probe)], opts)[(text, probe)]
+    _, got = pipeline.probe_sources({text: [probe]}, opts)
+    receipt = got[(text, probe)]
     return {c.id: c for c in receipt.cases}
 
 
