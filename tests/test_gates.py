@@ -21,7 +21,7 @@ import pytest
 from runner import bundle, cli
 from runner.receipts import Receipt
 
-SECONDS_PER_TOKEN = 60e-6
+SECONDS_PER_TOKEN = 100e-6
 
 
 @dataclass
