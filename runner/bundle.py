@@ -70,7 +70,9 @@ def _dump(value: BaseModel) -> bytes:
 def write(
     out: Path, *, kind: str, created_at: str, receipts: list[Receipt], differentials: list[Differential],
     pins_sha256: str | None, extra: dict | None = None, files: dict[str, bytes] | None = None,
+    limits: list[str] = LIMITS,
 ) -> Path:
+    """Write a bundle; ``limits`` says what its evidence does not show (CPU probes' by default)."""
     out = out.resolve()
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise BadInput(f"--out {out}: exists and is not empty; choose another directory")
@@ -88,7 +90,7 @@ def write(
             kind=kind, created_at=created_at, diffprobe=__version__, pins_sha256=pins_sha256,
             trees=list(trees.values()), receipts=sorted(receipt_name(r) for r in receipts),
             differentials=sorted(f"differentials/fix-{d.fix}.json" for d in differentials),
-            limits=LIMITS, extra=extra or {},
+            limits=limits, extra=extra or {},
         )
         contents[INDEX] = _dump(index)
         for name, data in contents.items():

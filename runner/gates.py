@@ -265,8 +265,8 @@ def cmd_gate(args) -> int:
                    ServerIdentity(source=url, url=url, reported=reported(endpoint, info)),
                    host_environment(), cases, started_at=started, finished_at=execute.now())
     out = bundle.write(Path(args.out) if args.out else cli._default_out(f"gate-{args.gate}"), kind=f"gate-{args.gate}",
-                       created_at=started, receipts=[receipt], differentials=[], pins_sha256=None,
-                       extra={"gate": args.gate, "url": url, "limits": LIMITS})
+                       created_at=started, receipts=[receipt], differentials=[], pins_sha256=None, limits=LIMITS,
+                       extra={"gate": args.gate, "url": url})
     for case in cases:
         if case.outcome == "observed":
             mark = "[red]✗ FAIL[/]" if case.classification == "bug" else "[green]✓ pass[/]"

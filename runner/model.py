@@ -578,8 +578,8 @@ def cmd_model(args) -> int:
     out = bundle.write(
         Path(args.out) if args.out else cli._default_out("model"),
         kind="model", created_at=execute.now(), receipts=[r for rs in results.values() for r in rs],
-        differentials=[], pins_sha256=None,
-        extra={"synthetic": LABEL, "limits": LIMITS, "configurations": {n: s.model_dump() for n, s in configs.items()},
+        differentials=[], pins_sha256=None, limits=LIMITS,
+        extra={"synthetic": LABEL, "configurations": {n: s.model_dump() for n, s in configs.items()},
                "steps": {str(k): v for k, v in STEPS.items()}},
     )
     print_table(results)

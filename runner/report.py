@@ -392,10 +392,8 @@ def what_it_is(source: Source, short: bool = False) -> str:
 
 
 def limits(index: bundle.Index) -> list[str]:
-    """The bundle's stated limits, with any a command added of its own (a model's, a gate's)."""
-    extra = index.extra.get("limits")
-    more = [str(x) for x in extra] if isinstance(extra, list) else []
-    return list(dict.fromkeys(index.limits + more))
+    """The bundle's stated limits (a model's or a gate's bundle states its own)."""
+    return index.limits
 
 
 def evidence_kinds(ev: Evidence) -> str:

@@ -288,6 +288,10 @@ def _git(repo: git.Repo, *args: str, stdin: str | None = None) -> str:
     return proc.stdout
 
 
+def git_lines(repo: git.Repo, *args: str) -> list[str]:
+    return _git(repo, *args).splitlines()
+
+
 def _commit(repo: git.Repo, rev: str) -> str | None:
     try:
         return _git(repo, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}").strip()
