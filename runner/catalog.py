@@ -13,6 +13,8 @@ from runner.files import sha256_bytes, sha256_file
 # probe id -> module file inside probes/
 PROBES: dict[str, str] = {"admission": "admission.py", "prefill-cleanup": "prefill_cleanup.py"}
 HARNESS = "harness.py"
+# ``diffprobe upstream-tests``' entry point: not a tree probe (no fix of its own), and not part of theirs.
+UPSTREAM_TESTS = ("upstream-tests", "pytest_outcomes.py")
 
 
 def probes_dir() -> Path:
@@ -25,7 +27,7 @@ def probes_dir() -> Path:
 def probe_files(probe: str, root: Path | None = None) -> list[Path]:
     """The files a probe's behaviour depends on: its module and every shared (non-probe) module."""
     root = root or probes_dir()
-    others = {f for p, f in PROBES.items() if p != probe}
+    others = {f for p, f in [*PROBES.items(), UPSTREAM_TESTS] if p != probe}
     return sorted(p for p in root.glob("*.py") if p.name not in others)
 
 

@@ -75,42 +75,61 @@ def run_probes(
     run_timeout = run_timeout or IMPORT_ALLOWANCE + case_timeout * MAX_CASES
     with tempfile.TemporaryDirectory(prefix="diffprobe-run-") as work:
         work_dir = Path(work)
-        home, out = work_dir / "home", work_dir / "out"
-        home.mkdir()
+        out = work_dir / "out"
         out.mkdir()
-        wrapper = network_wrapper() if isolate_network else ()
-        argv = [*wrapper, str(environment.python), "-I", "-B", str(harness), "--out", str(out),
+        argv = [str(environment.python), "-I", "-B", str(harness), "--out", str(out),
                 "--case-timeout", str(case_timeout), *[a for p in probes for a in ("--probe", p)],
                 *[a for c in cases or () for a in ("--case", c)]]
-        started = now()
-        log_path = work_dir / "log.txt"
-        with open(log_path, "wb") as log:
-            proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    env=scrubbed_env(home), cwd=home, start_new_session=True)
-            _live.add(proc)
-            try:
-                code = proc.wait(timeout=run_timeout)
-            except subprocess.TimeoutExpired:
-                _kill_group(proc)
-                raise Infrastructure(f"probes {', '.join(probes)} in {environment.root.name} exceeded {run_timeout} s and were killed") from None
-            finally:
-                if proc.poll() is None:  # interrupted: take the whole group down with us
-                    _kill_group(proc)
-                _live.discard(proc)
-        finished = now()
-        tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-15:])
+        run = run_isolated(argv, work_dir=work_dir, timeout=run_timeout, isolate_network=isolate_network)
+        if run.code is None:
+            raise Infrastructure(f"probes {', '.join(probes)} in {environment.root.name} exceeded {run_timeout} s and were killed")
         files = {p: out / f"{p}.json" for p in probes}
-        if code != 0 or not all(f.exists() for f in files.values()):
-            how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit {code}"
-            raise Infrastructure(f"probe harness failed ({how}) in {environment.root.name}", detail=tail)
+        if run.code != 0 or not all(f.exists() for f in files.values()):
+            how = f"killed by {signal.Signals(-run.code).name}" if run.code < 0 else f"exit {run.code}"
+            raise Infrastructure(f"probe harness failed ({how}) in {environment.root.name}", detail=run.log_tail)
         runs = {}
         for probe, path in files.items():
             try:
                 observations = Observations.model_validate_json(path.read_bytes())
             except ValidationError as e:
                 raise Infrastructure(f"probe {probe} returned observations that break the contract: {e.errors()[0]['msg']}") from None
-            runs[probe] = Run(observations, started, finished, bool(wrapper), tail)
+            runs[probe] = Run(observations, run.started_at, run.finished_at, run.network_isolated, run.log_tail)
     return runs
+
+
+@dataclass(frozen=True)
+class Isolated:
+    code: int | None  # None: killed at its deadline
+    started_at: str
+    finished_at: str
+    network_isolated: bool
+    log_tail: str
+
+
+def run_isolated(argv: list[str], *, work_dir: Path, timeout: int, cwd: Path | None = None,
+                 isolate_network: bool = True) -> Isolated:
+    """Run ``argv`` (code of a tree) as its own process group: scrubbed environment, ``work_dir/home``
+    as HOME, TMPDIR and default cwd, no network where the OS allows it, output in ``work_dir/log.txt``.
+    The group is killed at ``timeout`` and whenever we are interrupted."""
+    home = work_dir / "home"
+    home.mkdir(exist_ok=True)
+    wrapper = network_wrapper() if isolate_network else ()
+    started = now()
+    log_path = work_dir / "log.txt"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen([*wrapper, *argv], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=scrubbed_env(home), cwd=cwd or home, start_new_session=True)
+        _live.add(proc)
+        try:
+            code: int | None = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            code = None
+        finally:
+            if proc.poll() is None:  # past the deadline, or interrupted: take the whole group down
+                _kill_group(proc)
+            _live.discard(proc)
+    tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-15:])
+    return Isolated(code, started, now(), bool(wrapper), tail)
 
 
 _live: set[subprocess.Popen] = set()

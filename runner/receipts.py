@@ -167,16 +167,25 @@ def build(probe: ProbeRef, identity: TreeIdentity, environment: Env, run: Run) -
     obs = run.observations
     if obs.probe != probe.id:
         raise ValueError(f"observations are for probe {obs.probe}, not {probe.id}")
-    stamp = environment.stamp
-    env = Environment(
-        python=obs.python, implementation=obs.implementation, interpreter_tag=stamp.interpreter.tag,
-        platform=obs.platform, lock_sha256=stamp.lock_sha256, layer=stamp.layer_key,
-        standins=Standins(declared=stamp.standins.declared, used=obs.standins,
-                          tree_lacks=stamp.standins.tree_lacks, sha256=stamp.standins.sha256),
-        notes=stamp.notes, network_isolated=run.network_isolated, diffprobe=__version__,
-    )
+    env = tree_environment(environment, python=obs.python, implementation=obs.implementation, platform=obs.platform,
+                           standins_used=obs.standins, network_isolated=run.network_isolated)
     return make(probe, identity, env, obs.cases, started_at=run.started_at, finished_at=run.finished_at,
                 materials=obs.materials, import_result=obs.import_)
+
+
+def tree_environment(
+    environment: Env, *, python: str, implementation: str, platform: str, standins_used: list[str],
+    network_isolated: bool,
+) -> Environment:
+    """Where a run inside a tree's environment happened: its stamp plus what the run reported."""
+    stamp = environment.stamp
+    return Environment(
+        python=python, implementation=implementation, interpreter_tag=stamp.interpreter.tag,
+        platform=platform, lock_sha256=stamp.lock_sha256, layer=stamp.layer_key,
+        standins=Standins(declared=stamp.standins.declared, used=standins_used,
+                          tree_lacks=stamp.standins.tree_lacks, sha256=stamp.standins.sha256),
+        notes=stamp.notes, network_isolated=network_isolated, diffprobe=__version__,
+    )
 
 
 # --- differentials --------------------------------------------------------------------------

@@ -321,6 +321,20 @@ def resolve_commit(url: str, rev: str, cache: Cache, extra_refs: list[str] = ())
     return repo, sha
 
 
+def read_file(url: str, sha: str, path: str, cache: Cache) -> bytes:
+    """The exact bytes of ``path`` in commit ``sha``: one blob, fetched on demand by the mirror."""
+    repo, sha = resolve_commit(url, sha, cache)
+    entries = [e for e in _git(repo, "ls-tree", "-z", "--full-tree", sha, "--", path).split("\0") if e]
+    if len(entries) != 1 or entries[0].split()[1] != "blob" or entries[0].split("\t", 1)[1] != path:
+        raise BadInput(f"commit {sha}: no file {path} in its tree")
+    oid = entries[0].split()[2]
+    proc = subprocess.run(["git", *GIT_OPTS, "--git-dir", repo.git_dir, "cat-file", "blob", oid],
+                          capture_output=True, env={**os.environ, **GIT_ENV})
+    if proc.returncode:
+        raise Infrastructure(f"commit {sha}: cannot read {path}: {proc.stderr.decode(errors='replace').strip()[-200:]}")
+    return proc.stdout
+
+
 def _materialise(repo: git.Repo, sha: str, package_dir: str, scratch: Path) -> None:
     """Only ``package_dir`` of ``sha``: its missing blobs in one batched fetch, then extracted."""
     listing = _git(repo, "ls-tree", "-r", "-z", "--full-tree", sha, "--", package_dir)

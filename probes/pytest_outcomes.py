@@ -1,0 +1,283 @@
+"""Run one pytest file inside a tree's environment and record each test's and subtest's outcome.
+
+    <env python> -I -B /abs/probes/pytest_outcomes.py --out FILE TEST_FILE
+
+The entry point of ``diffprobe upstream-tests``. pytest (the shared layer's) runs with
+:class:`Recorder` handed over as a plugin *object*: nothing is loaded by name, and the directory
+that holds ``probes/`` never reaches ``sys.path`` (the harness, whose helpers this reuses, is loaded
+by file location too). Standard library and pytest only; the tree's ``sglang`` is whatever the test
+file imports.
+
+Why attribute failures: an upstream test's stubs stand in for SGLang's collaborators, and an old
+tree can fall through to a stub the test never meant it to reach. So every exception says where it
+came from (``origin``): ``stub`` (an ``AttributeError`` on a ``SimpleNamespace``, a mock or an object
+of a class the test file defines, or anything raised inside ``unittest.mock``), else the innermost
+frame's owner: ``sglang`` (the tree's files), ``test`` (the test file), ``other``. ``assertion``
+is true only for the test's own verdict: an ``AssertionError`` or ``pytest.fail`` raised by the test
+file or a mock's ``assert_*`` -- never an ``assert`` inside SGLang.
+
+The file (``diffprobe.pytest-outcomes/1``) is rewritten atomically as each test starts and ends, so
+a run killed at its deadline still says what finished and what was running.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import platform
+import re
+import sys
+import traceback
+import types
+import unittest.mock
+from collections import Counter
+from typing import Any
+
+import pytest
+
+SCHEMA = "diffprobe.pytest-outcomes/1"
+HERE = os.path.dirname(os.path.abspath(__file__))
+MOCK_FILE = os.path.abspath(unittest.mock.__file__)
+MESSAGE_LIMIT = 300
+
+
+def load_harness() -> types.ModuleType:
+    """``probes/harness.py`` by file location (it loads the ``probes`` package the same way)."""
+    spec = importlib.util.spec_from_file_location("probes.harness", os.path.join(HERE, "harness.py"))
+    assert spec is not None and spec.loader is not None
+    harness = importlib.util.module_from_spec(spec)
+    sys.modules["probes.harness"] = harness
+    spec.loader.exec_module(harness)
+    return harness
+
+
+harness = load_harness()
+from probes.case import Places  # noqa: E402  (importable only once the harness loaded the package)
+
+
+class Recorder:
+    """The pytest plugin: per test and per subtest, the outcome and an attributed exception."""
+
+    def __init__(self, out: str, test_file: str) -> None:
+        self.out = out
+        self.test_file = os.path.realpath(test_file)
+        self.places = Places(sglang_root=harness.find_sglang_root(), probes_dir=HERE)
+        self.open: dict[str, dict[str, Any]] = {}  # nodeid -> the record being assembled
+        self.subtest_names: Counter[str] = Counter()
+        self.doc: dict[str, Any] = {
+            "schema": SCHEMA,
+            "python": platform.python_version(),
+            "implementation": platform.python_implementation(),
+            "platform": platform.platform(),
+            "pytest": pytest.__version__,
+            "sglang_root": self.places.sglang_root,
+            "complete": False,
+            "exit_status": None,
+            "collected": [],
+            "collection_errors": [],
+            "running": None,
+            "results": [],
+            "materials": {},
+            "standins": [],
+        }
+
+    # --- hooks -------------------------------------------------------------------------------
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]):
+        """Attach the attributed exception to the report; a subtest's report is a copy of this one."""
+        report = yield
+        if call.excinfo is not None and not report.skipped:
+            report.diffprobe_exception = self.describe(call.excinfo.value)
+        return report
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_make_collect_report(self, collector: pytest.Collector):
+        """The same for a collection failure; pytest wraps import failures, the cause is what counts."""
+        report = yield
+        call = report.__dict__.get("call")  # pytest drops it before reporting
+        if report.failed and call is not None and call.excinfo is not None:
+            exc = call.excinfo.value
+            if exc.__cause__ is not None and isinstance(exc, pytest.Collector.CollectError):
+                exc = exc.__cause__
+            report.diffprobe_exception = self.describe(exc)
+        return report
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        if report.failed:
+            self.doc["collection_errors"].append({"id": report.nodeid or os.path.basename(self.test_file),
+                                                  "exception": self.exception(report)})
+            self.save()
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        self.doc["collected"] = [{"id": item.nodeid, "title": _doc_line(item)} for item in session.items]
+        self.save()
+
+    def pytest_runtest_logstart(self, nodeid: str) -> None:
+        self.open[nodeid] = _test_record(nodeid)
+        self.doc["running"] = nodeid
+        self.save()
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        record = self.open.setdefault(report.nodeid, _test_record(report.nodeid))
+        if getattr(report, "context", None) is not None:  # pytest's subtests and unittest's subTest
+            self.subtest(record, report)
+            return
+        record["duration_ms"] += int(report.duration * 1000)
+        if record["outcome"] not in (None, "passed", "xpassed"):
+            return  # the first failing phase is the one that counts
+        # pytest may already have turned a passing body with failed subtests into a failure
+        if report.failed and (hasattr(report, "diffprobe_exception") or not record["failed_subtests"]):
+            record.update(outcome="failed" if report.when == "call" else "error", phase=report.when,
+                          exception=self.exception(report))
+        elif report.skipped:
+            record.update(phase=report.when, **_skipped(report))
+        elif report.when == "call":
+            record.update(outcome="xpassed" if hasattr(report, "wasxfail") else "passed", phase="call")
+
+    def pytest_runtest_logfinish(self, nodeid: str) -> None:
+        record = self.open.pop(nodeid)
+        subtests = record.pop("subtests")
+        if record["outcome"] == "passed" and record["failed_subtests"]:
+            record["outcome"] = "failed"  # as pytest reports it: "contains N failed subtests"
+        self.doc["results"] += [record, *subtests]
+        self.doc["running"] = None
+        self.save()
+
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        root = self.places.sglang_root
+        self.doc.update(complete=True, exit_status=int(exitstatus),
+                        materials=harness.materials(root, harness.imported_files(root)),
+                        standins=sorted(harness.loaded_standins()))
+        self.save()
+
+    # --- records -----------------------------------------------------------------------------
+
+    def subtest(self, parent: dict[str, Any], report: pytest.TestReport) -> None:
+        name = f"{parent['id']} {_subtest_description(report.context)}"
+        self.subtest_names[name] += 1
+        if self.subtest_names[name] > 1:  # the same message and parameters twice: keep both apart
+            name = f"{name} #{self.subtest_names[name]}"
+        record = _record(name, parent["id"])
+        record.update(phase="call", duration_ms=int(report.duration * 1000))
+        if report.failed:
+            record.update(outcome="failed", exception=self.exception(report))
+            parent["failed_subtests"] += 1
+        elif report.skipped:
+            record.update(_skipped(report))
+        else:
+            record["outcome"] = "passed"
+        parent["subtests"].append(record)
+
+    def exception(self, report: pytest.TestReport | pytest.CollectReport) -> dict[str, Any]:
+        """The attributed exception, or for a failure without one (a strict XPASS) its report line."""
+        return getattr(report, "diffprobe_exception", None) or {
+            "type": "Failed", "message": self.clean(str(report.longrepr)), "origin": "other", "assertion": False,
+            "frame": None,
+        }
+
+    def describe(self, exc: BaseException) -> dict[str, Any]:
+        origin = self.origin(exc)
+        verdict = isinstance(exc, (AssertionError, pytest.fail.Exception)) and origin in ("test", "stub")
+        frames = [(f.f_code.co_filename, line, f.f_code.co_name) for f, line in _frames(exc)]
+        return {
+            "type": type(exc).__name__,
+            "message": self.clean(str(exc)) or type(exc).__name__,
+            "origin": origin,
+            "assertion": verdict,
+            "frame": self.spot(*frames[-1]) if frames else None,
+        }
+
+    def origin(self, exc: BaseException) -> str:
+        """``stub``, ``sglang``, ``test`` or ``other``: see the module docstring."""
+        if isinstance(exc, AttributeError) and self.is_stub(getattr(exc, "obj", None)):
+            return "stub"
+        for frame, _ in reversed(_frames(exc)):
+            path = os.path.realpath(frame.f_code.co_filename)
+            if path == MOCK_FILE:
+                return "stub"
+            if self.places.sglang_root and path.startswith(os.path.realpath(self.places.sglang_root) + os.sep):
+                return "sglang"
+            if path == self.test_file:
+                return "test"
+        return "other"
+
+    def is_stub(self, obj: Any) -> bool:
+        if isinstance(obj, (types.SimpleNamespace, unittest.mock.NonCallableMock)):
+            return True
+        cls = obj if isinstance(obj, type) else type(obj)
+        module = sys.modules.get(cls.__module__)
+        path = getattr(module, "__file__", None)
+        return isinstance(path, str) and os.path.realpath(path) == self.test_file
+
+    def spot(self, path: str, line: int, func: str) -> str:
+        if os.path.realpath(path) == self.test_file:
+            return f"{os.path.basename(path)}:{line} in {func}"
+        return self.places.spot(path, line, func)
+
+    def clean(self, text: str) -> str:
+        """First line, without what differs between runs (addresses, mock ids, where files live)."""
+        line = text.strip().splitlines()[0] if text.strip() else ""
+        for root in (os.path.dirname(self.test_file), self.places.sglang_root):
+            line = line.replace(root + os.sep, "") if root else line
+        line = re.sub(r"0x[0-9a-fA-F]+", "0x…", line)
+        line = re.sub(r"id='\d+'", "id='…'", line)
+        return line[:MESSAGE_LIMIT]
+
+    def save(self) -> None:
+        harness.write_atomically(self.out, self.doc)
+
+
+def _record(nodeid: str, parent: str | None) -> dict[str, Any]:
+    return {"id": nodeid, "parent": parent, "outcome": None, "phase": None, "exception": None, "reason": None,
+            "failed_subtests": 0, "duration_ms": 0}
+
+
+def _test_record(nodeid: str) -> dict[str, Any]:
+    """A test's record, with its subtests held back until the test ends (they follow it)."""
+    return {**_record(nodeid, None), "subtests": []}
+
+
+def _frames(exc: BaseException) -> list[tuple[types.FrameType, int]]:
+    return list(traceback.walk_tb(exc.__traceback__))
+
+
+def _subtest_description(context: Any) -> str:
+    """As pytest prints it: ``[msg] (key=value, ...)``."""
+    parts = [f"[{context.msg}]"] if context.msg is not None else []
+    if context.kwargs:
+        parts.append("(" + ", ".join(f"{k}={v}" for k, v in context.kwargs.items()) + ")")
+    return " ".join(parts) or "(<subtest>)"
+
+
+def _skipped(report: pytest.TestReport) -> dict[str, str]:
+    """A skip, or an expected failure (pytest reports both as skipped), with its reason."""
+    if hasattr(report, "wasxfail"):
+        return {"outcome": "xfailed", "reason": report.wasxfail}
+    longrepr = report.longrepr
+    reason = str(longrepr[2] if isinstance(longrepr, tuple) else longrepr)
+    return {"outcome": "skipped", "reason": reason.removeprefix("Skipped: ")}
+
+
+def _doc_line(item: pytest.Item) -> str | None:
+    doc = getattr(getattr(item, "obj", None), "__doc__", None)
+    return doc.strip().splitlines()[0] if doc and doc.strip() else None
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description="Run one pytest file and record every outcome.")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("test_file")
+    args = parser.parse_args(argv)
+    recorder = Recorder(args.out, args.test_file)
+    rootdir = os.path.dirname(os.path.abspath(args.test_file))
+    pytest.main([args.test_file, "-q", "-p", "no:cacheprovider", "--rootdir", rootdir], plugins=[recorder])
+    return 0 if recorder.doc["complete"] else 1
+
+
+if __name__ == "__main__":
+    exit_code = main(sys.argv[1:])
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(exit_code)  # the file is written; interpreter teardown costs seconds with torch and SGLang loaded
