@@ -268,4 +268,8 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    code = main(sys.argv[1:])
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Everything is written; skip interpreter teardown, which for torch and SGLang costs seconds.
+    os._exit(code)

@@ -171,7 +171,7 @@ def cmd_compare(args) -> int:
 
 
 # Modules with a ``register(subparsers, add_common_options)`` function, each adding its commands.
-EXTENSIONS: list[str] = ["model", "gates", "report", "upstream_tests"]
+EXTENSIONS: list[str] = ["model", "gates", "report", "sweep", "upstream_tests"]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Callable
 
 from rich.markup import escape
 
@@ -54,11 +55,13 @@ PROCESS_BYTES = 3 << 29  # 1.5 GiB: a probe process's peak with headroom
 
 def probe_sources(
     plan: dict[str, list[str]], opts: Options, extra_refs: dict[str, list[str]] | None = None,
+    on_tree: Callable[[str, sources.Tree], None] | None = None,
 ) -> tuple[dict[str, sources.Tree], dict[tuple[str, str], Receipt]]:
     """Receipts for every (source, probe) in ``plan`` (source text -> probe ids).
 
     Sources are resolved and their environments built in order on this thread, and each tree's
-    probes start on the pool as soon as it is ready, so downloads overlap with probe runs.
+    probes start on the pool as soon as it is ready, so downloads overlap with probe runs;
+    ``on_tree`` (host-side reading of a tree, say) runs here too, while the pool works.
     """
     interp = envs.interpreter(opts.python)
     trees: dict[str, sources.Tree] = {}
@@ -83,6 +86,8 @@ def probe_sources(
             for note in environment.stamp.notes:
                 ui.warn(f"{text}: {note}")
             futures.append(pool.submit(one, text, environment))
+            if on_tree:
+                on_tree(text, trees[text])
         results = [f.result() for f in futures]
     except BaseException:
         pool.shutdown(wait=False, cancel_futures=True)

@@ -10,6 +10,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 out = Console(highlight=False, soft_wrap=True)
+if not out.is_terminal:  # a pipe or a log file: tables at a width that keeps their rows whole
+    out = Console(highlight=False, soft_wrap=True, width=160)
 
 Advance = Callable[[str | None, int | None, int | None], None]
 

@@ -18,6 +18,16 @@ DECODE_GATE = "        if not is_retracted and not is_rebootstrap and is_unadmit
 
 WITHOUT_PREFILL_GATE: list[Edit] = [(PREFILL, PREFILL_GATE, "")]
 WITHOUT_DECODE_GATE: list[Edit] = [(DECODE, DECODE_GATE, "")]
+# The cleanup of #36988 removed at one call site only: after a grammar rejection.
+GRAMMAR_CLEANUP = (
+    "                    if is_aborted(req):\n"
+    "                        if self._retire_aborted_prefill_result(req):\n"
+    "                            req.time_stats.set_completion_time()\n"
+    "                            aborted_reqs.append(req)\n"
+    "                        advance_logprob_pt(i, req)\n"
+    "                        continue\n"
+)
+WITHOUT_GRAMMAR_CLEANUP: list[Edit] = [(PREFILL, GRAMMAR_CLEANUP, "")]
 # The gate still recognises the rejected request, but hangs or crashes instead of retiring it,
 # so only that case is hit and the others go on.
 RETIRE = "            self.scheduler.retire_unadmitted_request(req)\n"
