@@ -98,6 +98,7 @@ def _options(args, p: pins.Pins) -> pipeline.Options:
     return pipeline.Options(
         cache=Cache.at(args.cache_dir), python=getattr(args, "python", None), workers=getattr(args, "jobs", 1),
         case_timeout=getattr(args, "case_timeout", execute.DEFAULT_CASE_TIMEOUT), package_dir=p.package_dir,
+        repeat=getattr(args, "repeat", 1),
         pinned_sha256={v: r.sha256 for v, r in p.releases.items() if r.sha256},
     )
 
@@ -220,6 +221,8 @@ def _probe_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("-j", "--jobs", type=int, default=1, metavar="N", help="probe runs in parallel (default 1)")
     p.add_argument("--case-timeout", type=int, default=execute.DEFAULT_CASE_TIMEOUT, metavar="S",
                    help=f"seconds before a probe case is killed (default {execute.DEFAULT_CASE_TIMEOUT})")
+    p.add_argument("--repeat", type=int, default=1, metavar="N",
+                   help="run each tree's probes N times; exit 1 if any observation differs")
 
 
 def main(argv: list[str] | None = None) -> int:

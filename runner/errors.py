@@ -17,6 +17,13 @@ class DiffprobeError(Exception):
         self.message = message
         self.detail = detail  # extra lines (e.g. the tail of a failing build log), shown below
 
+    @classmethod
+    def differs(cls, message: str) -> "DiffprobeError":
+        """An outcome that is the answer, not a failure of ours: exit 1."""
+        error = cls(message)
+        error.exit_code = DIFFERS
+        return error
+
 
 class BadInput(DiffprobeError):
     exit_code = BAD_INPUT

@@ -11,7 +11,7 @@ from typing import Callable
 
 from rich.markup import escape
 
-from runner import catalog, envs, execute, receipts, sources, specs, ui
+from runner import catalog, envs, errors, execute, receipts, sources, specs, ui
 from runner.cache import Cache
 from runner.files import sha256_file
 from runner.receipts import ProbeRef, Receipt
@@ -25,6 +25,7 @@ class Options:
     case_timeout: int = execute.DEFAULT_CASE_TIMEOUT
     package_dir: str = "python/sglang"
     pinned_sha256: dict[str, str] = field(default_factory=dict)
+    repeat: int = 1  # run each tree's probes this many times; any difference in observations fails
 
 
 def probe_ref(probe: str, fix: int) -> ProbeRef:
@@ -53,6 +54,17 @@ def workers_for_memory(requested: int) -> int:
 PROCESS_BYTES = 3 << 29  # 1.5 GiB: a probe process's peak with headroom
 
 
+def _same_or_fail(text: str, first: dict[str, execute.Run], again: dict[str, execute.Run], attempt: int) -> None:
+    """--repeat: a probe that observes differently on the same tree cannot back a receipt."""
+    for probe, run in first.items():
+        before = {c.id: c.model_dump(exclude={"duration_ms"}) for c in run.observations.cases}
+        after = {c.id: c.model_dump(exclude={"duration_ms"}) for c in again[probe].observations.cases}
+        differing = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+        if differing:
+            raise errors.DiffprobeError.differs(
+                f"{probe} on {text}: run {attempt} observed differently from run 1 (cases: {', '.join(differing)})")
+
+
 def probe_sources(
     plan: dict[str, list[str]], opts: Options, extra_refs: dict[str, list[str]] | None = None,
     on_tree: Callable[[str, sources.Tree], None] | None = None,
@@ -68,6 +80,8 @@ def probe_sources(
 
     def one(text: str, environment: envs.Env) -> dict[tuple[str, str], Receipt]:
         runs = execute.run_probes(environment, plan[text], case_timeout=opts.case_timeout)
+        for attempt in range(2, opts.repeat + 1):
+            _same_or_fail(text, runs, execute.run_probes(environment, plan[text], case_timeout=opts.case_timeout), attempt)
         got = {}
         for probe, run in runs.items():
             receipt = receipts.build(probe_ref(probe, run.observations.fix), trees[text].identity, environment, run)

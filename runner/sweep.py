@@ -49,7 +49,7 @@ def _opts(args) -> pipeline.Options:
     p = pins.load(Path(args.pins) if args.pins else None)
     return pipeline.Options(
         cache=Cache.at(args.cache_dir), python=args.python, workers=getattr(args, "jobs", 1),
-        case_timeout=args.case_timeout, package_dir=p.package_dir,
+        case_timeout=args.case_timeout, package_dir=p.package_dir, repeat=args.repeat,
         pinned_sha256={v: r.sha256 for v, r in p.releases.items() if r.sha256},
     )
 
@@ -294,6 +294,7 @@ def register(sub: argparse._SubParsersAction, add_common) -> None:
         p.add_argument("--out", metavar="DIR", help="bundle directory to create")
         p.add_argument("--python", metavar="EXE", help="interpreter for the probe environments")
         p.add_argument("--case-timeout", type=int, default=execute.DEFAULT_CASE_TIMEOUT, metavar="S")
+        p.add_argument("--repeat", type=int, default=1, metavar="N", help="run probes N times; exit 1 on any difference")
         add_common(p)
 
     p = sub.add_parser("audit", help="every probe against one tree: fixed / not fixed / inconclusive per fix and door")
