@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import signal
 import sys
 import traceback
 
 import orjson
 
 from pathlib import Path
+from typing import NoReturn
 
 from runner import __version__, bundle, compare, envs, errors, execute, pins, pipeline, receipts, sources, specs, summary, ui
 from runner.cache import Cache
@@ -111,6 +113,7 @@ def cmd_run(args) -> int:
     """Reproduce the evidence bundle: base and head of each pinned fix, every witnessing probe."""
     pins_path = _path(args.pins) or pins.default_path()
     p = pins.load(pins_path)
+    out = bundle.check_out(Path(args.out) if args.out else _default_out("run"))
     numbers = args.pr or sorted(p.fixes)
     fixes = {n: p.fix(n) for n in numbers}
     repo = specs.check_git_url(args.repo) if args.repo else p.upstream
@@ -140,7 +143,7 @@ def cmd_run(args) -> int:
             fix.expect,
         ))
     out = bundle.write(
-        Path(args.out) if args.out else _default_out("run"), kind="run", created_at=started,
+        out, kind="run", created_at=started,
         receipts=list({bundle.receipt_name(r): r for r in got.values()}.values()), differentials=diffs, pins_sha256=sha256_file(pins_path),
         extra={"via": args.via, "fixes": numbers, "repo": repo if args.via == "commits" else None},
     )
@@ -172,11 +175,19 @@ def cmd_compare(args) -> int:
 
 
 # Modules with a ``register(subparsers, add_common_options)`` function, each adding its commands.
-EXTENSIONS: list[str] = ["model", "gates", "report", "sweep", "upstream_tests"]
+EXTENSIONS: list[str] = ["model", "gates", "report", "sweep", "upstream_tests", "backport"]
+
+
+class _Parser(argparse.ArgumentParser):
+    """A usage mistake is bad input like any other: one line and exit 2, not a usage block.
+    Subcommand parsers are made of this class too (argparse uses the parent's class)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(errors.BAD_INPUT, f"diffprobe: error: {self.prog}: {errors.one_line(message)} (see {self.prog} --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="diffprobe", description=__doc__)
+    parser = _Parser(prog="diffprobe", description=__doc__)
     parser.add_argument("--version", action="version", version=f"diffprobe {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -218,31 +229,44 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _probe_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-j", "--jobs", type=int, default=1, metavar="N", help="probe runs in parallel (default 1)")
-    p.add_argument("--case-timeout", type=int, default=execute.DEFAULT_CASE_TIMEOUT, metavar="S",
+    p.add_argument("-j", "--jobs", type=errors.positive_int, default=1, metavar="N", help="probe runs in parallel (default 1)")
+    p.add_argument("--case-timeout", type=errors.positive_int, default=execute.DEFAULT_CASE_TIMEOUT, metavar="S",
                    help=f"seconds before a probe case is killed (default {execute.DEFAULT_CASE_TIMEOUT})")
-    p.add_argument("--repeat", type=int, default=1, metavar="N",
+    p.add_argument("--repeat", type=errors.positive_int, default=1, metavar="N",
                    help="run each tree's probes N times; exit 1 if any observation differs")
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM takes the same way out as Ctrl-C: probe groups killed, partial entries removed."""
+
+    signum = signal.SIGTERM
+
+
+def _terminate(signum: int, frame) -> NoReturn:
+    raise Terminated()
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         return args.func(args)
     except errors.DiffprobeError as e:
         ui.err.print(f"diffprobe: error: {e.message}", markup=False)
-        if e.detail:
-            ui.err.print(e.detail, markup=False, style="dim")
+        if e.detail:  # only infrastructure failures carry detail: the tail of what failed, indented
+            ui.err.print("\n".join(f"    {line}" for line in e.detail.splitlines()), markup=False, style="dim")
         return e.exit_code
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         ui.err.print("diffprobe: interrupted; completed entries are kept, partial ones were discarded", markup=False)
-        return 130
+        return 128 + getattr(e, "signum", signal.SIGINT)
     except Exception as e:  # a bug of ours: still one line, the traceback only on request
         if os.environ.get("DIFFPROBE_DEBUG"):
             traceback.print_exc()
         ui.err.print(f"diffprobe: internal error: {type(e).__name__}: {e} (set DIFFPROBE_DEBUG=1 for a traceback)", markup=False)
         return errors.INFRASTRUCTURE
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

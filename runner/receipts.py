@@ -224,7 +224,7 @@ class Differential(_Model):
     digest: str
 
 
-def _state(case: Case | None) -> str:
+def state(case: Case | None) -> str:
     if case is None:
         return "absent"
     return case.classification if case.outcome == "observed" else case.outcome
@@ -288,7 +288,7 @@ def differential(
             bc, hc = (b.case(case_id) if b else None), (h.case(case_id) if h else None)
             ref = bc or hc
             rows.append(CaseTransition(probe=probe, case=case_id, site=ref.site, role=ref.role,
-                                       base=_state(bc), head=_state(hc), transition=transition(bc, hc)))
+                                       base=state(bc), head=state(hc), transition=transition(bc, hc)))
     verdict, reasons = judge(rows, comparable)
     body = {
         "schema_version": DIFFERENTIAL_SCHEMA,

@@ -335,6 +335,17 @@ def read_file(url: str, sha: str, path: str, cache: Cache) -> bytes:
     return proc.stdout
 
 
+def diff(url: str, base: str, head: str, package_dir: str, cache: Cache) -> bytes:
+    """``git diff --binary base head -- package_dir``; call after both trees were resolved, so
+    the mirror already holds every blob and nothing is fetched one object at a time."""
+    repo, _ = resolve_commit(url, base, cache)
+    proc = subprocess.run(["git", *GIT_OPTS, "--git-dir", repo.git_dir, "diff", "--binary", "--no-color", "--no-ext-diff", "--no-renames",
+                           base, head, "--", package_dir], capture_output=True, env={**os.environ, **GIT_ENV})
+    if proc.returncode:
+        raise Infrastructure(f"git diff {base[:12]}..{head[:12]} failed: {proc.stderr.decode(errors='replace').strip()[-200:]}")
+    return proc.stdout
+
+
 def _materialise(repo: git.Repo, sha: str, package_dir: str, scratch: Path) -> None:
     """Only ``package_dir`` of ``sha``: its missing blobs in one batched fetch, then extracted."""
     listing = _git(repo, "ls-tree", "-r", "-z", "--full-tree", sha, "--", package_dir)
