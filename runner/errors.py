@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+
 # Exit codes, shared by every command (README, "Exit codes").
 OK = 0
 DIFFERS = 1  # a verdict differs from the pin, a bundle was tampered with, observations differ
@@ -14,7 +16,7 @@ class DiffprobeError(Exception):
 
     def __init__(self, message: str, *, detail: str | None = None):
         super().__init__(message)
-        self.message = message
+        self.message = one_line(message)
         self.detail = detail  # extra lines (e.g. the tail of a failing build log), shown below
 
     @classmethod
@@ -23,6 +25,23 @@ class DiffprobeError(Exception):
         error = cls(message)
         error.exit_code = DIFFERS
         return error
+
+
+def one_line(text: str) -> str:
+    """The promise is one line per error: control characters from the input (a newline in a TOML
+    key, say) are shown escaped, never printed."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
+
+
+def positive_int(text: str) -> int:
+    """argparse type for counts and seconds: 0 or less would silently do nothing useful."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
 
 
 class BadInput(DiffprobeError):
