@@ -65,8 +65,8 @@ def _short(value) -> str:
 def compare(a: Path, b: Path) -> list[str]:
     ra, rb = _receipts(a), _receipts(b)
     if len(ra) == 1 and len(rb) == 1 and (a.is_file() or b.is_file()):
-        (ka, va), (kb, vb) = next(iter(ra.items())), next(iter(rb.items()))
-        return compare_receipts(va, vb, f"{va.probe.id}")
+        a_receipt, b_receipt = next(iter(ra.values())), next(iter(rb.values()))
+        return compare_receipts(a_receipt, b_receipt, a_receipt.probe.id)
     lines = []
     for key in sorted(set(ra) | set(rb)):
         probe, tree = key
