@@ -19,11 +19,12 @@ import orjson
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from runner import __version__
-from runner.errors import BadInput
+from runner.errors import DIFFERS, BadInput, DiffprobeError
 from runner.files import sha256_bytes, sha256_file
 from runner.receipts import Differential, Receipt, Source, seal, source_key
 
 INDEX = "bundle.json"
+PARTIAL = ".partial-"  # prefix of a bundle being assembled; never a bundle, even when complete
 MANIFEST = "SHA256SUMS"
 BUNDLE_SCHEMA = "diffprobe.bundle/1"
 LIMITS = [
@@ -67,17 +68,24 @@ def _dump(value: BaseModel) -> bytes:
     return orjson.dumps(value.model_dump(mode="json"), option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n"
 
 
+def check_out(out: Path) -> Path:
+    """``out`` made absolute if a bundle may be written there. Commands call it before any work,
+    so a taken name is refused in a second, not after minutes of probing."""
+    out = out.resolve()
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise BadInput(f"--out {out}: exists and is not empty; choose another directory")
+    return out
+
+
 def write(
     out: Path, *, kind: str, created_at: str, receipts: list[Receipt], differentials: list[Differential],
     pins_sha256: str | None, extra: dict | None = None, files: dict[str, bytes] | None = None,
     limits: list[str] = LIMITS,
 ) -> Path:
     """Write a bundle; ``limits`` says what its evidence does not show (CPU probes' by default)."""
-    out = out.resolve()
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise BadInput(f"--out {out}: exists and is not empty; choose another directory")
+    out = check_out(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".partial-{out.name}-", dir=out.parent))
+    staging = Path(tempfile.mkdtemp(prefix=f"{PARTIAL}{out.name}-", dir=out.parent))
     try:
         contents: dict[str, bytes] = dict(files or {})
         trees: dict[str, Source] = {}
@@ -96,8 +104,7 @@ def write(
         for name, data in contents.items():
             (staging / name).parent.mkdir(parents=True, exist_ok=True)
             (staging / name).write_bytes(data)
-        manifest = "".join(f"{sha256_bytes(contents[n])}  {n}\n" for n in sorted(contents))
-        (staging / MANIFEST).write_text(manifest)
+        (staging / MANIFEST).write_text(_render({n: sha256_bytes(data) for n, data in contents.items()}))
         if out.exists():
             out.rmdir()
         os.replace(staging, out)
@@ -112,12 +119,25 @@ def write(
 _LINE = re.compile(r"^([0-9a-f]{64}) [ *](.+)$")
 
 
+def _render(entries: dict[str, str]) -> str:
+    """The one form a manifest takes: sorted ``<sha256>  <name>`` lines (``sha256sum``'s own)."""
+    return "".join(f"{entries[n]}  {n}\n" for n in sorted(entries))
+
+
 class NotABundle(BadInput):
     pass
 
 
+class Tampered(DiffprobeError):
+    """A bundle whose contents do not verify: the answer is "do not trust it" (exit 1)."""
+
+    exit_code = DIFFERS
+
+
 def _manifest(root: Path) -> dict[str, str]:
     path = root / MANIFEST
+    if root.name.startswith(PARTIAL):
+        raise NotABundle(f"{root}: not a bundle (the staging directory of an interrupted write)")
     if not root.is_dir() or not path.is_file():
         raise NotABundle(f"{root}: not a bundle (no {MANIFEST})")
     entries: dict[str, str] = {}
@@ -154,6 +174,8 @@ def verify(root: Path) -> list[str]:
     root = root.resolve()
     entries = _manifest(root)
     problems: list[str] = []
+    if (root / MANIFEST).read_bytes() != _render(entries).encode():  # same meaning, other bytes: edited by hand
+        problems.append(f"{MANIFEST}: not in the form diffprobe writes (sorted '<sha256>  <name>' lines, one per file)")
     for name, digest in sorted(entries.items()):
         path = _safe(root, name)
         if path is None:
@@ -209,7 +231,7 @@ def load(root: Path) -> tuple[Index, dict[str, Receipt], dict[str, Differential]
     """A verified bundle's contents; anything tampered with or malformed is refused."""
     problems = verify(root)
     if problems:
-        raise BadInput(f"{root}: bundle does not verify: {problems[0]}")
+        raise Tampered(f"{root}: bundle does not verify ({len(problems)} problem(s), first: {problems[0]})")
     index = Index.model_validate(orjson.loads((root / INDEX).read_bytes()))
     receipts = {n: Receipt.model_validate(orjson.loads((root / n).read_bytes())) for n in index.receipts}
     diffs = {n: Differential.model_validate(orjson.loads((root / n).read_bytes())) for n in index.differentials}

@@ -16,13 +16,14 @@ import orjson
 from pydantic import BaseModel, ValidationError
 
 from runner.files import write_atomic
+from runner.specs import local_path
 
 ENV_VAR = "DIFFPROBE_CACHE"
 
 
 def default_root() -> Path:
     if os.environ.get(ENV_VAR):
-        return Path(os.environ[ENV_VAR]).expanduser()
+        return local_path(os.environ[ENV_VAR], f"${ENV_VAR}")
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base) / "diffprobe"
 
@@ -33,7 +34,7 @@ class Cache:
 
     @classmethod
     def at(cls, override: str | Path | None = None) -> "Cache":
-        return cls(Path(override).expanduser().resolve() if override else default_root().resolve())
+        return cls(local_path(str(override), "--cache-dir") if override else default_root().resolve())
 
     def dir(self, *parts: str) -> Path:
         path = self.root.joinpath(*parts)

@@ -158,8 +158,7 @@ def cmd_verify(args) -> int:
     if problems:
         for line in problems:
             ui.out.print(f"[red]✗[/] {line}", markup=True)
-        ui.err.print(f"diffprobe: {root}: tampered or damaged ({len(problems)} problem(s))", markup=False)
-        return errors.DIFFERS
+        raise bundle.Tampered(f"{root}: tampered or damaged ({len(problems)} problem(s))")
     _, rs, ds = bundle.load(root)
     ui.out.print(f"[green]✓[/] {root}: intact ({len(rs)} receipts, {len(ds)} differentials, every digest recomputed)")
     return errors.OK

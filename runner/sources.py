@@ -73,6 +73,11 @@ class _TreeStamp(BaseModel):
     files: int
 
 
+class _Download(BaseModel):
+    artifact: str  # the wheel's file name inside the download entry
+    sha256: str
+
+
 class _Index(BaseModel):
     tree_digest: str
     artifact: str | None = None
@@ -163,37 +168,42 @@ def _resolve_pypi(spec: specs.PypiSpec, cache: Cache, pinned: str | None) -> Tre
 
 
 def _download(spec: specs.PypiSpec, cache: Cache, pinned: str | None) -> Path:
-    """The release wheel, from the artifact cache or the package index, checked against the pin."""
+    """The release wheel, from the artifact cache or the package index, checked against the pin.
+
+    A cached wheel counts only if it still has the sha256 its stamp recorded at download time: a
+    truncated or altered wheel is downloaded again (with a warning), never unpacked.
+    """
     final = cache.dir("downloads", f"{PKG}-{spec.version}")
-    wheels = sorted(final.glob("*.whl")) if final.exists() else []
-    if wheels and pinned and sha256_file(wheels[0]) != pinned:
-        ui.warn(f"cached {wheels[0].name} does not match its pinned sha256; downloading again")
+    if final.exists():
+        stamp = read_model(final / "download.json", _Download)
+        wheel = final / Path(stamp.artifact).name if stamp else final
+        if stamp and wheel.is_file() and sha256_file(wheel) == stamp.sha256 == (pinned or stamp.sha256):
+            return wheel
+        why = "does not match its pinned sha256" if stamp and stamp.sha256 != (pinned or stamp.sha256) else "is damaged (stamp or sha256)"
+        ui.warn(f"cached download {final} {why}; downloading again")
         shutil.rmtree(final)
-        wheels = []
-    if not wheels:
-        if final.exists():
-            shutil.rmtree(final)
-        with building_dir(final) as scratch, ui.step(f"download {spec}") as advance:
-            py, impl, abi, platform = WHEEL_TAG
-            argv = [
-                sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
-                "--only-binary=:all:", "--implementation", py, "--python-version", impl, "--abi", abi,
-                "--platform", platform, "-d", str(scratch), f"{PKG}=={spec.version}",
-            ]
-            try:
-                run_logged(argv, step=f"download {spec}", log=cache.dir("logs", f"download-{spec.version}.log"),
-                           on_line=lambda line: advance(line[:60]))
-            except Infrastructure as e:
-                if e.detail and re.search(r"No matching distribution|Could not find a version", e.detail):
-                    raise BadInput(f"{spec}: no such release of {PKG} on the package index") from None
-                raise
-            got = sorted(scratch.glob("*.whl"))
-            if len(got) != 1:
-                raise Infrastructure(f"download {spec}: expected one wheel, got {[p.name for p in got]}")
-            if pinned and (actual := sha256_file(got[0])) != pinned:
-                raise Infrastructure(f"{spec}: downloaded {got[0].name} has sha256 {actual}, pinned {pinned}; refusing it")
-        wheels = sorted(final.glob("*.whl"))
-    return wheels[0]
+    with building_dir(final) as scratch, ui.step(f"download {spec}") as advance:
+        py, impl, abi, platform = WHEEL_TAG
+        argv = [
+            sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
+            "--only-binary=:all:", "--implementation", py, "--python-version", impl, "--abi", abi,
+            "--platform", platform, "-d", str(scratch), f"{PKG}=={spec.version}",
+        ]
+        try:
+            run_logged(argv, step=f"download {spec}", log=cache.dir("logs", f"download-{spec.version}.log"),
+                       on_line=lambda line: advance(line[:60]))
+        except Infrastructure as e:
+            if e.detail and re.search(r"No matching distribution|Could not find a version", e.detail):
+                raise BadInput(f"{spec}: no such release of {PKG} on the package index") from None
+            raise
+        got = sorted(scratch.glob("*.whl"))
+        if len(got) != 1:
+            raise Infrastructure(f"download {spec}: expected one wheel, got {[p.name for p in got]}")
+        actual = sha256_file(got[0])
+        if pinned and actual != pinned:
+            raise Infrastructure(f"{spec}: downloaded {got[0].name} has sha256 {actual}, pinned {pinned}; refusing it")
+        write_model(scratch / "download.json", _Download(artifact=got[0].name, sha256=actual))
+    return final / got[0].name
 
 
 def _unpack(wheel: Path, scratch: Path) -> None:
@@ -227,7 +237,7 @@ def _copy_package(src: Path, scratch: Path) -> None:
 
 
 def _resolve_path(spec: specs.PathSpec, cache: Cache) -> Tree:
-    directory = Path(spec.dir).expanduser().resolve()
+    directory = specs.local_path(spec.dir, str(spec))
     if not directory.is_dir():
         raise BadInput(f"{spec}: no such directory")
     package = _package_in(directory)

@@ -72,6 +72,8 @@ def parse(text: str) -> GitSpec | PypiSpec | PathSpec:
         d = text[5:]
         if not d:
             raise BadInput(f"source {text!r}: path: needs a directory")
+        if any(ord(c) < 32 for c in d):
+            raise BadInput(f"source {text!r}: refused, control characters in a path")
         return PathSpec(dir=d)
     raise BadInput(f"source {text!r}: expected git+URL_OR_PATH@REV, pypi:{PACKAGE}==VERSION or path:DIR")
 
@@ -79,7 +81,8 @@ def parse(text: str) -> GitSpec | PypiSpec | PathSpec:
 def check_git_url(url: str) -> str:
     """Accept a URL with a known network/file scheme, an scp-like ssh address, or a local path.
 
-    Refused: an empty value, anything starting with ``-`` (``--upload-pack=...`` and friends), any
+    Refused: an empty value, anything starting with ``-`` (``--upload-pack=...`` and friends), a
+    host starting with ``-`` (ssh would read ``ssh://-oProxyCommand=...`` as an option), any
     ``transport::address`` form (``ext::`` runs a command, ``fd::`` reads a descriptor), control
     characters and whitespace.
     """
@@ -92,12 +95,23 @@ def check_git_url(url: str) -> str:
     if any(c.isspace() or ord(c) < 32 for c in url):
         raise BadInput(f"git source {url!r}: refused, whitespace or control characters")
     if url.startswith(_SAFE_SCHEMES) or _SCP_LIKE.match(url):
+        authority = url.split("://", 1)[1].split("/", 1)[0] if "://" in url else url.split(":", 1)[0]
+        if authority.rsplit("@", 1)[-1].startswith("-"):
+            raise BadInput(f"git source {url!r}: refused, a host may not start with '-' (option injection)")
         return url
     if "://" in url:
         raise BadInput(f"git source {url!r}: unsupported scheme (use https, ssh, git, file or a local path)")
     if ":" in url.split("/", 1)[0]:
         raise BadInput(f"git source {url!r}: not a URL, scp-like address or local path")
-    return str(Path(url).expanduser().resolve())
+    return str(local_path(url, f"git source {url!r}"))
+
+
+def local_path(text: str, what: str) -> Path:
+    """``text`` as an absolute path, ``~user`` expanded; an unknown user is bad input, not a crash."""
+    try:
+        return Path(text).expanduser().resolve()
+    except RuntimeError:
+        raise BadInput(f"{what}: cannot expand {text.split('/', 1)[0]!r} (no such user)") from None
 
 
 def check_rev(rev: str) -> str:

@@ -142,6 +142,12 @@ def bisect(texts: list[str], opts: pipeline.Options) -> tuple[list[Probed], dict
     return [probed[i] for i in sorted(probed)], path
 
 
+def _check_out(args) -> None:
+    """Refuse a taken --out before probing, not after."""
+    if args.out:
+        bundle.check_out(Path(args.out))
+
+
 def _write(out: str | None, kind: str, started: str, probed: list[Probed], record: SweepRecord) -> Path:
     target = Path(out) if out else Path(f"diffprobe-{kind}-{started.replace(':', '').replace('-', '')}")
     receipts = [r for p in probed for r in p.receipts]
@@ -201,6 +207,7 @@ def print_audit(row: Row) -> None:
 
 def cmd_audit(args) -> int:
     opts = _opts(args)
+    _check_out(args)
     started = execute.now()
     probed = _probe([args.source], opts)
     rows = [p.row for p in probed]
@@ -241,6 +248,7 @@ def _shard(order: list[str], text: str | None) -> list[str]:
 
 def cmd_sweep(args) -> int:
     opts = _opts(args)
+    _check_out(args)
     started = execute.now()
     order = _sweep_sources(args, opts)
     mine = _shard(order, args.shard)
@@ -260,6 +268,7 @@ def cmd_sweep(args) -> int:
 
 def cmd_merge(args) -> int:
     """Join shard bundles of one sweep into one bundle, rows in the sweep's order."""
+    _check_out(args)
     records, probed = [], {}
     for path in args.bundles:
         index, receipts, _ = bundle.load(Path(path))
@@ -293,8 +302,8 @@ def register(sub: argparse._SubParsersAction, add_common) -> None:
     def probe_opts(p: argparse.ArgumentParser) -> None:
         p.add_argument("--out", metavar="DIR", help="bundle directory to create")
         p.add_argument("--python", metavar="EXE", help="interpreter for the probe environments")
-        p.add_argument("--case-timeout", type=int, default=execute.DEFAULT_CASE_TIMEOUT, metavar="S")
-        p.add_argument("--repeat", type=int, default=1, metavar="N", help="run probes N times; exit 1 on any difference")
+        p.add_argument("--case-timeout", type=errors.positive_int, default=execute.DEFAULT_CASE_TIMEOUT, metavar="S")
+        p.add_argument("--repeat", type=errors.positive_int, default=1, metavar="N", help="run probes N times; exit 1 on any difference")
         add_common(p)
 
     p = sub.add_parser("audit", help="every probe against one tree: fixed / not fixed / inconclusive per fix and door")
@@ -308,7 +317,7 @@ def register(sub: argparse._SubParsersAction, add_common) -> None:
     p.add_argument("--commits", metavar="BASE..HEAD", help="BASE and every first-parent commit up to HEAD (needs --repo)")
     p.add_argument("--repo", metavar="URL|PATH")
     p.add_argument("--bisect", action="store_true", help="find the first tree with each fix in log(n) probe runs")
-    p.add_argument("-j", "--jobs", type=int, default=1, metavar="N", help="trees probed in parallel (memory-bounded)")
+    p.add_argument("-j", "--jobs", type=errors.positive_int, default=1, metavar="N", help="trees probed in parallel (memory-bounded)")
     p.add_argument("--shard", metavar="I/N", help="probe only slice I of N (join the shards with `diffprobe merge`)")
     probe_opts(p)
     p.set_defaults(func=cmd_sweep)
