@@ -23,6 +23,7 @@ import select
 import signal
 import sys
 import time
+from collections.abc import Iterable
 from types import ModuleType
 from typing import Any
 
@@ -103,35 +104,51 @@ def _import_error(exc: BaseException, places: Places) -> dict[str, Any]:
     return error(type(exc).__name__, str(exc) or type(exc).__name__, "import", places.frame(exc))
 
 
-def imported_files(sglang_root: str | None, known: frozenset[str] = frozenset()) -> set[str]:
-    """Files under ``sglang_root`` that this interpreter imported (modules named in ``known``
-    excepted), relative, ``/``-separated."""
+def imported_files(sglang_root: str | None, names: Iterable[str]) -> set[str]:
+    """Files under ``sglang_root`` of the modules ``names``, relative, ``/``-separated."""
     if not sglang_root:
         return set()
     prefix = os.path.abspath(sglang_root) + os.sep
     found = set()
-    # Only the names are walked: touching every module object would copy most of a forked
-    # child's heap page by page (reference counts), ~10 ms a case.
-    for name in sys.modules.keys() - known:
+    for name in names:
         path = getattr(sys.modules.get(name), "__file__", None)
         if isinstance(path, str) and os.path.abspath(path).startswith(prefix) and os.path.isfile(path):
             found.add(os.path.relpath(os.path.abspath(path), sglang_root).replace(os.sep, "/"))
     return found
 
 
-def loaded_standins() -> set[str]:
-    try:
-        standins = importlib.import_module("diffprobe_standins")
-    except ImportError:
-        return set()
-    return set(standins.loaded())
+def standins_among(names: Iterable[str]) -> set[str]:
+    """The stand-in modules (``diffprobe_standins`` marks them) among ``names``."""
+    return {n for n in names if getattr(sys.modules.get(n), "__dict__", {}).get("DIFFPROBE_STANDIN", False) is True}
 
 
-def run_forked(
-    case: Case, places: Places, timeout: float, known: frozenset[str]
-) -> tuple[dict[str, Any], dict]:
+class ImportLog:
+    """A meta path entry that only notes which modules the import system is asked for.
+
+    Installed just before forking, it tells a child what it imported without walking
+    ``sys.modules``: touching every inherited module (reference counts) copies most of the
+    parent's heap page by page, ~30 ms a case. When the names noted do not account for every
+    entry ``sys.modules`` gained (a module put there by hand, one removed), the child walks it.
+    """
+
+    def __init__(self, known: frozenset[str]):
+        self.known = known
+        self.names: list[str] = []
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
+        self.names.append(name)
+        return None
+
+    def new_modules(self) -> list[str]:
+        new = [n for n in dict.fromkeys(self.names) if n in sys.modules and n not in self.known]
+        if len(sys.modules) != len(self.known) + len(new):
+            new = sorted(sys.modules.keys() - self.known)
+        return new
+
+
+def run_forked(case: Case, places: Places, timeout: float, log: ImportLog) -> tuple[dict[str, Any], dict]:
     """Run one case in a forked child; return its result and what the child imported beyond
-    the modules ``known`` to the parent."""
+    the parent's modules."""
     sys.stdout.flush()
     sys.stderr.flush()
     read_fd, write_fd = os.pipe()
@@ -139,39 +156,52 @@ def run_forked(
     pid = os.fork()
     if pid == 0:
         os.close(read_fd)
-        _child(case, places, write_fd, known)
+        _child(case, places, write_fd, log)
     os.close(write_fd)
     data, timed_out = _read_until(read_fd, start + timeout)
     os.close(read_fd)
+    payload: dict[str, Any] = {}
+    if not timed_out:
+        try:
+            payload = json.loads(data.decode())
+            result = payload["result"]
+        except (ValueError, KeyError):
+            payload = {}
+    if payload:  # its result is in; its exit (unmapping a large heap) need not hold up the next case
+        EXITING.append(pid)
+        return {**case.header(), **result, "duration_ms": _ms_since(start)}, payload
     if timed_out:
         os.kill(pid, signal.SIGKILL)
     _, status = os.waitpid(pid, 0)
-    duration = _ms_since(start)
-
-    payload: dict[str, Any] = {}
     if timed_out:
         result = _bare("timeout")
     elif os.WIFSIGNALED(status):
         name = signal.Signals(os.WTERMSIG(status)).name
         result = _bare("error", error("Signal", f"case process killed by {name}", "process"))
     else:
-        try:
-            payload = json.loads(data.decode())
-            result = payload["result"]
-        except (ValueError, KeyError):
-            code = os.WEXITSTATUS(status)
-            message = f"case process exited with status {code} without a result"
-            result = _bare("error", error("NoResult", message, "process"))
-    return {**case.header(), **result, "duration_ms": duration}, payload
+        message = f"case process exited with status {os.WEXITSTATUS(status)} without a result"
+        result = _bare("error", error("NoResult", message, "process"))
+    return {**case.header(), **result, "duration_ms": _ms_since(start)}, payload
 
 
-def _child(case: Case, places: Places, write_fd: int, known: frozenset[str]) -> None:
+EXITING: list[int] = []  # children that delivered their result and are still exiting
+
+
+def reap() -> None:
+    for pid in EXITING:
+        os.waitpid(pid, 0)
+    EXITING.clear()
+
+
+def _child(case: Case, places: Places, write_fd: int, log: ImportLog) -> None:
     code = 1
     try:
+        result = run_case(case, places)
+        new = log.new_modules()
         payload = {
-            "result": run_case(case, places),
-            "modules": sorted(imported_files(places.sglang_root, known)),
-            "standins": sorted(loaded_standins()),
+            "result": result,
+            "modules": sorted(imported_files(places.sglang_root, new)),
+            "standins": sorted(standins_among(new)),
         }
         with os.fdopen(write_fd, "wb") as pipe:
             pipe.write(json.dumps(payload).encode())
@@ -251,8 +281,10 @@ def main(argv: list[str]) -> int:
     imported = import_sglang(tuple(dict.fromkeys(m for probe in probes for m in probe.imports)), places)
     if imported["outcome"] == "ok":
         warm_up()
-    parent_files, parent_standins = imported_files(sglang_root), loaded_standins()
     known = frozenset(sys.modules)
+    parent_files, parent_standins = imported_files(sglang_root, known), standins_among(known)
+    log = ImportLog(known)
+    sys.meta_path.insert(0, log)
     gc.freeze()  # children would otherwise copy the whole heap when their collector walks it
     for probe in probes:
         files, standins, results = set(parent_files), set(parent_standins), []
@@ -260,7 +292,7 @@ def main(argv: list[str]) -> int:
             if imported["outcome"] != "ok":
                 results.append({**case.header(), **_bare("error", imported["error"]), "duration_ms": 0})
                 continue
-            result, payload = run_forked(case, places, args.case_timeout, known)
+            result, payload = run_forked(case, places, args.case_timeout, log)
             results.append(result)
             files.update(payload.get("modules", ()))
             standins.update(payload.get("standins", ()))
@@ -280,6 +312,7 @@ def main(argv: list[str]) -> int:
                 "cases": results,
             },
         )
+    reap()
     return 0
 
 

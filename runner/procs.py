@@ -43,14 +43,19 @@ def run_logged(
         if stdin:
             proc.stdin.write(stdin)
             proc.stdin.close()
-        for line in proc.stdout:
-            sink.write(line)
-            line = line.rstrip("\n")
-            lines.append(line)
-            tail.append(line)
-            if on_line:
-                on_line(line)
-        code = proc.wait()
+        try:
+            for line in proc.stdout:
+                sink.write(line)
+                line = line.rstrip("\n")
+                lines.append(line)
+                tail.append(line)
+                if on_line:
+                    on_line(line)
+            code = proc.wait()
+        except BaseException:  # interrupted: the tool must not go on writing into an entry being discarded
+            proc.kill()
+            proc.wait()
+            raise
     if code != 0:
         raise error(f"{step} failed (exit {code}); log: {log}", detail="\n".join(tail))
     return "\n".join(lines)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from runner import bundle, cli, envs, execute, sources, specs
+from runner import bundle, cli, envs, execute, procs, sources, specs
 from runner.cache import Cache
 from tests import forks
 from tests.test_bad_input import ROOT
@@ -38,6 +38,18 @@ def test_a_failing_layer_build_exits_3_naming_the_step_with_the_tail_of_its_outp
     assert detail and all(line.startswith("    ") for line in detail)
     assert any("diffprobe-no-such-package" in line for line in detail)  # pip's own last words
     assert list((cache / "layers").iterdir()) == []  # neither a layer nor its scratch directory remains
+
+
+def test_an_interrupted_tool_is_stopped_not_left_writing_into_a_discarded_entry(tmp_path):
+    def interrupt(line: str) -> None:
+        raise KeyboardInterrupt
+
+    start = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        procs.run_logged(["sh", "-c", "echo $$ > pid; echo go; exec sleep 30"], step="tool", log=tmp_path / "log",
+                         on_line=interrupt, cwd=tmp_path)
+    assert not Path(f"/proc/{(tmp_path / 'pid').read_text().strip()}").exists()  # killed and reaped
+    assert time.monotonic() - start < 10
 
 
 # --- interrupted runs ---------------------------------------------------------------------------
