@@ -112,11 +112,18 @@ def _load_tree(cache: Cache, digest: str) -> Path | None:
     if not root.exists():
         return None
     stamp = read_model(root / "tree.json", _TreeStamp)
-    if stamp is None or stamp.tree_digest != digest or dirhash1(root, _pkg_files(root)) != digest:
-        ui.warn(f"cache entry {root} is damaged (digest mismatch); rebuilding it")
+    if stamp is None or stamp.tree_digest != digest or dirhash1(root, _pkg_files(root)) != digest or _bytecode(root / PKG):
+        ui.warn(f"cache entry {root} is damaged (digest mismatch or planted byte-code); rebuilding it")
         shutil.rmtree(root, ignore_errors=True)
         return None
     return root
+
+
+def _bytecode(package: Path) -> list[Path]:
+    """Byte-code in a stored tree. Python would run it in place of the source, and the digest
+    leaves it out; none is ever stored or written (probes run with -B), so any found was planted."""
+    return [Path(d, name) for d, dirs, files in os.walk(package)
+            for name in dirs + files if name == "__pycache__" or name.endswith((".pyc", ".pyo"))]
 
 
 def _pkg_files(root: Path) -> list[str]:
@@ -129,6 +136,11 @@ def _store_tree(cache: Cache, fill: Callable[[Path], None]) -> tuple[Path, _Tree
         fill(scratch)
         if not (scratch / PKG / "__init__.py").is_file():
             raise BadInput(f"no {PKG} package found (expected {PKG}/__init__.py)")
+        for path in _bytecode(scratch / PKG):  # shipped in an archive or a commit: not part of the tree
+            if path.is_dir():
+                shutil.rmtree(path)
+            else:
+                path.unlink(missing_ok=True)
         files = _pkg_files(scratch)
         stamp = _TreeStamp(tree_digest=dirhash1(scratch, files), files=len(files))
         write_model(scratch / "tree.json", stamp)

@@ -180,6 +180,8 @@ DAMAGES = {
     "file-truncated": lambda tree: (tree / "sglang" / "srt" / "x.py").write_text(""),
     "file-added": lambda tree: (tree / "sglang" / "srt" / "extra.py").write_text(""),
     "file-removed": lambda tree: (tree / "sglang" / "srt" / "x.py").unlink(),
+    "bytecode-planted": lambda tree: (tree / "sglang" / "srt" / "__pycache__").mkdir() or
+    (tree / "sglang" / "srt" / "__pycache__" / "x.cpython-311.pyc").write_bytes(b"\0" * 16),
 }
 
 
@@ -191,7 +193,7 @@ def test_a_damaged_tree_entry_is_rebuilt_with_a_warning(tmp_path, damage):
     DAMAGES[damage](entry)
     again = cli("resolve", source, "--cache-dir", cache)
     assert _digest(again) == digest
-    assert again.stderr.splitlines() == [f"warning: cache entry {entry} is damaged (digest mismatch); rebuilding it"]
+    assert again.stderr.splitlines() == [f"warning: cache entry {entry} is damaged (digest mismatch or planted byte-code); rebuilding it"]
     assert cli("resolve", source, "--cache-dir", cache).stderr == ""  # repaired for good
 
 
