@@ -249,7 +249,8 @@ try:
 except ImportError:
     pass
 result["sglang_root"] = root
-print("\n@@DIFFPROBE@@" + json.dumps(result))
+print("\n@@DIFFPROBE@@" + json.dumps(result), flush=True)
+os._exit(0)  # the answer is out; tearing down torch and SGLang would only cost seconds
 """
 
 
