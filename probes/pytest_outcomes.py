@@ -146,10 +146,10 @@ class Recorder:
         self.save()
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        root = self.places.sglang_root
+        root, modules = self.places.sglang_root, list(sys.modules)
         self.doc.update(complete=True, exit_status=int(exitstatus),
-                        materials=harness.materials(root, harness.imported_files(root)),
-                        standins=sorted(harness.loaded_standins()))
+                        materials=harness.materials(root, harness.imported_files(root, modules)),
+                        standins=sorted(harness.standins_among(modules)))
         self.save()
 
     # --- records -----------------------------------------------------------------------------
