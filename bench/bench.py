@@ -69,8 +69,8 @@ def cli(*argv: str) -> None:
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def bare(environment: envs.Env, work: Path, flags: tuple[str, ...] = ("-B",)) -> str:
-    out = subprocess.run([str(environment.python), "-I", *flags, "-c", BARE, str(catalog.probes_dir())],
+def bare(environment: envs.Env, work: Path) -> str:
+    out = subprocess.run([str(environment.python), "-I", "-c", BARE, str(catalog.probes_dir())],
                          capture_output=True, text=True, check=True, env=envs.scrubbed_env(work), cwd=work)
     return out.stdout.strip()
 
@@ -96,14 +96,11 @@ def main() -> None:
     print(f"network namespace: {'yes' if execute.network_wrapper() else 'no'}")
 
     # (a) bare against diffprobe, alternating
-    times: dict[str, list[float]] = {"bare": [], "bare_pyc": [], "run_probes": [], "audit": []}
+    times: dict[str, list[float]] = {"bare": [], "run_probes": [], "audit": []}
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
         work = Path(tmp)
-        pyc = ("-X", f"pycache_prefix={work / 'pyc'}")  # a plain interpreter's bytecode cache, kept out of the tree
-        bare(environment, work, pyc)  # fills it
+        bare(environment, work)  # a warm tree: byte-code cached, as a plain interpreter leaves it
         for i in range(args.repeats):
-            t, _ = timed(lambda: bare(environment, work, pyc))
-            times["bare_pyc"].append(t)
             t, cases = timed(lambda: bare(environment, work))
             times["bare"].append(t)
             t, _ = timed(lambda: execute.run_probes(environment, probes))
@@ -112,11 +109,10 @@ def main() -> None:
             times["audit"].append(t)
     best = {k: min(v) for k, v in times.items()}
     print(f"\n(a) bare cost against diffprobe, {cases.split()[0]} cases, fastest of {args.repeats}")
-    for name, label in (("bare", "bare, python -I -B (as diffprobe runs it)"), ("bare_pyc", "bare, python -I with a warm .pyc cache"),
-                        ("run_probes", "diffprobe execute.run_probes"), ("audit", "diffprobe audit (whole command)")):
+    for name, label in (("bare", "bare, plain python -I, warm byte-code"), ("run_probes", "diffprobe execute.run_probes"),
+                        ("audit", "diffprobe audit (whole command)")):
         print(f"    {label:<44} {best[name]:6.1f} s   (runs: {', '.join(f'{t:.1f}' for t in times[name])})")
-    for base in ("bare", "bare_pyc"):
-        print(f"    against {base:<8}: run_probes {best['run_probes'] / best[base]:.2f}   audit {best['audit'] / best[base]:.2f}")
+    print(f"    ratio to bare: run_probes {best['run_probes'] / best['bare']:.2f}   audit {best['audit'] / best['bare']:.2f}")
 
     # (b) cold and warm environment
     with tempfile.TemporaryDirectory(prefix="bench-cold-") as tmp:

@@ -27,12 +27,13 @@ from runner.cache import Cache, read_model, write_model
 from runner.errors import BadInput, Infrastructure
 from runner.files import building_dir, sha256_bytes, sha256_file
 from runner.procs import run_logged
-from runner.sources import WHEEL_TAG, Tree
+from runner.sources import PKG, WHEEL_TAG, Tree
 from runner.standins.diffprobe_standins import STANDINS as STANDIN_MODULES
 
 LOCK = Path(__file__).resolve().parent / "data" / "cpu-lock.txt"
 STANDINS = Path(__file__).resolve().parent / "standins" / "diffprobe_standins.py"
-FORMAT = 1  # bump when the layout of layers or environments changes
+FORMAT = 1  # bump when the layout of layers changes
+ENV_FORMAT = 2  # bump when the layout of a tree's environment changes (2: byte-code overlay)
 
 
 class Interpreter(BaseModel):
@@ -176,11 +177,27 @@ def _tree_lacks(tree: Tree) -> list[str]:
     return [m for m in roots if not any(c.startswith(m + ".") for c in compiled)]
 
 
+def _overlay(tree_root: Path, dest: Path) -> None:
+    """Mirror the tree's package as directories of symlinks to its files.
+
+    Python writes byte-code next to the path it imported from, so imports through the overlay
+    leave their ``__pycache__`` in this environment and never in the verified tree (whose stored
+    copy must hold source only), and a warm environment does not recompile SGLang on every run.
+    """
+    src = tree_root / PKG
+    for dirpath, dirnames, filenames in os.walk(src):
+        dirnames[:] = [d for d in dirnames if d != "__pycache__"]
+        target = dest / PKG / Path(dirpath).relative_to(src)
+        target.mkdir(parents=True, exist_ok=True)
+        for name in filenames:
+            (target / name).symlink_to(Path(dirpath) / name)
+
+
 def env(tree: Tree, cache: Cache, interp: Interpreter) -> Env:
     """The environment for ``tree``: reused when its stamp is valid, built otherwise."""
     layer_root, layer_stamp = layer(cache, interp)
     standins_sha = sha256_file(STANDINS)
-    key = sha256_bytes(f"{FORMAT}\n{tree.identity.tree_digest}\n{layer_stamp.key}\n{standins_sha}\n{interp.executable}".encode())[:16]
+    key = sha256_bytes(f"{ENV_FORMAT}\n{tree.identity.tree_digest}\n{layer_stamp.key}\n{standins_sha}\n{interp.executable}".encode())[:16]
     final = cache.dir("envs", key)
     stamp = read_model(final / "env.json", EnvStamp)
     if stamp and stamp.key == key and (final / "bin" / "python").exists():
@@ -194,14 +211,15 @@ def env(tree: Tree, cache: Cache, interp: Interpreter) -> Env:
         site = _site_packages(scratch / "bin" / "python")
         # The venv is renamed into place, so every path it writes must point at the final name.
         standins_dir = final / "standins"
+        _overlay(tree.root, scratch / "tree")
         (site / "diffprobe.pth").write_text(
-            f"{tree.root}\n"
+            f"{final / 'tree'}\n"
             f"import site; site.addsitedir({str(layer_root / layer_stamp.site_packages)!r})\n"
             f"{standins_dir}\n"
             "import diffprobe_standins; diffprobe_standins.install()\n"
         )
         stamp = EnvStamp(
-            format=FORMAT, key=key, tree_digest=tree.identity.tree_digest, layer_key=layer_stamp.key,
+            format=ENV_FORMAT, key=key, tree_digest=tree.identity.tree_digest, layer_key=layer_stamp.key,
             lock_sha256=layer_stamp.lock_sha256, interpreter=interp,
             standins=StandinRecord(declared=STANDIN_MODULES, sha256=standins_sha, tree_lacks=_tree_lacks(tree)),
             notes=_notes(tree, interp),
@@ -269,7 +287,7 @@ class ImportCheck(BaseModel):
 
 def import_check(environment: Env, tree: Tree, timeout: int = 600) -> ImportCheck:
     """Import the probed modules in a fresh interpreter of the environment and say from where."""
-    argv = [str(environment.python), "-I", "-B", "-c", _CHECK, json.dumps(PROBED_MODULES)]
+    argv = [str(environment.python), "-I", "-c", _CHECK, json.dumps(PROBED_MODULES)]
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=scrubbed_env())
     except subprocess.TimeoutExpired:

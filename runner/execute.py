@@ -77,7 +77,7 @@ def run_probes(
         work_dir = Path(work)
         out = work_dir / "out"
         out.mkdir()
-        argv = [str(environment.python), "-I", "-B", str(harness), "--out", str(out),
+        argv = [str(environment.python), "-I", str(harness), "--out", str(out),
                 "--case-timeout", str(case_timeout), *[a for p in probes for a in ("--probe", p)],
                 *[a for c in cases or () for a in ("--case", c)]]
         run = run_isolated(argv, work_dir=work_dir, timeout=run_timeout, isolate_network=isolate_network)
