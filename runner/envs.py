@@ -4,8 +4,9 @@ The layer (CPU torch plus the lock in ``runner/data/cpu-lock.txt``) is a virtual
 (lock digest, interpreter) and never holds sglang. A tree's environment is a ``--no-seed``
 virtualenv whose single ``.pth`` file puts, in this order, the tree, the layer's site-packages and
 the stand-in finder on ``sys.path``: that tree's sglang is the only one importable, and a second
-tree costs a second or so and a few kilobytes. Both are built under a scratch name and renamed
-when complete, then described by a stamp; an entry without a valid stamp does not exist.
+tree costs a second or so (plus its byte-code, cached in the environment's overlay of the tree).
+Both are built under a scratch name and renamed when complete, then described by a stamp; an
+entry without a valid stamp does not exist.
 """
 
 from __future__ import annotations

@@ -203,7 +203,7 @@ def run_side(name: str, text: str, tree: sources.Tree, environment: envs.Env, te
         tests_dir.mkdir()
         (tests_dir / "pytest.ini").write_text("[pytest]\n")  # makes this directory pytest's rootdir
         (tests_dir / test.name).write_bytes(test.data)
-        argv = [str(environment.python), "-I", "-B", str(plugin), "--out", str(out), str(tests_dir / test.name)]
+        argv = [str(environment.python), "-I", str(plugin), "--out", str(out), str(tests_dir / test.name)]
         with ui.step(f"pytest {test.name} on {name} {text}"):
             run = execute.run_isolated(argv, work_dir=work_dir, cwd=tests_dir, timeout=timeout)
         if not out.exists():
