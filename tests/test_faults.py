@@ -164,5 +164,7 @@ def test_a_changed_tree_under_the_same_name_gets_its_own_entries(cache, tmp_path
     assert first.identity.tree_digest != second.identity.tree_digest
     assert first.root != second.root and env_first.root != env_second.root
     assert (first.root / "sglang" / "__init__.py").read_text() == "VERSION = 'a'\n"  # the old entry is untouched
-    assert str(second.root) in next(env_second.root.rglob("diffprobe.pth")).read_text()
-    assert str(first.root) not in next(env_second.root.rglob("diffprobe.pth")).read_text()
+    # each environment imports its own tree (through its overlay of links to that tree's files)
+    for environment, tree in ((env_first, first), (env_second, second)):
+        assert str(environment.root / "tree") in next(environment.root.rglob("diffprobe.pth")).read_text()
+        assert (environment.root / "tree" / "sglang" / "__init__.py").resolve() == tree.root / "sglang" / "__init__.py"
