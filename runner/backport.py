@@ -23,7 +23,6 @@ from rich.markup import escape
 from rich.table import Table
 
 from runner import bundle, errors, execute, pins, pipeline, receipts, sources, specs, ui
-from runner.cache import Cache
 from runner.files import sha256_bytes
 from runner.receipts import Receipt
 
@@ -137,9 +136,8 @@ def cmd_backport(args) -> int:
     p = pins.load(Path(args.pins) if args.pins else None)
     fix = p.fix(args.pr)
     repo = specs.check_git_url(args.repo) if args.repo else p.upstream
-    opts = pipeline.Options(cache=Cache.at(args.cache_dir), python=args.python, case_timeout=args.case_timeout,
-                            package_dir=p.package_dir, workers=args.jobs,
-                            pinned_sha256={v: r.sha256 for v, r in p.releases.items() if r.sha256})
+    opts = pipeline.options(args, p)
+    out = bundle.out_path(args.out, f"backport-{args.pr}")
     started = execute.now()
     refs = [f"refs/pull/{args.pr}/head"]
     head_text = args.head or f"git+{repo}@{fix.head}"
@@ -181,8 +179,7 @@ def cmd_backport(args) -> int:
         before = [(bundle.receipt_name(got[(args.onto, pr)]), got[(args.onto, pr)]) for pr in fix.probes]
         after = [(bundle.receipt_name(mine[pr]), mine[pr]) for pr in fix.probes]
         diffs.append(receipts.differential(args.pr, f"{fix.title} (backport onto {args.onto})", fix.probes, before, after, None))
-    out = bundle.write(Path(args.out) if args.out else Path(f"diffprobe-backport-{args.pr}-{started.replace(':', '')}"),
-                       kind="backport", created_at=started, receipts=list({bundle.receipt_name(r): r for r in got.values()}.values()),
+    out = bundle.write(out, kind="backport", created_at=started, receipts=list({bundle.receipt_name(r): r for r in got.values()}.values()),
                        differentials=diffs, pins_sha256=None, extra=record.model_dump(mode="json"))
     _print(record)
     ui.out.print(f"bundle: {out}")

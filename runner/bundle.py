@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import tempfile
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Literal
 
@@ -66,6 +67,12 @@ def receipt_name(receipt: Receipt) -> str:
 
 def _dump(value: BaseModel) -> bytes:
     return orjson.dumps(value.model_dump(mode="json"), option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n"
+
+
+def out_path(out: str | None, kind: str) -> Path:
+    """The bundle directory a command will write: ``--out`` or a dated default, checked up front."""
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return check_out(Path(out) if out else Path(f"diffprobe-{kind}-{stamp}"))
 
 
 def check_out(out: Path) -> Path:

@@ -29,12 +29,7 @@ def _env_options(p: argparse.ArgumentParser) -> None:
 
 
 def _resolve_tree(args, text: str) -> sources.Tree:
-    spec = specs.parse(text)
-    p = pins.load(_path(args.pins))
-    return sources.resolve(
-        spec, Cache.at(args.cache_dir), package_dir=p.package_dir,
-        pinned_sha256={v: r.sha256 for v, r in p.releases.items() if r.sha256},
-    )
+    return pipeline.resolve(text, pipeline.options(args, pins.load(_path(args.pins))))
 
 
 def _path(value: str | None) -> Path | None:
@@ -96,24 +91,11 @@ def _print_check(tree, environment, check) -> None:
     o.print(f"import took {check.duration_ms / 1000:.1f} s")
 
 
-def _options(args, p: pins.Pins) -> pipeline.Options:
-    return pipeline.Options(
-        cache=Cache.at(args.cache_dir), python=getattr(args, "python", None), workers=getattr(args, "jobs", 1),
-        case_timeout=getattr(args, "case_timeout", execute.DEFAULT_CASE_TIMEOUT), package_dir=p.package_dir,
-        repeat=getattr(args, "repeat", 1),
-        pinned_sha256={v: r.sha256 for v, r in p.releases.items() if r.sha256},
-    )
-
-
-def _default_out(kind: str) -> Path:
-    return Path(f"diffprobe-{kind}-{execute.now().replace(':', '').replace('-', '')}")
-
-
 def cmd_run(args) -> int:
     """Reproduce the evidence bundle: base and head of each pinned fix, every witnessing probe."""
     pins_path = _path(args.pins) or pins.default_path()
     p = pins.load(pins_path)
-    out = bundle.check_out(Path(args.out) if args.out else _default_out("run"))
+    out = bundle.out_path(args.out, "run")
     numbers = args.pr or sorted(p.fixes)
     fixes = {n: p.fix(n) for n in numbers}
     repo = specs.check_git_url(args.repo) if args.repo else p.upstream
@@ -126,7 +108,7 @@ def cmd_run(args) -> int:
             sides[n] = (f"git+{repo}@{fix.base}", f"git+{repo}@{fix.head}")
             for text in sides[n]:  # PR heads of squash merges live only under refs/pull/N/head
                 extra_refs.setdefault(text, []).append(f"refs/pull/{n}/head")
-    opts = _options(args, p)
+    opts = pipeline.options(args, p)
     started = execute.now()
     plan: dict[str, list[str]] = {}
     for n, fix in fixes.items():

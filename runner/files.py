@@ -90,19 +90,24 @@ def _owner_alive(scratch: Path) -> bool:
     return True
 
 
-def tree_files(root: Path) -> list[str]:
+def is_bytecode(rel: str) -> bool:
+    return rel.endswith((".pyc", ".pyo")) or "__pycache__/" in f"/{rel}"
+
+
+def tree_files(root: Path, *, bytecode: bool = False) -> list[str]:
     """Relative paths (``/``-separated, sorted) of the regular files and links under ``root``.
 
-    Byte-code caches are left out: they are written by whoever imports the tree and say nothing
-    about its source.
+    Byte-code caches are left out unless asked for: they are written by whoever imports the tree
+    and say nothing about its source.
     """
     out = []
     start = len(str(root)) + 1  # string slicing: pathlib per file costs more than hashing it
     for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if d != "__pycache__"]
+        if not bytecode:
+            dirnames[:] = [d for d in dirnames if d != "__pycache__"]
         prefix = dirpath[start:].replace(os.sep, "/")
-        out += [f"{prefix}/{n}" if prefix else n for n in filenames if not n.endswith((".pyc", ".pyo"))]
-    return sorted(out)
+        out += [f"{prefix}/{n}" if prefix else n for n in filenames]
+    return sorted(out if bytecode else [p for p in out if not is_bytecode(p)])
 
 
 def dirhash1(root: Path, files: list[str] | None = None) -> str:

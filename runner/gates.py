@@ -31,7 +31,7 @@ from typing import Any
 
 import orjson
 
-from runner import bundle, cli, errors, execute, ui
+from runner import bundle, errors, execute, ui
 from runner.errors import BadInput, Infrastructure
 from runner.model import host_probe
 from runner.observations import Case, CaseError
@@ -264,7 +264,7 @@ def cmd_gate(args) -> int:
     receipt = make(host_probe(f"gate-{args.gate}", Path(__file__)),
                    ServerIdentity(source=url, url=url, reported=reported(endpoint, info)),
                    host_environment(), cases, started_at=started, finished_at=execute.now())
-    out = bundle.write(Path(args.out) if args.out else cli._default_out(f"gate-{args.gate}"), kind=f"gate-{args.gate}",
+    out = bundle.write(bundle.out_path(args.out, f"gate-{args.gate}"), kind=f"gate-{args.gate}",
                        created_at=started, receipts=[receipt], differentials=[], pins_sha256=None, limits=LIMITS,
                        extra={"gate": args.gate, "url": url})
     for case in cases:

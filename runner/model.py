@@ -20,7 +20,7 @@ from typing import Callable, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from runner import bundle, cli, errors, execute, ui
+from runner import bundle, errors, execute, ui
 from runner.files import sha256_file
 from runner.observations import Case
 from runner.receipts import ModelIdentity, ProbeRef, Receipt, host_environment, make
@@ -576,7 +576,7 @@ def cmd_model(args) -> int:
         configs = CONFIGS
     results = {name: run(name, sw) for name, sw in configs.items()}
     out = bundle.write(
-        Path(args.out) if args.out else cli._default_out("model"),
+        bundle.out_path(args.out, "model"),
         kind="model", created_at=execute.now(), receipts=[r for rs in results.values() for r in rs],
         differentials=[], pins_sha256=None, limits=LIMITS,
         extra={"synthetic": LABEL, "configurations": {n: s.model_dump() for n, s in configs.items()},

@@ -86,6 +86,11 @@ class Pins(_Strict):
                     raise ValueError(f"fixes.{number}.releases: {version} is not listed under [releases]")
         return self
 
+    @property
+    def pinned_sha256(self) -> dict[str, str]:
+        """release version -> the wheel digest a download must match"""
+        return {v: r.sha256 for v, r in self.releases.items() if r.sha256}
+
     def fix(self, number: int) -> Fix:
         if number not in self.fixes:
             known = ", ".join(f"#{n}" for n in sorted(self.fixes))

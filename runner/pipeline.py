@@ -11,7 +11,7 @@ from typing import Callable
 
 from rich.markup import escape
 
-from runner import catalog, envs, errors, execute, receipts, sources, specs, ui
+from runner import catalog, envs, errors, execute, pins, receipts, sources, specs, ui
 from runner.cache import Cache
 from runner.files import sha256_file
 from runner.receipts import ProbeRef, Receipt
@@ -26,6 +26,15 @@ class Options:
     package_dir: str = "python/sglang"
     pinned_sha256: dict[str, str] = field(default_factory=dict)
     repeat: int = 1  # run each tree's probes this many times; any difference in observations fails
+
+
+def options(args, p: pins.Pins) -> Options:
+    """Options from a command's arguments; flags a command does not offer keep their defaults."""
+    return Options(
+        cache=Cache.at(args.cache_dir), python=getattr(args, "python", None), workers=getattr(args, "jobs", 1),
+        case_timeout=getattr(args, "case_timeout", execute.DEFAULT_CASE_TIMEOUT), package_dir=p.package_dir,
+        repeat=getattr(args, "repeat", 1), pinned_sha256=p.pinned_sha256,
+    )
 
 
 def probe_ref(probe: str, fix: int) -> ProbeRef:

@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict
 from runner import specs, ui
 from runner.cache import Cache, read_model, write_model
 from runner.errors import BadInput, Infrastructure
-from runner.files import building_dir, dirhash1, scratch_dir, sha256_bytes, sha256_file, tree_files
+from runner.files import building_dir, dirhash1, is_bytecode, scratch_dir, sha256_bytes, sha256_file, tree_files
 from runner.procs import run_logged
 
 PKG = specs.PACKAGE
@@ -106,28 +106,24 @@ def _digest_dirname(digest: str) -> str:
     return base64.b64decode(digest.removeprefix("h1:")).hex()
 
 
-def _load_tree(cache: Cache, digest: str) -> Path | None:
-    """The stored tree for ``digest`` if present and intact; a damaged entry is dropped."""
+def _load_tree(cache: Cache, digest: str) -> tuple[Path, _TreeStamp] | None:
+    """The stored tree for ``digest`` if present and intact; a damaged entry is dropped.
+
+    Byte-code counts as damage: Python would run it in place of the source and the digest leaves
+    it out. None is ever stored, and environments cache theirs in their own overlay of the tree,
+    so any found here was planted.
+    """
     root = cache.dir("trees", _digest_dirname(digest))
     if not root.exists():
         return None
     stamp = read_model(root / "tree.json", _TreeStamp)
-    if stamp is None or stamp.tree_digest != digest or dirhash1(root, _pkg_files(root)) != digest or _bytecode(root / PKG):
+    everything = tree_files(root / PKG, bytecode=True)
+    files = [f"{PKG}/{p}" for p in everything if not is_bytecode(p)]
+    if stamp is None or stamp.tree_digest != digest or len(files) != len(everything) or dirhash1(root, files) != digest:
         ui.warn(f"cache entry {root} is damaged (digest mismatch or planted byte-code); rebuilding it")
         shutil.rmtree(root, ignore_errors=True)
         return None
-    return root
-
-
-def _bytecode(package: Path) -> list[Path]:
-    """Byte-code in a stored tree. Python would run it in place of the source, and the digest
-    leaves it out; none is ever stored or written (probes run with -B), so any found was planted."""
-    return [Path(d, name) for d, dirs, files in os.walk(package)
-            for name in dirs + files if name == "__pycache__" or name.endswith((".pyc", ".pyo"))]
-
-
-def _pkg_files(root: Path) -> list[str]:
-    return [f"{PKG}/{p}" for p in tree_files(root / PKG)]
+    return root, stamp
 
 
 def _store_tree(cache: Cache, fill: Callable[[Path], None]) -> tuple[Path, _TreeStamp]:
@@ -136,12 +132,10 @@ def _store_tree(cache: Cache, fill: Callable[[Path], None]) -> tuple[Path, _Tree
         fill(scratch)
         if not (scratch / PKG / "__init__.py").is_file():
             raise BadInput(f"no {PKG} package found (expected {PKG}/__init__.py)")
-        for path in _bytecode(scratch / PKG):  # shipped in an archive or a commit: not part of the tree
-            if path.is_dir():
-                shutil.rmtree(path)
-            else:
-                path.unlink(missing_ok=True)
-        files = _pkg_files(scratch)
+        for rel in tree_files(scratch / PKG, bytecode=True):  # shipped in an archive or a commit: not the tree's
+            if is_bytecode(rel):
+                (scratch / PKG / rel).unlink()
+        files = [f"{PKG}/{p}" for p in tree_files(scratch / PKG)]
         stamp = _TreeStamp(tree_digest=dirhash1(scratch, files), files=len(files))
         write_model(scratch / "tree.json", stamp)
         final = cache.dir("trees", _digest_dirname(stamp.tree_digest))
@@ -150,12 +144,10 @@ def _store_tree(cache: Cache, fill: Callable[[Path], None]) -> tuple[Path, _Tree
     return final, stamp
 
 
-def _from_index(cache: Cache, index_path: Path) -> tuple[_Index, Path] | None:
+def _from_index(cache: Cache, index_path: Path) -> tuple[_Index, Path, _TreeStamp] | None:
     entry = read_model(index_path, _Index)
-    if entry is None:
-        return None
-    root = _load_tree(cache, entry.tree_digest)
-    return (entry, root) if root else None
+    stored = _load_tree(cache, entry.tree_digest) if entry else None
+    return (entry, *stored) if stored else None
 
 
 # --- pypi -----------------------------------------------------------------------------------
@@ -169,9 +161,8 @@ def _resolve_pypi(spec: specs.PypiSpec, cache: Cache, pinned: str | None) -> Tre
         root, stamp = _store_tree(cache, lambda scratch: _unpack(wheel, scratch))
         entry = _Index(tree_digest=stamp.tree_digest, artifact=wheel.name, artifact_sha256=sha256_file(wheel))
         write_model(index_path, entry)
-        hit = (entry, root)
-    entry, root = hit
-    stamp = read_model(root / "tree.json", _TreeStamp)
+        hit = (entry, root, stamp)
+    entry, root, stamp = hit
     identity = TreeIdentity(
         kind="pypi", source=str(spec), version=spec.version, artifact=entry.artifact,
         artifact_sha256=entry.artifact_sha256, tree_digest=stamp.tree_digest, files=stamp.files,
@@ -401,9 +392,8 @@ def _resolve_git(spec: specs.GitSpec, cache: Cache, package_dir: str, extra_refs
     if hit is None:
         root, stamp = _store_tree(cache, lambda scratch: _materialise(repo, sha, package_dir, scratch))
         write_model(index_path, _Index(tree_digest=stamp.tree_digest))
-        hit = (None, root)
-    root = hit[1]
-    stamp = read_model(root / "tree.json", _TreeStamp)
+        hit = (None, root, stamp)
+    _, root, stamp = hit
     identity = TreeIdentity(
         kind="git", source=str(spec), repo=spec.url, rev=spec.rev, commit=sha, package_dir=package_dir,
         tree_digest=stamp.tree_digest, files=stamp.files,

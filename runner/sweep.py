@@ -46,12 +46,7 @@ class SweepRecord(BaseModel):
 
 
 def _opts(args) -> pipeline.Options:
-    p = pins.load(Path(args.pins) if args.pins else None)
-    return pipeline.Options(
-        cache=Cache.at(args.cache_dir), python=args.python, workers=getattr(args, "jobs", 1),
-        case_timeout=args.case_timeout, package_dir=p.package_dir, repeat=args.repeat,
-        pinned_sha256={v: r.sha256 for v, r in p.releases.items() if r.sha256},
-    )
+    return pipeline.options(args, pins.load(Path(args.pins) if args.pins else None))
 
 
 class Probed(BaseModel):
@@ -142,14 +137,7 @@ def bisect(texts: list[str], opts: pipeline.Options) -> tuple[list[Probed], dict
     return [probed[i] for i in sorted(probed)], path
 
 
-def _check_out(args) -> None:
-    """Refuse a taken --out before probing, not after."""
-    if args.out:
-        bundle.check_out(Path(args.out))
-
-
-def _write(out: str | None, kind: str, started: str, probed: list[Probed], record: SweepRecord) -> Path:
-    target = Path(out) if out else Path(f"diffprobe-{kind}-{started.replace(':', '').replace('-', '')}")
+def _write(target: Path, kind: str, started: str, probed: list[Probed], record: SweepRecord) -> Path:
     receipts = [r for p in probed for r in p.receipts]
     return bundle.write(target, kind=kind, created_at=started, receipts=receipts, differentials=[],
                         pins_sha256=None, extra=record.model_dump(mode="json"))
@@ -207,12 +195,12 @@ def print_audit(row: Row) -> None:
 
 def cmd_audit(args) -> int:
     opts = _opts(args)
-    _check_out(args)
+    target = bundle.out_path(args.out, "audit")
     started = execute.now()
     probed = _probe([args.source], opts)
     rows = [p.row for p in probed]
     record = SweepRecord(order=[args.source], shard=None, rows=rows, first_fixed=first_fixed(rows))
-    out = _write(args.out, "audit", started, probed, record)
+    out = _write(target, "audit", started, probed, record)
     print_audit(rows[0])
     ui.out.print(f"bundle: {out}")
     return errors.OK if all(f.status == "fixed" for f in rows[0].fixes) else errors.DIFFERS
@@ -248,7 +236,7 @@ def _shard(order: list[str], text: str | None) -> list[str]:
 
 def cmd_sweep(args) -> int:
     opts = _opts(args)
-    _check_out(args)
+    target = bundle.out_path(args.out, "sweep")
     started = execute.now()
     order = _sweep_sources(args, opts)
     mine = _shard(order, args.shard)
@@ -260,7 +248,7 @@ def cmd_sweep(args) -> int:
         probed, path = _probe(mine, opts), None
     rows = [p.row for p in probed]
     record = SweepRecord(order=order, shard=args.shard, rows=rows, first_fixed=first_fixed(rows), bisect=path)
-    out = _write(args.out, "sweep", started, probed, record)
+    out = _write(target, "sweep", started, probed, record)
     print_matrix(record)
     ui.out.print(f"bundle: {out}")
     return errors.DIFFERS if any(f.status == "inconclusive" for r in rows for f in r.fixes) else errors.OK
@@ -268,7 +256,7 @@ def cmd_sweep(args) -> int:
 
 def cmd_merge(args) -> int:
     """Join shard bundles of one sweep into one bundle, rows in the sweep's order."""
-    _check_out(args)
+    target = bundle.out_path(args.out, "sweep")
     records, probed = [], {}
     for path in args.bundles:
         index, receipts, _ = bundle.load(Path(path))
@@ -292,7 +280,7 @@ def cmd_merge(args) -> int:
     rows_in_order = [probed[s] for s in order if s in probed]
     rows = [p.row for p in rows_in_order]
     record = SweepRecord(order=order, shard=None, rows=rows, first_fixed=first_fixed(rows))
-    out = _write(args.out, "sweep", execute.now(), rows_in_order, record)
+    out = _write(target, "sweep", execute.now(), rows_in_order, record)
     print_matrix(record)
     ui.out.print(f"bundle: {out}")
     return errors.OK

@@ -472,7 +472,7 @@ def cmd_upstream_tests(args: argparse.Namespace) -> int:
     if args.timeout <= 0:
         raise BadInput(f"--timeout {args.timeout}: must be a positive number of seconds")
     read_tests = locate_tests(args.tests, args.head)
-    opts = cli._options(args, pins.load(cli._path(args.pins)))
+    opts = pipeline.options(args, pins.load(cli._path(args.pins)))
     started = execute.now()
     trees = {name: pipeline.resolve(text, opts) for name, text in (("base", args.base), ("head", args.head))}
     test = read_tests(trees["head"], opts)
@@ -487,7 +487,7 @@ def cmd_upstream_tests(args: argparse.Namespace) -> int:
         got.append(receipt(sides[name], environment, test, probe))
     grading = grade(sides["base"], sides["head"])
     out = bundle.write(
-        Path(args.out) if args.out else cli._default_out(PROBE_ID), kind=PROBE_ID, created_at=started,
+        bundle.out_path(args.out, PROBE_ID), kind=PROBE_ID, created_at=started,
         receipts=list({bundle.receipt_name(r): r for r in got}.values()), differentials=[], pins_sha256=None, limits=LIMITS,
         extra={"tests": {"file": test.name, "from": test.origin, "sha256": sha256_bytes(test.data)},
                "base": args.base, "head": args.head, "grading": grading.model_dump(mode="json")},
