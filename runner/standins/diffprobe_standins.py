@@ -89,6 +89,12 @@ class _Config:
         self.args, self.kwargs = args, kwargs
 
 
+# Submodules a real package imports in its ``__init__``: after ``import triton``, ``triton.runtime``
+# is the runtime package (whose ``driver`` raises without a GPU), not a placeholder value.
+_SUBMODULES = {
+    "triton": {"runtime", "compiler", "errors", "language", "testing", "tools"},
+}
+
 # Attributes that must be more specific than the generic fallback.
 _SPECIFIC = {
     "triton": {
@@ -119,6 +125,8 @@ class _StandinModule(types.ModuleType):
     def __getattr__(self, attr):
         if attr.startswith("__"):
             raise AttributeError(attr)
+        if attr in _SUBMODULES.get(self.__name__, ()):
+            return importlib.import_module(f"{self.__name__}.{attr}")
         # Capitalised names are used with isinstance()/issubclass() (torch checks
         # isinstance(x, triton.JITFunction)), so they must be real classes.
         if attr[:1].isupper():
