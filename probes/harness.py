@@ -148,7 +148,9 @@ class ImportLog:
 
 def run_forked(case: Case, places: Places, timeout: float, log: ImportLog) -> tuple[dict[str, Any], dict]:
     """Run one case in a forked child; return its result and what the child imported beyond
-    the parent's modules."""
+    the parent's modules. The child's one message is checked here: one that is not well-formed
+    (not JSON, a second document, fields out of the contract, over ``MAX_MESSAGE``) makes this
+    case an error and never stops the harness."""
     sys.stdout.flush()
     sys.stderr.flush()
     read_fd, write_fd = os.pipe()
@@ -158,30 +160,80 @@ def run_forked(case: Case, places: Places, timeout: float, log: ImportLog) -> tu
         os.close(read_fd)
         _child(case, places, write_fd, log)
     os.close(write_fd)
-    data, timed_out = _read_until(read_fd, start + timeout)
+    data, ended = _read_until(read_fd, start + timeout, MAX_MESSAGE)
     os.close(read_fd)
-    payload: dict[str, Any] = {}
-    if not timed_out:
-        try:
-            payload = json.loads(data.decode())
-            result = payload["result"]
-        except (ValueError, KeyError):
-            payload = {}
-    if payload:  # its result is in; its exit (unmapping a large heap) need not hold up the next case
-        EXITING.append(pid)
-        return {**case.header(), **result, "duration_ms": _ms_since(start)}, payload
-    if timed_out:
+    problem = None
+    if ended == "eof" and data:
+        message, problem = well_formed(data)
+        if message is not None:  # its result is in; its exit (unmapping a large heap) need not hold up the next case
+            EXITING.append(pid)
+            return {**case.header(), **message["result"], "duration_ms": _ms_since(start)}, message
+    elif ended == "overflow":
+        problem = f"more than {MAX_MESSAGE} bytes"
+    if ended != "eof":
         os.kill(pid, signal.SIGKILL)
     _, status = os.waitpid(pid, 0)
-    if timed_out:
+    if ended == "timeout":
         result = _bare("timeout")
+    elif problem:
+        result = _bare("error", error("MalformedResult", f"the case's result message is not well-formed: {problem}", "process"))
     elif os.WIFSIGNALED(status):
         name = signal.Signals(os.WTERMSIG(status)).name
         result = _bare("error", error("Signal", f"case process killed by {name}", "process"))
     else:
         message = f"case process exited with status {os.WEXITSTATUS(status)} without a result"
         result = _bare("error", error("NoResult", message, "process"))
-    return {**case.header(), **result, "duration_ms": _ms_since(start)}, payload
+    return {**case.header(), **result, "duration_ms": _ms_since(start)}, {}
+
+
+# The result channel: one JSON object per case, nothing else (docs/probe-contract.md).
+MAX_MESSAGE = 8 << 20
+MAX_DEPTH = 64
+RESULT_FIELDS = ("outcome", "classification", "effects", "error", "missing")
+ERROR_FIELDS = ("type", "message", "where", "frame")
+WHERE = ("setup", "sglang", "double")  # "import" and "process" are the parent's to say
+
+
+def well_formed(data: bytes) -> tuple[dict | None, str | None]:
+    """The child's message, or why it is not one: the parent takes nothing it would have to trust
+    beyond the contract's shapes (the host validates and judges again)."""
+    try:
+        message = json.loads(data)
+    except (ValueError, RecursionError) as exc:
+        return None, f"not one JSON document ({type(exc).__name__})"
+    if not isinstance(message, dict) or sorted(message) != ["modules", "result", "standins"]:
+        return None, "not an object of result, modules and standins"
+    result = message["result"]
+    for key in ("modules", "standins"):
+        if not isinstance(message[key], list) or not all(isinstance(n, str) for n in message[key]):
+            return None, f"{key} is not a list of names"
+    if not isinstance(result, dict) or sorted(result) != sorted(RESULT_FIELDS):
+        return None, "the result's fields are not the contract's"
+    outcome, effects, failure, missing = result["outcome"], result["effects"], result["error"], result["missing"]
+    pairs = {"observed": ("bug", "clean"), "error": ("inconclusive",), "not_applicable": ("inconclusive",)}
+    if result["classification"] not in pairs.get(outcome, ()):
+        return None, "outcome and classification are not one of the contract's pairs"
+    if not (isinstance(effects, dict) and _plain(effects, MAX_DEPTH) if outcome == "observed" else effects is None):
+        return None, f"effects must be plain JSON (no floats, nested at most {MAX_DEPTH} deep) exactly when observed"
+    if not (isinstance(missing, str) and missing if outcome == "not_applicable" else missing is None):
+        return None, "missing must name an API exactly when not applicable"
+    if outcome != "error":
+        return (message, None) if failure is None else (None, "an error without the error outcome")
+    if not isinstance(failure, dict) or sorted(failure) != sorted(ERROR_FIELDS) or failure["where"] not in WHERE:
+        return None, "the error's fields are not the contract's"
+    if not (isinstance(failure["type"], str) and isinstance(failure["message"], str) and isinstance(failure["frame"], (str, type(None)))):
+        return None, "the error's fields are not strings"
+    return message, None
+
+
+def _plain(value: Any, depth: int) -> bool:
+    if depth < 0 or isinstance(value, float):
+        return False
+    if isinstance(value, dict):
+        return all(_plain(v, depth - 1) for v in value.values())
+    if isinstance(value, list):
+        return all(_plain(v, depth - 1) for v in value)
+    return True
 
 
 EXITING: list[int] = []  # children that delivered their result and are still exiting
@@ -212,17 +264,21 @@ def _child(case: Case, places: Places, write_fd: int, log: ImportLog) -> None:
         os._exit(code)
 
 
-def _read_until(fd: int, deadline: float) -> tuple[bytes, bool]:
-    chunks = []
+def _read_until(fd: int, deadline: float, limit: int) -> tuple[bytes, str]:
+    """What the child wrote, and how reading ended: ``eof``, ``timeout`` or ``overflow``."""
+    chunks, size = [], 0
     while True:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            return b"".join(chunks), True
+            return b"".join(chunks), "timeout"
         ready, _, _ = select.select([fd], [], [], remaining)
         if ready:
             chunk = os.read(fd, 1 << 16)
             if not chunk:
-                return b"".join(chunks), False
+                return b"".join(chunks), "eof"
+            size += len(chunk)
+            if size > limit:
+                return b"", "overflow"
             chunks.append(chunk)
 
 
