@@ -21,6 +21,7 @@ from .plain import plain
 BOOTSTRAP_HOST = "192.0.2.10"  # TEST-NET-1: never a real peer
 BOOTSTRAP_PORT = 8998
 BOOTSTRAP_ROOM = 4242
+MAX_INPUT_LEN = 1018  # the longest prompt the scheduler accepts with a 1024-token KV pool
 
 
 class Missing(Exception):
@@ -116,9 +117,34 @@ def make_req(rid: str, prompt_len: int, mode_name: str) -> Any:
 
 
 def reject_at_intake(req: Any, message: str) -> None:
-    """What the scheduler does to an over-long prompt: ``set_finish_with_abort``."""
-    with tp_rank_zero():
-        req.set_finish_with_abort(message)
+    """What the tree's scheduler does to an over-long prompt at intake.
+
+    Where ``Req.set_finish_with_abort`` exists, the scheduler calls it with the length check's
+    message. Before it existed, the scheduler's length check (``validate_input_length``) set
+    ``finished_reason`` itself and the scheduler then cut the prompt to one token and the
+    generation budget to zero, inline in ``handle_generate_request``; the same two assignments
+    are made here, after the tree's own check.
+    """
+    if hasattr(req, "set_finish_with_abort"):
+        with tp_rank_zero():
+            req.set_finish_with_abort(message)
+        return
+    check = resolve("sglang.srt.managers.utils.validate_input_length")
+    if not check(req, MAX_INPUT_LEN, False):
+        raise AssertionError("the tree's length check accepted an over-long prompt")
+    req.origin_input_ids = [0]
+    req.sampling_params.max_new_tokens = 0
+
+
+def mark_abort(req: Any) -> None:
+    """What an ``AbortReq`` leaves on a request that is already running ("abort method 3"):
+    a pending ``to_finish`` where the tree has it, before that the ``to_abort`` flag."""
+    if hasattr(req, "to_finish"):
+        req.to_finish = abort_reason()
+    elif hasattr(req, "to_abort"):
+        req.to_abort = True
+    else:
+        raise Missing("sglang.srt.managers.schedule_batch.Req.to_finish")
 
 
 def abort_reason() -> Any:
@@ -126,18 +152,104 @@ def abort_reason() -> Any:
     return resolve("sglang.srt.managers.schedule_batch.FINISH_ABORT")("Aborted by AbortReq.", 503)
 
 
+# --- where a request holds its KV -----------------------------------------------------------------
+# Newer trees keep a request's KV bookkeeping in ``req.kv`` (an object with ``holds_kv``); some
+# earlier ones keep an optional ``req.kv`` record of allocated lengths beside ``req.req_pool_idx``;
+# earlier still, the fields sit on the request itself. The probes ask the request which it has.
+
+
+def _kv_holder(req: Any) -> Any:
+    """The object that carries ``req_pool_idx``."""
+    kv = getattr(req, "kv", None)
+    return kv if hasattr(kv, "req_pool_idx") else req
+
+
+def _kv_record_cls(req: Any) -> Any:
+    """The optional per-request KV record (``req.kv``) of trees that keep ``req_pool_idx`` on the
+    request, or None."""
+    if _kv_holder(req) is not req or not hasattr(req, "kv"):
+        return None
+    return getattr(module("sglang.srt.managers.schedule_batch"), "ReqKvInfo", None)
+
+
+def holds_kv(req: Any) -> bool:
+    holder = _kv_holder(req)
+    if hasattr(holder, "holds_kv"):
+        return bool(holder.holds_kv)
+    return holder.req_pool_idx is not None
+
+
+def holds_mamba(req: Any) -> bool:
+    holder = _kv_holder(req)
+    if hasattr(holder, "holds_mamba"):
+        return bool(holder.holds_mamba)
+    return getattr(holder, "mamba_pool_idx", None) is not None
+
+
+def give_kv(req: Any, length: int) -> None:
+    """The request holds a KV row of ``length`` tokens, as after its prefill forward."""
+    holder = _kv_holder(req)
+    holder.req_pool_idx = 1
+    record = _kv_record_cls(req)
+    if record is not None:
+        fields = inspect.signature(record).parameters
+        req.kv = record(**{k: v for k, v in (("kv_allocated_len", length), ("swa_evicted_seqlen", 0)) if k in fields})
+    elif hasattr(holder, "kv_allocated_len"):
+        holder.kv_allocated_len = length
+
+
+def give_mamba(req: Any) -> None:
+    """The request holds a Mamba state slot; trees without Mamba state lack the field."""
+    holder = _kv_holder(req)
+    if not hasattr(holder, "mamba_pool_idx"):
+        raise Missing("sglang.srt.managers.schedule_batch.Req.mamba_pool_idx")
+    holder.mamba_pool_idx = torch().tensor([3])
+
+
+def drop_kv(req: Any) -> None:
+    """What the tree cache does when it takes a request's KV row and Mamba slot back."""
+    holder = _kv_holder(req)
+    holder.req_pool_idx = None
+    if hasattr(holder, "mark_kv_released"):
+        holder.mark_kv_released()
+    elif _kv_record_cls(req) is not None:
+        req.kv = None
+    elif hasattr(holder, "kv_allocated_len"):
+        holder.kv_allocated_len = 0
+    if hasattr(holder, "mamba_pool_idx"):
+        holder.mamba_pool_idx = None
+
+
+def give_retraction_backup(req: Any, backup: Any) -> None:
+    """The request owns a host copy of its KV taken at retraction (``retraction_backup``, earlier
+    ``kv_cache_cpu``); trees that never back retracted KV up lack both."""
+    holder = _kv_holder(req)
+    for field in ("retraction_backup", "kv_cache_cpu"):
+        if hasattr(holder, field):
+            setattr(holder, field, backup)
+            return
+    raise Missing("sglang.srt.managers.schedule_batch.Req.retraction_backup")
+
+
 def request_state(req: Any) -> dict[str, Any]:
-    """The request fields both fixes are about, read the same way on every tree."""
-    return {
+    """The request fields both fixes are about, read the same way on every tree.
+
+    A tree that marks a running request's abort with ``to_abort`` (before ``to_finish``) also
+    reports that flag.
+    """
+    state = {
         "rid": req.rid,
         "prompt_tokens": len(req.origin_input_ids),
         "finished": bool(req.finished()),
-        "to_finish": plain(req.to_finish),
+        "to_finish": plain(getattr(req, "to_finish", None)),
         "finished_reason": plain(req.finished_reason),
         "pending_bootstrap": bool(getattr(req, "pending_bootstrap", False)),
         "metadata_buffer_index": int(req.metadata_buffer_index),
-        "holds_kv": bool(req.kv.holds_kv),
-        "holds_mamba": bool(req.kv.holds_mamba),
+        "holds_kv": holds_kv(req),
+        "holds_mamba": holds_mamba(req),
         "has_kv_sender": getattr(req, "disagg_kv_sender", None) is not None,
         "output_ids": plain(req.output_ids),
     }
+    if not hasattr(req, "to_finish") and hasattr(req, "to_abort"):
+        state["to_abort"] = bool(req.to_abort)
+    return state
