@@ -231,6 +231,12 @@ def give_retraction_backup(req: Any, backup: Any) -> None:
     raise Missing("sglang.srt.managers.schedule_batch.Req.retraction_backup")
 
 
+def retraction_backup(req: Any) -> Any:
+    """The host copy of the request's KV taken at retraction, or None (also where the tree has none)."""
+    holder = _kv_holder(req)
+    return next((getattr(holder, f) for f in ("retraction_backup", "kv_cache_cpu") if hasattr(holder, f)), None)
+
+
 def request_state(req: Any) -> dict[str, Any]:
     """The request fields both fixes are about, read the same way on every tree.
 
