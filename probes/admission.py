@@ -17,7 +17,8 @@ from typing import Any
 
 from . import tree
 from .case import Case, Probe
-from .doubles import Double, Journal, KVTransport, strict_subject
+from . import duties
+from .doubles import Double, Journal, KVTransport, output_streamer, strict_subject
 from .plain import JSON
 
 PREFILL = "sglang.srt.disaggregation.prefill"
@@ -42,29 +43,24 @@ def _transport(journal: Journal) -> KVTransport:
     )
 
 
-def _scheduler(journal: Journal) -> Double:
-    """The scheduler as the doors see it.
+def _scheduler(journal: Journal, streamer: Double) -> Any:
+    """The scheduler as the doors see it: an instance of the tree's own ``Scheduler`` class.
 
-    ``retire_unadmitted_request`` is recorded and, where the tree has it, runs the tree's own
-    ``Scheduler.retire_unadmitted_request`` on this double, so the retired request's final state
-    (a 400 streamed to the client) is the tree's doing and not ours.
+    Calls into its retire path (``retire_unadmitted_request``, ``_release_aborted_request``) are
+    recorded and run the tree's code; a tree whose class lacks the method answers as it would in
+    production, with an AttributeError, never with a retirement the double made up.
     """
-    real_retire = getattr(tree.module(SCHEDULER).Scheduler, "retire_unadmitted_request", None)
-
-    def retire(req: Any) -> None:
-        if real_retire is not None:
-            real_retire(scheduler, req)
-
-    scheduler = Double(
+    return strict_subject(
+        tree.resolve(f"{SCHEDULER}.Scheduler"),
         journal,
         "scheduler",
-        recorded=("_release_aborted_request",),
-        output_streamer=Double(journal, "output_streamer", recorded=("stream_output",)),
+        spies=("retire_unadmitted_request", "_release_aborted_request"),
+        output_streamer=streamer,
         beam_coordinator=Double(journal, "beam_coordinator", recorded=("retire_group",)),
+        tree_cache=Double(journal, "tree_cache", recorded=("finish",)),
         enable_hisparse=False,
-        retire_unadmitted_request=journal.method("scheduler", "retire_unadmitted_request", retire),
+        server_args=Double(journal, "server_args"),  # read only for a fake transfer, which ours is not
     )
-    return scheduler
 
 
 class _Door:
@@ -74,23 +70,31 @@ class _Door:
         self.journal = journal
         self.req = req
         self.transport = _transport(journal)
-        self.scheduler = _scheduler(journal)
+        streamer, self.streamed = output_streamer(journal)
+        self.scheduler = _scheduler(journal, streamer)
+        self.before = _state(req)
 
     def queues(self) -> dict[str, list[str]]:
         raise NotImplementedError
 
     def effects(self) -> dict[str, JSON]:
         return {
+            "before": self.before,
             "queues": self.queues(),
             "kv_endpoints": self.transport.constructed,
             "kv_calls": [e for e in self.journal.entries if str(e["actor"]).startswith("kv_")],
             "retired": [e["args"][0] for e in self.journal.calls("scheduler", "retire_unadmitted_request")],
-            "streamed": [e["args"][0] for e in self.journal.calls("output_streamer", "stream_output")],
+            "streamed": self.streamed,
             "released_aborted": [
                 e["args"][0] for e in self.journal.calls("scheduler", "_release_aborted_request")
             ],
-            "request": tree.request_state(self.req),
+            "request": _state(self.req),
         }
+
+
+def _state(req: Any) -> dict[str, JSON]:
+    """The request's state, and whether it holds a host retraction backup (a re-entry must keep it)."""
+    return {**tree.request_state(req), "holds_backup": tree.retraction_backup(req) is not None}
 
 
 class PrefillDoor(_Door):
@@ -189,7 +193,7 @@ def valid(journal: Journal, rid: str, mode: str) -> Any:
 def _marked(rid: str, mode: str) -> Any:
     """A request that was running when an abort was marked on it ("abort method 3")."""
     req = tree.make_req(rid, 16, mode)
-    req.to_finish = tree.abort_reason()  # pending: ``finished()`` still says False
+    tree.mark_abort(req)  # pending: ``finished()`` still says False
     return req
 
 
@@ -203,7 +207,7 @@ def holding_metadata(journal: Journal, rid: str, mode: str) -> Any:
 def holding_backup(journal: Journal, rid: str, mode: str) -> Any:
     """Preempted requeue that still owns a host retraction backup."""
     req = _marked(rid, mode)
-    req.kv.retraction_backup = Double(journal, "retraction_backup")
+    tree.give_retraction_backup(req, Double(journal, "retraction_backup"))
     return req
 
 
@@ -223,43 +227,20 @@ def preempted(journal: Journal, rid: str, mode: str) -> Any:
 # --- cases ---------------------------------------------------------------------------------------
 
 
-def admitted(effects: dict[str, Any]) -> bool:
-    rid = effects["request"]["rid"]
-    return any(rid in queue for queue in effects["queues"].values())
-
-
-def handed_off(effects: dict[str, Any]) -> bool:
-    return bool(effects["kv_endpoints"]) or admitted(effects)
-
-
-def dropped(effects: dict[str, Any]) -> bool:
-    return bool(effects["retired"]) or not admitted(effects)
-
-
 def rejected_case(door: type[_Door]) -> Case:
     prefill = door is PrefillDoor
-    endpoint, queue = ("sender", "bootstrap") if prefill else ("receiver", "prealloc")
     return _case(
         door,
         "rejected",
         role="bug",
         title=f"request rejected for length reaches the {'prefill' if prefill else 'decode'} admission door",
-        signature=f"the rejected request got a KV {endpoint} or entered the {queue} queue",
         request=rejected,
         extra_requires=("sglang.srt.managers.schedule_batch.Req.set_finish_with_abort",),
     )
 
 
-def guard_case(door: type[_Door], name: str, what: str, title: str, request: Request, **flags: bool) -> Case:
-    return _case(
-        door,
-        name,
-        role="guard",
-        title=title,
-        signature=f"the {what} was retired at the door or did not reach its queue",
-        request=request,
-        flags=flags,
-    )
+def guard_case(door: type[_Door], name: str, title: str, request: Request, **flags: bool) -> Case:
+    return _case(door, name, role="guard", title=title, request=request, flags=flags)
 
 
 def _case(
@@ -268,7 +249,6 @@ def _case(
     *,
     role: str,
     title: str,
-    signature: str,
     request: Request,
     flags: dict[str, bool] | None = None,
     extra_requires: tuple[str, ...] = (),
@@ -284,8 +264,7 @@ def _case(
         site=site,
         role=role,
         title=title,
-        signature=signature,
-        matches=handed_off if role == "bug" else dropped,
+        duties=duties.declared("admission", f"{site}-{name}"),
         build=lambda journal: door(journal, request(journal, name, mode), flags),
         requires=(add, f"{module}.get_kv_class", *(f"{add}({flag})" for flag in flags), *extra_requires),
     )
@@ -308,28 +287,23 @@ PROBE = Probe(
     cases=(
         rejected_case(PrefillDoor),
         rejected_case(DecodeDoor),
-        guard_case(
-            PrefillDoor, "valid", "valid request", "valid request at the prefill admission door", valid
-        ),
-        guard_case(DecodeDoor, "valid", "valid request", "valid request at the decode admission door", valid),
+        guard_case(PrefillDoor, "valid", "valid request at the prefill admission door", valid),
+        guard_case(DecodeDoor, "valid", "valid request at the decode admission door", valid),
         guard_case(
             PrefillDoor,
             "reentry-metadata",
-            "re-entering request holding a metadata buffer",
             "aborted-while-running request re-enters the prefill door holding a metadata buffer",
             holding_metadata,
         ),
         guard_case(
             PrefillDoor,
             "reentry-backup",
-            "re-entering request holding a retraction backup",
             "aborted-while-running request re-enters the prefill door holding a retraction backup",
             holding_backup,
         ),
         guard_case(
             DecodeDoor,
             "retracted",
-            "retracted request",
             "retracted decode request with a pending abort re-enters the decode door",
             retracted,
             is_retracted=True,
@@ -337,7 +311,6 @@ PROBE = Probe(
         guard_case(
             DecodeDoor,
             "rebootstrap",
-            "re-bootstrapping request",
             "re-bootstrapping decode request with a pending abort re-enters the decode door",
             retracted,
             is_rebootstrap=True,
@@ -345,14 +318,12 @@ PROBE = Probe(
         guard_case(
             PrefillDoor,
             "preempted",
-            "preempted request",
             "preempted request holding nothing re-enters the prefill door with a pending abort",
             preempted,
         ),
         guard_case(
             DecodeDoor,
             "preempted",
-            "preempted request",
             "preempted request holding nothing re-enters the decode door with a pending abort",
             preempted,
         ),

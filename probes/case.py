@@ -1,8 +1,11 @@
 """Cases and the one mechanism that runs them (inside the forked child).
 
 A case builds a scene (real SGLang objects wired to recording doubles), drives SGLang once,
-then reads the scene's effects and matches them against its bug signature. Failures are
-attributed honestly: to our own set-up, to a gap in a double, or to the tree's code.
+then reads the scene's effects and judges each duty it declares (``probes/duties.py``). Failures
+are attributed honestly: to our own set-up, to a gap in a double, or to the tree's code. Two
+failures are the tree's behaviour and observed as such (``effects["escaped"]``): a failure the case
+scripted (a transport whose ``abort()`` raises) that the tree let escape, and an AttributeError
+for a member the tree's own class does not have.
 """
 
 from __future__ import annotations
@@ -13,8 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from . import duties as duty_table
 from . import tree
-from .doubles import DoubleGap, Journal
+from .doubles import Absent, DoubleGap, Journal
 from .plain import JSON, plain
 
 SITES = ("prefill-door", "decode-door", "prefill-result")
@@ -30,9 +34,10 @@ class Scene(Protocol):
 
 @dataclass(frozen=True)
 class Case:
-    """One observation. ``matches`` is the bug signature; ``signature`` says it in one line.
+    """One observation. ``duties`` are what it checks (declared in ``probes/duties.py``); its bug
+    signature is their conjunction: any failed duty makes it a bug (for a guard case: a
+    regression, a valid or re-entering request dropped).
 
-    For a guard case the signature describes the regression (a valid request dropped).
     ``requires`` names the APIs the case drives; if the tree lacks one the case is not
     applicable. The fix's own names never belong there: without the fix the case must run.
     """
@@ -41,13 +46,17 @@ class Case:
     site: str
     role: str
     title: str
-    signature: str
-    matches: Callable[[dict[str, JSON]], bool]
+    duties: tuple[str, ...]
     build: Callable[[Journal], Scene]
     requires: tuple[str, ...]
 
     def __post_init__(self) -> None:
         assert self.site in SITES and self.role in ROLES, self.id
+        assert self.duties and all(d in duty_table.DUTIES for d in self.duties), self.id
+
+    @property
+    def signature(self) -> str:
+        return duty_table.signature(self.duties)
 
     def header(self) -> dict[str, JSON]:
         return {
@@ -142,19 +151,44 @@ def run_case(case: Case, places: Places) -> dict[str, JSON]:
             except tree.Missing:
                 return _result("not_applicable", missing=api)
         tree.publish_defaults()
-        scene = case.build(journal)
+        try:
+            scene = case.build(journal)
+        except tree.Missing as missing:  # found on a real object while setting the scene up
+            return _result("not_applicable", missing=missing.args[0])
         phase = "drive"
         journal.live = True
-        scene.drive()
+        escaped = None
+        try:
+            scene.drive()
+        except Exception as exc:
+            escaped = _escaped(exc, journal, places)
+            if escaped is None:
+                raise
         journal.live = False
         if journal.gaps:  # the tree caught it, but a gap is never a behaviour
             raise journal.gaps[0]
         phase = "observe"
         effects = plain(scene.effects())
-        bug = case.matches(effects)
+        if escaped is not None:
+            effects["escaped"] = escaped
+        if journal.absent:
+            effects["absent"] = list(journal.absent)
+        held = duty_table.judge_duties(case.duties, effects)
     except Exception as exc:  # every failure becomes an outcome; the run itself goes on
         return _result("error", failure=_failure(exc, phase, journal, places))
-    return _result("observed", effects=effects, bug=bug)
+    return _result("observed", effects=effects, bug=duty_table.classify(held) == "bug")
+
+
+def _escaped(exc: Exception, journal: Journal, places: Places) -> dict[str, JSON] | None:
+    """The failure as an effect when it is the tree's behaviour: a scripted failure or a member
+    its class lacks, escaping from the tree's own frames. None: an error like any other."""
+    scripted = any(exc is s for s in journal.scripted)
+    if not (scripted or (isinstance(exc, Absent) and exc.tree_lacks)) or journal.gaps:
+        return None
+    where, frame = places.attribute(exc, scripted=True)
+    if where != "sglang":
+        return None
+    return {"type": type(exc).__name__, "message": str(exc) or type(exc).__name__, "frame": frame}
 
 
 def _failure(exc: Exception, phase: str, journal: Journal, places: Places) -> dict[str, JSON]:

@@ -8,10 +8,20 @@ and a gap in our model must never pass for a behaviour of the tree.
 
 Every modelled method runs inside a recording wrapper from this module, so a call with arguments
 the model does not expect fails in a frame of this file (a gap), never in SGLang's frame.
+
+A double never supplies behaviour the tree lacks: an instance of a real SGLang class
+(:func:`strict_subject`) or a double tied to one (``spec``) only records and replaces methods
+that class has. Asking it for a member the class neither has nor ever assigns is what Python
+would answer, an AttributeError (:class:`Absent`), and a read by name (``getattr`` with a default,
+``hasattr``) of a member the double does not model answers as Python would for an object without
+it; both are noted in the journal.
 """
 
 from __future__ import annotations
 
+import dis
+import inspect
+import re
 import sys
 from collections.abc import Callable
 from types import FunctionType
@@ -31,6 +41,18 @@ class DoubleGap(Exception):
         self.asked_at = asked_at
 
 
+class Absent(AttributeError):
+    """What Python raises for a member the object does not have.
+
+    ``tree_lacks``: the tree's own class has no such member and never assigns it, so in
+    production the same AttributeError escapes: a behaviour of the tree, not a gap of ours.
+    """
+
+    def __init__(self, message: str, tree_lacks: bool) -> None:
+        super().__init__(message)
+        self.tree_lacks = tree_lacks
+
+
 class Journal:
     """What the doubles saw during one case, in order, as deterministic JSON.
 
@@ -42,6 +64,7 @@ class Journal:
         self.live = False  # set-up calls are not effects; the case runner opens the journal
         self.entries: list[dict[str, JSON]] = []
         self.gaps: list[DoubleGap] = []
+        self.absent: list[str] = []  # members asked for that the object does not have (see Absent)
         self.scripted: list[BaseException] = []
         self._counts: dict[str, int] = {}
 
@@ -53,6 +76,12 @@ class Journal:
         asked_at = None if frame is None else (frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name)
         self.gaps.append(DoubleGap(f"the double does not model {what}", asked_at))
         return self.gaps[-1]
+
+    def lacking(self, what: str, tree_lacks: bool) -> Absent:
+        """Note a member the object does not have and return the AttributeError to raise."""
+        why = "the tree's class has no such member" if tree_lacks else "read by name; the double does not model it"
+        self.absent.append(f"{what}: {why}")
+        return Absent(f"{what}: {why}", tree_lacks)
 
     def record(self, actor: str, call: str, args: tuple = (), kwargs: dict | None = None) -> None:
         if self.live:
@@ -95,17 +124,28 @@ class Double:
     """Members are declared at construction; every other attribute raises :class:`DoubleGap`.
 
     ``recorded`` names methods that only record their call (and return None). In ``members``,
-    plain functions become recorded methods; anything else is a plain attribute value.
+    plain functions become recorded methods; anything else is a plain attribute value. With
+    ``spec`` (the real class the double stands for) a method the class lacks is left out.
     """
 
-    def __init__(self, journal: Journal, name: str, recorded: tuple[str, ...] = (), **members: Any) -> None:
+    _spec: type | None = None
+
+    def __init__(
+        self, journal: Journal, name: str, recorded: tuple[str, ...] = (), spec: type | None = None, **members: Any
+    ) -> None:
         object.__setattr__(self, "_journal", journal)
         object.__setattr__(self, "_name", name)
+        if spec is not None:
+            object.__setattr__(self, "_spec", spec)
         for call in recorded:
-            object.__setattr__(self, call, journal.method(name, call))
+            if spec is None or hasattr(spec, call):
+                object.__setattr__(self, call, journal.method(name, call))
         for key, value in members.items():
-            if isinstance(value, FunctionType) and not getattr(value, "recorded", False):
-                value = journal.method(name, key, value)
+            if isinstance(value, FunctionType):
+                if spec is not None and not hasattr(spec, key) and not _ever_assigned(spec, key):
+                    continue  # never a method the tree's class does not have
+                if not getattr(value, "recorded", False):
+                    value = journal.method(name, key, value)
             object.__setattr__(self, key, value)
 
     def double_name(self) -> str:
@@ -114,23 +154,78 @@ class Double:
     def __getattr__(self, attr: str) -> Any:
         if attr.startswith("__") and attr.endswith("__"):
             raise AttributeError(attr)  # keep Python's own protocols working
-        raise self._journal.gap(f"{self._name}.{attr}")
+        what = f"{self._name}.{attr}"
+        if self._spec is not None and not _ever_assigned(self._spec, attr):
+            raise self._journal.lacking(what, tree_lacks=True)
+        if _read_by_name(sys._getframe(1)):
+            raise self._journal.lacking(what, tree_lacks=False)
+        raise self._journal.gap(what)
 
     def __repr__(self) -> str:
         return f"<double {self._name}>"
 
 
-def strict_subject(cls: type, journal: Journal, name: str, **state: Any) -> Any:
+_DIRECT_READS = {op for name, op in dis.opmap.items() if name.startswith("LOAD_") and ("ATTR" in name or "METHOD" in name)}
+
+
+def _read_by_name(frame: Any) -> bool:
+    """Whether the frame asks through ``getattr``/``hasattr`` (a call), not ``obj.attr``."""
+    code = frame.f_code.co_code
+    return 0 <= frame.f_lasti < len(code) and code[frame.f_lasti] not in _DIRECT_READS
+
+
+_SOURCES: dict[str, str] = {}
+
+
+def _ever_assigned(cls: type, attr: str) -> bool:
+    """Whether any module defining a class of ``cls``'s MRO assigns ``self.<attr>`` (or sets it
+    by name): then a real instance may hold it and its absence here is a gap of our model."""
+    name = re.escape(attr)
+    pattern = re.compile(rf"\bself\.{name}\s*(?::[^=\n]*)?=(?!=)|setattr\(\s*self\s*,\s*(?:[\"']{name}[\"']|[^\"'\s])")
+    for klass in cls.__mro__:
+        if klass is object or klass.__module__ == __name__:
+            continue
+        module = sys.modules.get(klass.__module__)
+        try:
+            path = inspect.getsourcefile(module) if module is not None else None
+        except TypeError:
+            path = None
+        if path is None:
+            return True  # no source to read: assume it could be set
+        if path not in _SOURCES:
+            with open(path, encoding="utf-8", errors="replace") as handle:
+                _SOURCES[path] = handle.read()
+        if pattern.search(_SOURCES[path]):
+            return True
+    return False
+
+
+def strict_subject(cls: type, journal: Journal, name: str, spies: tuple[str, ...] = (), **state: Any) -> Any:
     """An instance of a real SGLang class built without its ``__init__``.
 
-    Its methods are SGLang's own; its attributes are exactly ``state`` (functions there replace
-    a method by a recorded one). Reading an attribute we did not set is a gap in our model of the
-    object, reported like any other double gap.
+    Its methods are SGLang's own; its attributes are exactly ``state``. A function in ``state``
+    replaces a method by a recorded one only where the class has that method; ``spies`` records
+    calls into the class's own methods and runs them. Reading an attribute we did not set is a gap
+    in our model of the object, unless the class neither has nor ever assigns it (then it is
+    :class:`Absent`, as in production).
     """
     subject_cls = type(cls.__name__, (Double, cls), {"__module__": __name__})
+    for spy in spies:
+        own = getattr(cls, spy, None)
+        if callable(own):
+            setattr(subject_cls, spy, _spy(journal, name, spy, own))
     subject = object.__new__(subject_cls)
-    Double.__init__(subject, journal, name, **state)
+    Double.__init__(subject, journal, name, spec=cls, **state)
     return subject
+
+
+def _spy(journal: Journal, actor: str, call: str, own: Callable[..., Any]) -> Callable[..., Any]:
+    def spied(self: Any, *args: Any, **kwargs: Any) -> Any:
+        journal.record(actor, call, args, kwargs)
+        return own(self, *args, **kwargs)
+
+    spied.__name__ = call
+    return spied
 
 
 class KVTransport:
@@ -176,3 +271,15 @@ class KVTransport:
             poll=lambda: self.poll_state,
             abort=self.journal.method(name, "abort", raises=self.abort_error),
         )
+
+
+def output_streamer(journal: Journal) -> tuple[Double, list[list[dict[str, JSON]]]]:
+    """The scheduler's output streamer: records each call with every request as its client
+    receives it at that moment (rid and finish reason)."""
+    streamed: list[list[dict[str, JSON]]] = []
+
+    def stream_output(reqs: Any, *args: Any, **kwargs: Any) -> None:
+        if journal.live:
+            streamed.append([{"rid": req.rid, "finished_reason": plain(req.finished_reason)} for req in reqs])
+
+    return Double(journal, "output_streamer", stream_output=stream_output), streamed

@@ -16,11 +16,13 @@ from typing import Any
 
 from . import tree
 from .case import Case, Probe
-from .doubles import Double, Journal, KVTransport, strict_subject
+from . import duties
+from .doubles import Double, Journal, KVTransport, output_streamer, strict_subject
 from .plain import JSON, plain
 
 PREFILL = "sglang.srt.disaggregation.prefill"
 MIXIN = f"{PREFILL}.SchedulerDisaggregationPrefillMixin"
+SCHEDULER = "sglang.srt.managers.scheduler.Scheduler"
 BATCH_RESULT = "sglang.srt.managers.utils.GenerationBatchResult"
 NEXT_TOKEN = 11
 METADATA_INDEX = 7
@@ -54,8 +56,10 @@ class ResultScene:
         prefill = tree.module(PREFILL)
         prefill.release_kv_cache = journal.method("mem_cache", "release_kv_cache", self._release_kv_cache)
         self.req = self._request(journal, rid, shape)
+        streamer, self.streamed = output_streamer(journal)
+        # The tree's own Scheduler: its methods run; only those it has can be recorded instead.
         self.scheduler = strict_subject(
-            prefill.SchedulerDisaggregationPrefillMixin,
+            tree.resolve(SCHEDULER),
             journal,
             "scheduler",
             batch_result_processor=Double(
@@ -68,7 +72,7 @@ class ResultScene:
             tree_cache=Double(
                 journal, "tree_cache", recorded=("cache_unfinished_req", "checkpoint", "finish")
             ),
-            output_streamer=Double(journal, "output_streamer", recorded=("stream_output",)),
+            output_streamer=streamer,
             metrics_reporter=Double(journal, "metrics_reporter", recorded=("report_prefill_stats",)),
             req_to_metadata_buffer_idx_allocator=Double(journal, "metadata_allocator", recorded=("free",)),
             send_kv_chunk=journal.method("scheduler", "send_kv_chunk"),
@@ -97,12 +101,11 @@ class ResultScene:
         req.metadata_buffer_index = shape.metadata_index
         req.inflight_middle_chunks = len(shape.chunks_in_flight) - 1
         if shape.holds_kv:
-            req.kv.req_pool_idx = 1
-            req.kv.kv_allocated_len = len(req.origin_input_ids)
+            tree.give_kv(req, len(req.origin_input_ids))
         if shape.holds_mamba:
-            req.kv.mamba_pool_idx = tree.torch().tensor([3])
+            tree.give_mamba(req)
         if shape.abort == "pending":
-            req.to_finish = tree.abort_reason()
+            tree.mark_abort(req)
         elif shape.abort == "retired":
             req.finished_reason = tree.abort_reason()
         if shape.grammar_rejects:
@@ -125,13 +128,11 @@ class ResultScene:
                     "rid": req.rid,
                     "is_insert": bool(flags.get("is_insert", flags.get("checkpoint", True))),
                     "flags": plain(flags),
-                    "kv": bool(req.kv.holds_kv),
-                    "mamba": bool(req.kv.holds_mamba),
+                    "kv": tree.holds_kv(req),
+                    "mamba": tree.holds_mamba(req),
                 }
             )
-        req.kv.req_pool_idx = None
-        req.kv.mark_kv_released()
-        req.kv.mamba_pool_idx = None
+        tree.drop_kv(req)
 
     def drive(self) -> None:
         result_cls = tree.resolve(BATCH_RESULT)
@@ -155,7 +156,7 @@ class ResultScene:
             "metadata_frees": [e["args"][0] for e in calls("metadata_allocator", "free")],
             "kv_releases": list(self.releases),
             "tree_cache_calls": [{k: e[k] for k in ("call", "args", "kwargs")} for e in calls("tree_cache")],
-            "streamed": [e["args"][0] for e in calls("output_streamer", "stream_output")],
+            "streamed": [list(call) for call in self.streamed],
             "pending_chunk_rids": plain(self.scheduler.disagg_prefill_pending_chunk_rids),
             "request": tree.request_state(self.req),
         }
@@ -164,75 +165,16 @@ class ResultScene:
         return {"before": self.before, "results": self.snapshots}
 
 
-# --- signatures ----------------------------------------------------------------------------------
+# --- cases ---------------------------------------------------------------------------------------
 
 
-def _requeued(snapshot: dict[str, Any]) -> bool:
-    return snapshot["request"]["rid"] in snapshot["inflight_queue"]
-
-
-def _untouched(snapshot: dict[str, Any]) -> bool:
-    """No handoff and no release, stream or cache call: nothing happened to the request."""
-    return not (
-        _requeued(snapshot)
-        or snapshot["kv_chunks_sent"]
-        or snapshot["sender_calls"]
-        or snapshot["metadata_frees"]
-        or snapshot["kv_releases"]
-        or snapshot["tree_cache_calls"]
-        or snapshot["streamed"]
-    )
-
-
-def retired_once(effects: dict[str, Any]) -> bool:
-    """Not handed off; everything it held freed exactly once; finished and streamed once."""
-    before, final = effects["before"], effects["results"][-1]
-    held = before["holds_kv"] or before["holds_mamba"]
-    metadata = [before["metadata_buffer_index"]] if before["metadata_buffer_index"] >= 0 else []
-    return (
-        not _requeued(final)
-        and not final["kv_chunks_sent"]
-        and len(final["kv_releases"]) == (1 if held else 0)
-        and not any(release["is_insert"] for release in final["kv_releases"])
-        and final["metadata_frees"] == metadata
-        and len(final["streamed"]) == 1
-        and final["request"]["finished"]
-    )
-
-
-def not_retired_once(effects: dict[str, Any]) -> bool:
-    return not retired_once(effects)
-
-
-def late_result_has_effects(effects: dict[str, Any]) -> bool:
-    return not _untouched(effects["results"][-1])
-
-
-def freed_early_or_not_retired(effects: dict[str, Any]) -> bool:
-    return not _untouched(effects["results"][0]) or not retired_once(effects)
-
-
-def not_handed_off(effects: dict[str, Any]) -> bool:
-    final = effects["results"][-1]
-    last_sent = any(chunk["kwargs"].get("last_chunk") for chunk in final["kv_chunks_sent"])
-    return not (_requeued(final) and last_sent)
-
-
-def result_case(
-    case_id: str,
-    role: str,
-    title: str,
-    signature: str,
-    matches: Callable[[dict[str, Any]], bool],
-    shape: Shape,
-) -> Case:
+def result_case(case_id: str, role: str, title: str, shape: Shape) -> Case:
     return Case(
         id=case_id,
         site="prefill-result",
         role=role,
         title=title,
-        signature=signature,
-        matches=matches,
+        duties=duties.declared("prefill-cleanup", case_id),
         build=lambda journal: ResultScene(journal, case_id, shape),
         requires=(
             f"{MIXIN}.process_batch_result_disagg_prefill",
@@ -241,8 +183,6 @@ def result_case(
         ),
     )
 
-
-RETIRE_SIGNATURE = "re-queued or sent KV, or not retired exactly once (resources freed, finished, streamed)"
 
 PROBE = Probe(
     id="prefill-cleanup",
@@ -256,62 +196,49 @@ PROBE = Probe(
         "sglang.srt.disaggregation.base",
         PREFILL,
         "sglang.srt.managers.utils",
+        "sglang.srt.managers.scheduler",
     ),
     cases=(
         result_case(
             "aborted-final-result",
             "bug",
             "final prefill result of an aborted request that owns KV and a metadata buffer",
-            f"the aborted result was {RETIRE_SIGNATURE}",
-            not_retired_once,
             Shape(),
         ),
         result_case(
             "late-result-after-retire",
             "bug",
             "late prefill result of a request that was already retired",
-            "the retired request was re-queued, sent a KV chunk, or freed, aborted or streamed again",
-            late_result_has_effects,
             Shape(abort="retired", holds_kv=False, metadata_index=-1),
         ),
         result_case(
             "aborted-middle-chunk",
             "bug",
             "aborted request's middle-chunk result while its last chunk is still in flight, then its last",
-            f"freed while a chunk was in flight, or the final result was {RETIRE_SIGNATURE}",
-            freed_early_or_not_retired,
             Shape(chunks_in_flight=(True, False)),
         ),
         result_case(
             "sender-abort-raises",
             "bug",
             "final result of an aborted request whose KV sender fails to abort",
-            f"with sender.abort() raising, the aborted result was {RETIRE_SIGNATURE}",
-            not_retired_once,
             Shape(sender_abort_fails=True),
         ),
         result_case(
             "grammar-rejection",
             "bug",
             "final prefill result whose sampled token the grammar rejects",
-            f"the grammar-rejected request was {RETIRE_SIGNATURE}",
-            not_retired_once,
             Shape(abort="none", grammar_rejects=True),
         ),
         result_case(
             "mamba-before-kv",
             "bug",
             "final result of an aborted request holding Mamba state but no KV yet",
-            f"the aborted request holding only Mamba state was {RETIRE_SIGNATURE}",
-            not_retired_once,
             Shape(holds_kv=False, holds_mamba=True, metadata_index=-1),
         ),
         result_case(
             "healthy-final-result",
             "guard",
             "final prefill result of a healthy bootstrapped request",
-            "the healthy request was not queued for transfer or did not send its last KV chunk",
-            not_handed_off,
             Shape(abort="none"),
         ),
     ),

@@ -17,8 +17,8 @@ GOOD = {"outcome": "observed", "classification": "clean", "effects": {"senders":
 
 
 def _case(case_id: str = "c") -> Case:
-    return Case(id=case_id, site="prefill-door", role="bug", title="t", signature="s",
-                matches=lambda effects: False, build=lambda journal: None, requires=())
+    return Case(id=case_id, site="prefill-door", role="bug", title="t", duties=("door-returns",),
+                build=lambda journal: None, requires=())
 
 
 def _pipes() -> list[int]:

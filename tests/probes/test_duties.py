@@ -1,0 +1,74 @@
+"""Duties as data: every declared duty is judged, one failed duty makes the case a bug, and effects
+that cannot show a duty never count as showing it (``probes/duties.py`` is pure: no SGLang)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from probes import admission, duties, prefill_cleanup
+
+REJECTION = {"type": "abort", "message": "too long", "status_code": 400, "err_type": "BadRequestError"}
+
+
+def _request(**fields):
+    state = {"rid": "rejected", "finished": False, "to_finish": None, "finished_reason": None,
+             "pending_bootstrap": False, "metadata_buffer_index": -1, "holds_kv": False, "holds_mamba": False,
+             "has_kv_sender": False, "holds_backup": False, "output_ids": []}
+    return {**state, **fields}
+
+
+RETIRED_AT_DOOR = {
+    "before": _request(),
+    "queues": {"bootstrap": []},
+    "kv_endpoints": [],
+    "kv_calls": [],
+    "retired": ["rejected"],
+    "released_aborted": ["rejected"],
+    "streamed": [[{"rid": "rejected", "finished_reason": REJECTION}]],
+    "request": _request(finished=True, finished_reason=REJECTION),
+}
+
+# One change of the effects per duty of a rejected request: each must fail exactly that duty.
+BREAKS = {
+    "door-not-queued": lambda e: e["queues"].update(bootstrap=["rejected"]),
+    "door-no-kv-endpoint": lambda e: e["kv_endpoints"].append({"name": "kv_sender#1"}),
+    "door-no-bootstrap": lambda e: e["request"].update(pending_bootstrap=True),
+    "door-no-metadata-buffer": lambda e: e["request"].update(metadata_buffer_index=3),
+    "door-retired-by-tree": lambda e: e.update(retired=[]),
+    "door-finished-rejected": lambda e: e["request"].update(finished_reason={**REJECTION, "status_code": 503}),
+    "door-streamed-once": lambda e: e["streamed"].append([{"rid": "rejected", "finished_reason": REJECTION}]),
+    "door-returns": lambda e: e.update(escaped={"type": "Absent", "message": "m", "frame": "f"}),
+}
+
+
+def test_every_duty_of_a_retired_rejection_holds():
+    held = duties.judge("admission", "prefill-door-rejected", RETIRED_AT_DOOR)
+    assert list(held) == list(duties.REJECTED) and all(held.values())
+    assert duties.classify(held) == "clean"
+
+
+@pytest.mark.parametrize("duty", sorted(BREAKS))
+def test_one_broken_duty_makes_the_case_a_bug_and_is_named(duty):
+    effects = copy.deepcopy(RETIRED_AT_DOOR)
+    BREAKS[duty](effects)
+    held = duties.judge("admission", "prefill-door-rejected", effects)
+    assert [d for d, ok in held.items() if not ok] == [duty]
+    assert duties.classify(held) == "bug"
+
+
+def test_effects_that_cannot_show_a_duty_fail_it():
+    held = duties.judge("admission", "prefill-door-rejected", {"request": {"rid": "rejected"}})
+    assert [d for d, ok in held.items() if ok] == ["door-returns"]  # only "nothing escaped" can be read
+
+
+def test_every_case_of_every_probe_declares_its_duties():
+    for probe in (admission.PROBE, prefill_cleanup.PROBE):
+        assert {c.id for c in probe.cases} == set(duties.CASES[probe.id])
+        for case in probe.cases:
+            assert case.duties == duties.declared(probe.id, case.id)
+            assert {duties.DUTIES[d].fix for d in case.duties} == {probe.fix}
+    # every duty is checked by some case
+    checked = {d for cases in duties.CASES.values() for ds in cases.values() for d in ds}
+    assert checked == set(duties.DUTIES)
