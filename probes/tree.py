@@ -76,7 +76,7 @@ def publish_defaults() -> None:
     Newer trees read knobs (decode allocation policy, radix-cache switch) through
     ``get_disagg()`` / ``get_memory()``; the defaults are what a stock server would publish.
     """
-    context = module("sglang.srt.runtime_context")
+    context = _runtime_context()
     if not hasattr(context, "publish"):
         return
     server_args = resolve("sglang.srt.server_args.ServerArgs")
@@ -85,16 +85,35 @@ def publish_defaults() -> None:
     context.publish(server_args(model_path="dummy"), role="scheduler")
 
 
+def _runtime_context() -> Any:
+    """``sglang.srt.runtime_context`` where the tree has it (earlier trees read globals), else None."""
+    name = "sglang.srt.runtime_context"
+    return module(name) if _is_module(name) else None
+
+
 @contextlib.contextmanager
 def tp_rank_zero() -> Iterator[None]:
-    """Some calls log on TP rank 0 only, and no TP process group exists on CPU."""
-    context = module("sglang.srt.runtime_context")
-    parallel = getattr(context, "get_parallel", None)
-    if parallel is None or not hasattr(parallel(), "override"):
+    """Some calls log on TP rank 0 only, and no TP process group exists on CPU.
+
+    Newer trees read the rank from the runtime context, which can override it; earlier ones
+    call ``get_tensor_model_parallel_rank`` (imported into ``schedule_batch``), which asserts
+    that a group exists: for the call, that name answers 0, as a single-process server would.
+    """
+    parallel = getattr(_runtime_context(), "get_parallel", None)
+    if parallel is not None and hasattr(parallel(), "override"):
+        with parallel().override(tp_rank=0):
+            yield
+        return
+    batch = module("sglang.srt.managers.schedule_batch")
+    rank = getattr(batch, "get_tensor_model_parallel_rank", None)
+    if rank is None:
         yield
         return
-    with parallel().override(tp_rank=0):
+    batch.get_tensor_model_parallel_rank = lambda: 0
+    try:
         yield
+    finally:
+        batch.get_tensor_model_parallel_rank = rank
 
 
 def make_req(rid: str, prompt_len: int, mode_name: str) -> Any:
@@ -220,21 +239,27 @@ def drop_kv(req: Any) -> None:
         holder.mamba_pool_idx = None
 
 
+def _backup_field(req: Any) -> str | None:
+    """Where ``offload_kv_cache`` keeps the host copy of a retracted request's KV: a
+    ``retraction_backup`` field where the request declares one, before that ``kv_cache_cpu``
+    (set only by the offload); None for trees that never back retracted KV up."""
+    if hasattr(_kv_holder(req), "retraction_backup"):
+        return "retraction_backup"
+    return "kv_cache_cpu" if hasattr(type(req), "offload_kv_cache") else None
+
+
 def give_retraction_backup(req: Any, backup: Any) -> None:
-    """The request owns a host copy of its KV taken at retraction (``retraction_backup``, earlier
-    ``kv_cache_cpu``); trees that never back retracted KV up lack both."""
-    holder = _kv_holder(req)
-    for field in ("retraction_backup", "kv_cache_cpu"):
-        if hasattr(holder, field):
-            setattr(holder, field, backup)
-            return
-    raise Missing("sglang.srt.managers.schedule_batch.Req.retraction_backup")
+    """The request owns a host copy of its KV taken at retraction."""
+    field = _backup_field(req)
+    if field is None:
+        raise Missing("sglang.srt.managers.schedule_batch.Req.offload_kv_cache")
+    setattr(_kv_holder(req), field, backup)
 
 
 def retraction_backup(req: Any) -> Any:
     """The host copy of the request's KV taken at retraction, or None (also where the tree has none)."""
-    holder = _kv_holder(req)
-    return next((getattr(holder, f) for f in ("retraction_backup", "kv_cache_cpu") if hasattr(holder, f)), None)
+    field = _backup_field(req)
+    return None if field is None else getattr(_kv_holder(req), field, None)
 
 
 def request_state(req: Any) -> dict[str, Any]:
