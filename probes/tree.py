@@ -95,25 +95,21 @@ def _runtime_context() -> Any:
 def tp_rank_zero() -> Iterator[None]:
     """Some calls log on TP rank 0 only, and no TP process group exists on CPU.
 
-    Newer trees read the rank from the runtime context, which can override it; earlier ones
-    call ``get_tensor_model_parallel_rank`` (imported into ``schedule_batch``), which asserts
-    that a group exists: for the call, that name answers 0, as a single-process server would.
+    The rank is read from the runtime context (which can override it) and, in trees that have
+    not moved every caller there yet, from ``get_tensor_model_parallel_rank`` as imported into
+    ``schedule_batch``, which asserts that a group exists: for the call, that name answers 0,
+    as a single-process server would.
     """
-    parallel = getattr(_runtime_context(), "get_parallel", None)
-    if parallel is not None and hasattr(parallel(), "override"):
-        with parallel().override(tp_rank=0):
-            yield
-        return
-    batch = module("sglang.srt.managers.schedule_batch")
-    rank = getattr(batch, "get_tensor_model_parallel_rank", None)
-    if rank is None:
+    with contextlib.ExitStack() as stack:
+        parallel = getattr(_runtime_context(), "get_parallel", None)
+        if parallel is not None and hasattr(parallel(), "override"):
+            stack.enter_context(parallel().override(tp_rank=0))
+        batch = module("sglang.srt.managers.schedule_batch")
+        rank = getattr(batch, "get_tensor_model_parallel_rank", None)
+        if rank is not None:
+            batch.get_tensor_model_parallel_rank = lambda: 0
+            stack.callback(setattr, batch, "get_tensor_model_parallel_rank", rank)
         yield
-        return
-    batch.get_tensor_model_parallel_rank = lambda: 0
-    try:
-        yield
-    finally:
-        batch.get_tensor_model_parallel_rank = rank
 
 
 def make_req(rid: str, prompt_len: int, mode_name: str) -> Any:
