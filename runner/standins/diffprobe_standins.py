@@ -7,6 +7,11 @@ so the probe harness can report exactly which stand-ins a run touched.
 
 Names are declared in ``STANDINS`` (top-level package -> why); ``runner.envs`` records the same
 list in the environment's stamp, so nothing here is silent.
+
+A stand-in answers as a machine without a GPU answers, or raises: GPU kernel libraries are
+importable (SGLang imports them at module level) but every kernel raises ``Unavailable`` when
+called. Private torch queries that older trees call under names torch has since moved
+(``TORCH_MOVED``) get torch's own answer from its new place, never a value of ours.
 """
 
 from __future__ import annotations
@@ -21,6 +26,24 @@ STANDINS = {
     "torchvision": "local builds are CUDA builds that fail to load beside CPU torch",
     "sglang.srt.rust_extensions": "compiled Rust modules, present in release wheels, absent in git trees",
     "sglang.srt.mem_cache.rust_tree_core": "compiled Rust module, present in release wheels, absent in git trees",
+    "sgl_kernel": "SGLang's CUDA kernel library (sgl-kernel/sglang-kernel, required by 0.4.5-0.5.10); "
+                  "its wheels cannot load beside CPU torch: importable, every kernel raises when called",
+    "vllm": "vLLM's ROCm/CUDA custom ops, imported by 0.4.5.post2-0.4.7 on any machine without CUDA: "
+            "importable, every op raises when called",
+}
+
+# Kernel libraries: their lower-case names are kernels, which raise when called (no value of ours).
+_KERNEL_LIBRARIES = ("sgl_kernel", "vllm")
+
+# Old private torch CPU queries -> the capability torch now reports for the same cpuinfo bit
+# (torch 2.13 dropped ``torch._C._cpu._is_<feature>_supported`` for ``_get_cpu_capability()``).
+TORCH_MOVED = {
+    "_is_avx2_supported": "avx2",
+    "_is_avx512_supported": "avx512_f",
+    "_is_avx512_vnni_supported": "avx512_vnni",
+    "_is_avx512_bf16_supported": "avx512_bf16",
+    "_is_amx_tile_supported": "amx_tile",
+    "_is_amx_fp16_supported": "amx_fp16",
 }
 
 
@@ -68,6 +91,24 @@ class _Value:
 
     def __repr__(self):
         return f"<diffprobe stand-in {self._name}>"
+
+
+class _Op:
+    """A kernel (or namespace of kernels) of a GPU library: referable at import, raises when called."""
+
+    def __init__(self, name: str):
+        self._name = name
+
+    def __call__(self, *_args, **_kwargs):
+        raise Unavailable(f"{self._name} is a diffprobe stand-in kernel and cannot run on CPU")
+
+    def __getattr__(self, attr):
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        return _Op(f"{self._name}.{attr}")
+
+    def __repr__(self):
+        return f"<diffprobe stand-in kernel {self._name}>"
 
 
 class _NoDriver:
@@ -131,6 +172,8 @@ class _StandinModule(types.ModuleType):
         # isinstance(x, triton.JITFunction)), so they must be real classes.
         if attr[:1].isupper():
             value = _StandinMeta(attr, (_Kernel,), {"__module__": self.__name__})
+        elif self.__name__.split(".", 1)[0] in _KERNEL_LIBRARIES:
+            value = _Op(f"{self.__name__}.{attr}")
         else:
             value = _Value(f"{self.__name__}.{attr}")
         setattr(self, attr, value)
@@ -155,12 +198,62 @@ class _Finder(importlib.abc.MetaPathFinder):
         return None
 
 
+_moved_called: set[str] = set()
+
+
+def _moved_query(name: str, capabilities, feature: str):
+    def query() -> bool:
+        _moved_called.add(f"torch._C._cpu.{name}")
+        return bool(capabilities().get(feature, False))
+
+    query.__name__ = name
+    return query
+
+
+def alias_moved_torch_queries(cpu_module) -> list[str]:
+    """Give ``torch._C._cpu`` its old query names back, answered by torch's own capability report."""
+    capabilities = getattr(cpu_module, "_get_cpu_capability", None)
+    if capabilities is None:
+        return []
+    added = [name for name in TORCH_MOVED if not hasattr(cpu_module, name)]
+    for name in added:
+        setattr(cpu_module, name, _moved_query(name, capabilities, TORCH_MOVED[name]))
+    return added
+
+
+class _AfterTorch(importlib.abc.Loader):
+    """Runs torch's own loader, then restores the moved query names on ``torch._C._cpu``."""
+
+    def __init__(self, loader):
+        self.loader = loader
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module):
+        self.loader.exec_module(module)
+        alias_moved_torch_queries(module._C._cpu)
+
+
+class _TorchFinder(importlib.abc.MetaPathFinder):
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != "torch":
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _AfterTorch(spec.loader)
+        return spec
+
+
 def install() -> None:
+    if not any(isinstance(f, _TorchFinder) for f in sys.meta_path):
+        sys.meta_path.insert(0, _TorchFinder())
     if not any(isinstance(f, _Finder) for f in sys.meta_path):
         sys.meta_path.append(_Finder())
 
 
 def loaded() -> list[str]:
-    """Names of stand-in modules this interpreter actually imported."""
+    """Names of stand-in modules this interpreter actually imported, and moved torch queries it called."""
     # vars(), not getattr(): a lazy module (transformers) would import itself on attribute access
-    return sorted(n for n, m in list(sys.modules.items()) if vars(m).get("DIFFPROBE_STANDIN", False) is True)
+    modules = {n for n, m in list(sys.modules.items()) if vars(m).get("DIFFPROBE_STANDIN", False) is True}
+    return sorted(modules | _moved_called)

@@ -1,0 +1,159 @@
+"""The stand-ins answer as a machine without a GPU answers, or raise; they never supply a value.
+
+Each check runs in a fresh interpreter (the finder is process-wide), with only the stand-in module
+on its path: what a probed tree would see for packages its environment cannot hold.
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from runner.standins import diffprobe_standins as standins
+
+STANDINS_DIR = Path(standins.__file__).parent
+
+
+def run(code: str, *extra_path: Path) -> dict:
+    """Run ``code`` with the stand-ins installed; it sets ``out``, which comes back as JSON."""
+    prelude = (
+        "import json, sys\n"
+        f"sys.path[:0] = {[str(p) for p in extra_path]!r}\n"
+        f"sys.path.append({str(STANDINS_DIR)!r})\n"
+        "import diffprobe_standins; diffprobe_standins.install()\n"
+        "out = {}\n"
+    )
+    proc = subprocess.run([sys.executable, "-I", "-c", prelude + code + "\nprint(json.dumps(out))"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_triton_answers_like_a_machine_without_gpu():
+    # sglang/srt/layers/attention/fla/utils.py (0.5.10-0.5.17) asks for the active driver's target
+    # backend and falls back to "cpu" on any exception, then does getattr(torch, device).
+    out = run(
+        "import triton\n"
+        "try:\n"
+        "    device = triton.runtime.driver.active.get_current_target().backend\n"
+        "except BaseException as e:\n"
+        "    device, out['raised'] = 'cpu', type(e).__name__\n"
+        "out['device'] = device\n"
+        "try:\n"
+        "    triton.runtime.driver.active.utils.get_device_properties(0)\n"
+        "except BaseException as e:\n"
+        "    out['properties'] = type(e).__name__\n"
+        "out['runtime_is_module'] = type(triton.runtime).__name__\n"
+        "out['marked'] = sorted(diffprobe_standins.loaded())\n"
+    )
+    assert out["device"] == "cpu" and out["raised"] == "RuntimeError"
+    assert out["properties"] == "RuntimeError"
+    assert out["runtime_is_module"] == "_StandinModule"
+    assert {"triton", "triton.runtime"} <= set(out["marked"])
+
+
+def test_triton_decorators_and_classes_stay_importable():
+    out = run(
+        "import triton, triton.language as tl\n"
+        "@triton.jit\n"
+        "def k(x): pass\n"
+        "out['isinstance'] = isinstance(k, triton.JITFunction) or type(k).__name__\n"
+        "try:\n"
+        "    k[(1,)](0)\n"
+        "except diffprobe_standins.Unavailable:\n"
+        "    out['launch'] = 'unavailable'\n"
+        "out['cdiv'] = triton.cdiv(7, 2)\n"
+    )
+    assert out["launch"] == "unavailable"
+    assert out["cdiv"] == 4
+
+
+@pytest.mark.parametrize("statement, call", [
+    ("from sgl_kernel.kvcacheio import transfer_kv_all_layer as f", "f(1, 2)"),
+    ("from sgl_kernel import awq_dequantize as f", "f()"),
+    ("import sgl_kernel", "sgl_kernel.allreduce.custom_reduce()"),
+    ("from vllm._custom_ops import scaled_fp8_quant as f", "f(None)"),
+    ("from vllm._custom_ops import rotary_embedding as f", "f()"),
+])
+def test_gpu_kernel_libraries_import_but_every_kernel_raises(statement, call):
+    out = run(
+        f"{statement}\n"
+        "try:\n"
+        f"    out['value'] = repr({call})\n"
+        "except diffprobe_standins.Unavailable as e:\n"
+        "    out['raised'] = str(e)\n"
+    )
+    assert "value" not in out, f"a stand-in kernel returned {out['value']} instead of raising"
+    assert "cannot run" in out["raised"]
+
+
+def test_every_declared_standin_is_served_and_marked(tmp_path):
+    for package in ("sglang", "sglang/srt", "sglang/srt/mem_cache"):  # a tree without compiled modules
+        (tmp_path / package).mkdir()
+        (tmp_path / package / "__init__.py").write_text("")
+    out = run(
+        "import importlib\n"
+        f"for name in {sorted(standins.STANDINS)!r}:\n"
+        "    importlib.import_module(name)\n"
+        "out['marked'] = diffprobe_standins.loaded()\n",
+        tmp_path,
+    )
+    assert set(standins.STANDINS) <= set(out["marked"])
+
+
+def test_a_real_module_always_wins(tmp_path):
+    (tmp_path / "sgl_kernel").mkdir()
+    (tmp_path / "sgl_kernel" / "__init__.py").write_text("REAL = True\n")
+    out = run(
+        "import sgl_kernel\n"
+        "out['real'] = getattr(sgl_kernel, 'REAL', False) is True\n"
+        "out['marked'] = diffprobe_standins.loaded()\n",
+        tmp_path,
+    )
+    assert out == {"real": True, "marked": []}
+
+
+def test_undeclared_modules_stay_missing():
+    out = run(
+        "try:\n"
+        "    import flashinfer\n"
+        "except ModuleNotFoundError:\n"
+        "    out['missing'] = True\n"
+    )
+    assert out == {"missing": True}
+
+
+class _Cpu:
+    """A ``torch._C._cpu`` of a torch that reports capabilities only through ``_get_cpu_capability``."""
+
+    def __init__(self, capabilities: dict):
+        self.capabilities = capabilities
+
+    def _get_cpu_capability(self):
+        return self.capabilities
+
+
+def test_moved_torch_queries_answer_what_torch_reports():
+    cpu = _Cpu({"amx_tile": False, "avx2": True})
+    added = standins.alias_moved_torch_queries(cpu)
+    assert set(added) == set(standins.TORCH_MOVED)
+    assert cpu._is_amx_tile_supported() is False and cpu._is_avx2_supported() is True
+    assert cpu._is_amx_fp16_supported() is False  # absent from the report: not supported, as torch says
+    cpu.capabilities["amx_tile"] = True  # the answer is torch's, read at each call, never ours
+    assert cpu._is_amx_tile_supported() is True
+    assert "torch._C._cpu._is_amx_tile_supported" in standins.loaded()
+
+
+def test_moved_torch_queries_leave_existing_names_and_older_torches_alone():
+    cpu = _Cpu({"amx_tile": True})
+    cpu._is_amx_tile_supported = lambda: "own"
+    standins.alias_moved_torch_queries(cpu)
+    assert cpu._is_amx_tile_supported() == "own"
+
+    class Old:  # a torch whose C module has neither the report nor the names: nothing is invented
+        pass
+
+    assert standins.alias_moved_torch_queries(Old()) == []
+    assert not hasattr(Old, "_is_amx_tile_supported")
