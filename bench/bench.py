@@ -30,8 +30,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from runner import catalog, envs, execute, sources, specs  # noqa: E402
-from runner.cache import Cache  # noqa: E402
+from runner.evidence import catalog  # noqa: E402
+from runner.sandbox import execute  # noqa: E402
+from runner.store import envs, sources, specs  # noqa: E402
+from runner.store.cache import Cache  # noqa: E402
 
 # Runs inside the tree's environment: the probes' own cases, called directly in one process.
 BARE = r"""

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import signal
 import sys
@@ -14,26 +13,21 @@ import orjson
 from pathlib import Path
 from typing import NoReturn
 
-from runner import __version__, bundle, compare, envs, errors, execute, pins, pipeline, receipts, sources, specs, summary, ui
-from runner.cache import Cache
+from runner import __version__, errors, ui
+from runner.commands import backport, gate, model, options, pipeline, report, sweep, upstream_tests
+from runner.evidence import bundle, compare, pins, receipts
+from runner.sandbox import execute
+from runner.store import envs, sources, specs
+from runner.views import summary
+from runner.store.cache import Cache
 from runner.files import sha256_file
 
 
-def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--cache-dir", metavar="DIR", help="cache root (default: $DIFFPROBE_CACHE or ~/.cache/diffprobe)")
-    p.add_argument("--pins", metavar="FILE", help="pins.toml to use (default: the project's own)")
-
-
-def _env_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--python", metavar="EXE", help="interpreter for the probe environments (default: the running one)")
+_common, _env_options, _path = options.common, options.env_options, options.path
 
 
 def _resolve_tree(args, text: str) -> sources.Tree:
     return pipeline.resolve(text, pipeline.options(args, pins.load(_path(args.pins))))
-
-
-def _path(value: str | None) -> Path | None:
-    return Path(value) if value else None
 
 
 def cmd_resolve(args) -> int:
@@ -156,7 +150,7 @@ def cmd_compare(args) -> int:
 
 
 # Modules with a ``register(subparsers, add_common_options)`` function, each adding its commands.
-EXTENSIONS: list[str] = ["model", "gates", "report", "sweep", "upstream_tests", "backport"]
+EXTENSIONS = [model, gate, report, sweep, upstream_tests, backport]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -205,7 +199,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_compare)
 
     for module in EXTENSIONS:  # commands that live in their own modules register themselves
-        importlib.import_module(f"runner.{module}").register(sub, _common)
+        module.register(sub, _common)
     return parser
 
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from runner import envs, sources, specs
-from runner.cache import Cache
+from runner.store import envs, sources, specs
+from runner.store.cache import Cache
 
 RELEASES = ["0.5.19", "0.5.20", "0.5.21"]
 

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from runner import receipts
-from runner.observations import Case
-from runner.sources import TreeIdentity
+from pathlib import Path
+
+from runner.evidence import receipts
+from runner.evidence.observations import Case
+from runner.store.sources import TreeIdentity
+
+ROOT = Path(__file__).resolve().parent.parent  # the project checkout
 
 PROBE = receipts.ProbeRef(id="admission", fix=38935, sha256="a" * 64, files={"admission.py": "b" * 64})
 

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from runner import bundle, schema
+from runner.evidence import bundle, schema
 
 EVIDENCE = Path(__file__).resolve().parent.parent / "evidence"
 
@@ -10,7 +10,7 @@ EVIDENCE = Path(__file__).resolve().parent.parent / "evidence"
 def test_schema_files_are_current():
     rendered = schema.render()
     on_disk = {p.name: p.read_bytes() for p in (EVIDENCE / "schema").glob("*.json")}
-    assert on_disk == rendered, "run `python -m runner.schema` and commit evidence/schema"
+    assert on_disk == rendered, "run `python -m runner.evidence.schema` and commit evidence/schema"
 
 
 def test_committed_bundles_verify():

@@ -1,0 +1,1 @@
+"""One module per ``diffprobe`` command, and the pipeline they compose (resolve, build, probe)."""

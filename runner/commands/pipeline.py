@@ -1,0 +1,123 @@
+"""The one pipeline every command composes: resolve trees, build environments, run probes, seal
+receipts. Resolution and environment builds run one at a time (they share caches and the network);
+probe runs, the expensive part, run on ``workers`` threads, each driving its own process that
+imports SGLang once for all of that tree's probes."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Callable
+
+from rich.markup import escape
+
+from runner import errors, ui
+from runner.evidence import catalog, pins, receipts
+from runner.sandbox import execute
+from runner.store import envs, sources, specs
+from runner.store.cache import Cache
+from runner.files import sha256_file
+from runner.evidence.receipts import ProbeRef, Receipt
+
+
+@dataclass
+class Options:
+    cache: Cache
+    python: str | None = None
+    workers: int = 1
+    case_timeout: int = execute.DEFAULT_CASE_TIMEOUT
+    package_dir: str = "python/sglang"
+    pinned_sha256: dict[str, str] = field(default_factory=dict)
+    repeat: int = 1  # run each tree's probes this many times; any difference in observations fails
+
+
+def options(args, p: pins.Pins) -> Options:
+    """Options from a command's arguments; flags a command does not offer keep their defaults."""
+    return Options(
+        cache=Cache.at(args.cache_dir), python=getattr(args, "python", None), workers=getattr(args, "jobs", 1),
+        case_timeout=getattr(args, "case_timeout", execute.DEFAULT_CASE_TIMEOUT), package_dir=p.package_dir,
+        repeat=getattr(args, "repeat", 1), pinned_sha256=p.pinned_sha256,
+    )
+
+
+def probe_ref(probe: str, fix: int) -> ProbeRef:
+    files = {p.name: sha256_file(p) for p in catalog.probe_files(probe)}
+    return ProbeRef(id=probe, fix=fix, sha256=catalog.probe_digest(probe), files=files)
+
+
+def resolve(text: str, opts: Options, extra_refs: list[str] = ()) -> sources.Tree:
+    return sources.resolve(specs.parse(text), opts.cache, package_dir=opts.package_dir,
+                           pinned_sha256=opts.pinned_sha256, extra_refs=extra_refs)
+
+
+def workers_for_memory(requested: int) -> int:
+    """Each probe process holds about 1 GiB (torch + SGLang); never start more than memory allows."""
+    try:
+        meminfo = dict(line.split(":", 1) for line in open("/proc/meminfo"))
+        available = int(meminfo["MemAvailable"].split()[0]) * 1024
+    except (OSError, KeyError, ValueError):
+        return max(1, requested)
+    allowed = max(1, int(available // PROCESS_BYTES))
+    if requested > allowed:
+        ui.warn(f"-j {requested} needs about {requested * PROCESS_BYTES >> 30} GiB; using {allowed} worker(s)")
+    return max(1, min(requested, allowed))
+
+
+PROCESS_BYTES = 3 << 29  # 1.5 GiB: a probe process's peak with headroom
+
+
+def _same_or_fail(text: str, first: dict[str, execute.Run], again: dict[str, execute.Run], attempt: int) -> None:
+    """--repeat: a probe that observes differently on the same tree cannot back a receipt."""
+    for probe, run in first.items():
+        before = {c.id: c.model_dump(exclude={"duration_ms"}) for c in run.observations.cases}
+        after = {c.id: c.model_dump(exclude={"duration_ms"}) for c in again[probe].observations.cases}
+        differing = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+        if differing:
+            raise errors.DiffprobeError.differs(
+                f"{probe} on {text}: run {attempt} observed differently from run 1 (cases: {', '.join(differing)})")
+
+
+def probe_sources(
+    plan: dict[str, list[str]], opts: Options, extra_refs: dict[str, list[str]] | None = None,
+    on_tree: Callable[[str, sources.Tree], None] | None = None,
+) -> tuple[dict[str, sources.Tree], dict[tuple[str, str], Receipt]]:
+    """Receipts for every (source, probe) in ``plan`` (source text -> probe ids).
+
+    Sources are resolved and their environments built in order on this thread, and each tree's
+    probes start on the pool as soon as it is ready, so downloads overlap with probe runs;
+    ``on_tree`` (host-side reading of a tree, say) runs here too, while the pool works.
+    """
+    interp = envs.interpreter(opts.python)
+    trees: dict[str, sources.Tree] = {}
+
+    def one(text: str, environment: envs.Env) -> dict[tuple[str, str], Receipt]:
+        runs = execute.run_probes(environment, plan[text], case_timeout=opts.case_timeout)
+        for attempt in range(2, opts.repeat + 1):
+            _same_or_fail(text, runs, execute.run_probes(environment, plan[text], case_timeout=opts.case_timeout), attempt)
+        got = {}
+        for probe, run in runs.items():
+            receipt = receipts.build(probe_ref(probe, run.observations.fix), trees[text].identity, environment, run)
+            counts = receipt.summary.classifications
+            ui.err.print(f"[green]✓[/] {probe} on {escape(text)}: {counts['bug']} bug, {counts['clean']} clean, "
+                         f"{counts['inconclusive']} inconclusive")
+            got[(text, probe)] = receipt
+        return got
+
+    pool = ThreadPoolExecutor(max_workers=workers_for_memory(opts.workers))
+    futures = []
+    try:
+        for text in plan:
+            trees[text] = resolve(text, opts, (extra_refs or {}).get(text, []))
+            environment = envs.env(trees[text], opts.cache, interp)
+            for note in environment.stamp.notes:
+                ui.warn(f"{text}: {note}")
+            futures.append(pool.submit(one, text, environment))
+            if on_tree:
+                on_tree(text, trees[text])
+        results = [f.result() for f in futures]
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        execute.kill_all()
+        raise
+    pool.shutdown()
+    return trees, {pair: receipt for got in results for pair, receipt in got.items()}

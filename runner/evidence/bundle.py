@@ -1,0 +1,245 @@
+"""Evidence bundles: receipts, differentials, an index and a ``SHA256SUMS`` manifest.
+
+A bundle is assembled in a ``.partial-*`` directory next to its destination and renamed into place
+once every file and the manifest are written, so an interrupted run never leaves something that
+looks like a bundle. ``sha256sum -c SHA256SUMS`` inside the directory checks it without diffprobe.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import re
+import shutil
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Literal
+
+import orjson
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from runner import __version__
+from runner.errors import DIFFERS, BadInput, DiffprobeError
+from runner.files import sha256_bytes, sha256_file
+from runner.evidence.receipts import Differential, Receipt, Source, seal, source_key
+
+INDEX = "bundle.json"
+PARTIAL = ".partial-"  # prefix of a bundle being assembled; never a bundle, even when complete
+MANIFEST = "SHA256SUMS"
+BUNDLE_SCHEMA = "diffprobe.bundle/1"
+LIMITS = [
+    "CPU only: code paths of pinned SGLang trees driven with recording doubles, not a served model",
+    "no GPU, no RDMA, no real KV transfer: the KV sender/receiver classes are recording doubles",
+    "no real tenants or tenant data; not a reproduction of the cross-tenant leak itself",
+    "scheduler collaborators (tree cache, allocators, HiCache, Mamba pools) are recording doubles",
+]
+
+
+class Index(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    schema_version: Literal["diffprobe.bundle/1"] = BUNDLE_SCHEMA
+    kind: str  # run, audit, sweep, backport, ...
+    created_at: str
+    diffprobe: str
+    pins_sha256: str | None
+    trees: list[Source]
+    receipts: list[str]
+    differentials: list[str]
+    limits: list[str]
+    extra: dict = {}
+
+
+def label(identity: Source) -> str:
+    """A short, stable, file-name-safe name for what a receipt observed."""
+    if identity.kind == "pypi":
+        return f"sglang-{identity.version}"
+    if identity.kind == "git":
+        return f"git-{identity.commit[:12]}"
+    if identity.kind == "path":
+        return "path-" + base64.b64decode(identity.tree_digest.removeprefix("h1:")).hex()[:12]
+    return f"{identity.kind}-{source_key(identity)[:12]}"
+
+
+def receipt_name(receipt: Receipt) -> str:
+    return f"receipts/{label(receipt.source)}.{receipt.probe.id}.json"
+
+
+def _dump(value: BaseModel) -> bytes:
+    return orjson.dumps(value.model_dump(mode="json"), option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n"
+
+
+def out_path(out: str | None, kind: str) -> Path:
+    """The bundle directory a command will write: ``--out`` or a dated default, checked up front."""
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return check_out(Path(out) if out else Path(f"diffprobe-{kind}-{stamp}"))
+
+
+def check_out(out: Path) -> Path:
+    """``out`` made absolute if a bundle may be written there. Commands call it before any work,
+    so a taken name is refused in a second, not after minutes of probing."""
+    out = out.resolve()
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise BadInput(f"--out {out}: exists and is not empty; choose another directory")
+    return out
+
+
+def write(
+    out: Path, *, kind: str, created_at: str, receipts: list[Receipt], differentials: list[Differential],
+    pins_sha256: str | None, extra: dict | None = None, files: dict[str, bytes] | None = None,
+    limits: list[str] = LIMITS,
+) -> Path:
+    """Write a bundle; ``limits`` says what its evidence does not show (CPU probes' by default)."""
+    out = check_out(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f"{PARTIAL}{out.name}-", dir=out.parent))
+    try:
+        contents: dict[str, bytes] = dict(files or {})
+        trees: dict[str, Source] = {}
+        for r in receipts:
+            contents[receipt_name(r)] = _dump(r)
+            trees.setdefault(label(r.source), r.source)
+        for d in differentials:
+            contents[f"differentials/fix-{d.fix}.json"] = _dump(d)
+        index = Index(
+            kind=kind, created_at=created_at, diffprobe=__version__, pins_sha256=pins_sha256,
+            trees=list(trees.values()), receipts=sorted(receipt_name(r) for r in receipts),
+            differentials=sorted(f"differentials/fix-{d.fix}.json" for d in differentials),
+            limits=limits, extra=extra or {},
+        )
+        contents[INDEX] = _dump(index)
+        for name, data in contents.items():
+            (staging / name).parent.mkdir(parents=True, exist_ok=True)
+            (staging / name).write_bytes(data)
+        (staging / MANIFEST).write_text(_render({n: sha256_bytes(data) for n, data in contents.items()}))
+        if out.exists():
+            out.rmdir()
+        os.replace(staging, out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return out
+
+
+# --- reading and verifying -----------------------------------------------------------------
+
+_LINE = re.compile(r"^([0-9a-f]{64}) [ *](.+)$")
+
+
+def _render(entries: dict[str, str]) -> str:
+    """The one form a manifest takes: sorted ``<sha256>  <name>`` lines (``sha256sum``'s own)."""
+    return "".join(f"{entries[n]}  {n}\n" for n in sorted(entries))
+
+
+class NotABundle(BadInput):
+    pass
+
+
+class Tampered(DiffprobeError):
+    """A bundle whose contents do not verify: the answer is "do not trust it" (exit 1)."""
+
+    exit_code = DIFFERS
+
+
+def _manifest(root: Path) -> dict[str, str]:
+    path = root / MANIFEST
+    if root.name.startswith(PARTIAL):
+        raise NotABundle(f"{root}: not a bundle (the staging directory of an interrupted write)")
+    if not root.is_dir() or not path.is_file():
+        raise NotABundle(f"{root}: not a bundle (no {MANIFEST})")
+    entries: dict[str, str] = {}
+    for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+        m = _LINE.match(line)
+        if not m:
+            raise NotABundle(f"{path}:{n}: not a sha256sum line")
+        entries[m.group(2)] = m.group(1)
+    if INDEX not in entries:
+        raise NotABundle(f"{root}: not a bundle ({MANIFEST} does not list {INDEX})")
+    return entries
+
+
+def _safe(root: Path, name: str) -> Path | None:
+    """The file ``name`` names inside ``root``, or None if it escapes it or passes through a link."""
+    if name.startswith("/") or "\\" in name or any(p in ("..", "") for p in name.split("/")):
+        return None
+    path = root / name
+    current = root
+    for part in name.split("/"):
+        current = current / part
+        if current.is_symlink():
+            return None
+    return path
+
+
+def verify(root: Path) -> list[str]:
+    """Every problem found, as one line each; empty means intact.
+
+    Checks the manifest (refusing entries outside the bundle and symlinks), that nothing unlisted
+    sits in the bundle, that each receipt and differential validates against its schema and its own
+    digest, and that each differential names receipts that are in the bundle with those digests.
+    """
+    root = root.resolve()
+    entries = _manifest(root)
+    problems: list[str] = []
+    if (root / MANIFEST).read_bytes() != _render(entries).encode():  # same meaning, other bytes: edited by hand
+        problems.append(f"{MANIFEST}: not in the form diffprobe writes (sorted '<sha256>  <name>' lines, one per file)")
+    for name, digest in sorted(entries.items()):
+        path = _safe(root, name)
+        if path is None:
+            problems.append(f"{name}: refused (path outside the bundle or through a symlink)")
+        elif not path.is_file():
+            problems.append(f"{name}: listed but missing")
+        elif sha256_file(path) != digest:
+            problems.append(f"{name}: sha256 differs from {MANIFEST}")
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root).as_posix()
+        if path.is_symlink():
+            problems.append(f"{rel}: symlink inside the bundle")
+        elif path.is_file() and rel != MANIFEST and rel not in entries:
+            problems.append(f"{rel}: present but not listed in {MANIFEST}")
+    if problems:
+        return problems
+    index = _load(root / INDEX, Index, problems)
+    receipts: dict[str, Receipt] = {}
+    for name in sorted(entries):
+        if name.startswith("receipts/"):
+            r = _load(root / name, Receipt, problems)
+            if r is not None:
+                receipts[name] = r
+        elif name.startswith("differentials/"):
+            d = _load(root / name, Differential, problems)
+            for side in (d.base + d.head) if d else []:
+                if side.receipt not in receipts and side.receipt not in entries:
+                    problems.append(f"{name}: names {side.receipt}, which is not in the bundle")
+                elif side.receipt in receipts and receipts[side.receipt].digest != side.receipt_digest:
+                    problems.append(f"{name}: {side.receipt} digest differs from the one it was judged on")
+    if index is not None:
+        for name in index.receipts + index.differentials:
+            if name not in entries:
+                problems.append(f"{INDEX}: lists {name}, which is not in {MANIFEST}")
+    return problems
+
+
+def _load(path: Path, model, problems: list[str]):
+    rel = path.name if path.parent.name not in ("receipts", "differentials") else f"{path.parent.name}/{path.name}"
+    try:
+        raw = orjson.loads(path.read_bytes())
+        value = model.model_validate(raw)
+    except (orjson.JSONDecodeError, ValidationError) as e:
+        problems.append(f"{rel}: does not match its schema ({str(e).splitlines()[0][:160]})")
+        return None
+    if hasattr(value, "digest") and seal(raw) != raw.get("digest"):
+        problems.append(f"{rel}: digest does not match its content")
+        return None
+    return value
+
+
+def load(root: Path) -> tuple[Index, dict[str, Receipt], dict[str, Differential]]:
+    """A verified bundle's contents; anything tampered with or malformed is refused."""
+    problems = verify(root)
+    if problems:
+        raise Tampered(f"{root}: bundle does not verify ({len(problems)} problem(s), first: {problems[0]})")
+    index = Index.model_validate(orjson.loads((root / INDEX).read_bytes()))
+    receipts = {n: Receipt.model_validate(orjson.loads((root / n).read_bytes())) for n in index.receipts}
+    diffs = {n: Differential.model_validate(orjson.loads((root / n).read_bytes())) for n in index.differentials}
+    return index, receipts, diffs

@@ -1,0 +1,80 @@
+"""Observation-level comparison of two bundles or two receipts.
+
+Only what a probe observed counts: times, durations and where things lived on disk do not. Two
+receipts are matched by probe and tree digest inside bundles; given as files they are compared
+directly, whatever trees they name (a backport against a head, say).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+from pydantic import ValidationError
+
+from runner.evidence import bundle
+from runner.errors import BadInput
+from runner.evidence.receipts import Receipt, seal, source_key
+
+
+def _receipt_file(path: Path) -> Receipt:
+    try:
+        raw = orjson.loads(path.read_bytes())
+        receipt = Receipt.model_validate(raw)
+    except (OSError, orjson.JSONDecodeError, ValidationError) as e:
+        raise BadInput(f"{path}: not a diffprobe receipt ({str(e).splitlines()[0][:120]})") from None
+    if seal(raw) != receipt.digest:
+        raise BadInput(f"{path}: receipt digest does not match its content")
+    return receipt
+
+
+def _receipts(path: Path) -> dict[tuple[str, str], Receipt]:
+    if path.is_dir():
+        _, receipts, _ = bundle.load(path)
+        return {(r.probe.id, source_key(r.source)): r for r in receipts.values()}
+    r = _receipt_file(path)
+    return {(r.probe.id, "*"): r}
+
+
+def compare_receipts(a: Receipt, b: Receipt, where: str) -> list[str]:
+    if a.probe.sha256 != b.probe.sha256:
+        return [f"{where}: not comparable, probe versions differ ({a.probe.sha256[:12]} vs {b.probe.sha256[:12]})"]
+    if a.observation_digest == b.observation_digest:
+        return []
+    lines = []
+    if source_key(a.source) != source_key(b.source):
+        lines.append(f"{where}: different trees ({a.source.source} vs {b.source.source})")
+    ids = list(dict.fromkeys([c.id for c in a.cases] + [c.id for c in b.cases]))
+    for case_id in ids:
+        ca, cb = a.case(case_id), b.case(case_id)
+        if ca is None or cb is None:
+            lines.append(f"{where} {case_id}: only in {'A' if cb is None else 'B'}")
+            continue
+        da, db = ca.model_dump(exclude={"duration_ms"}), cb.model_dump(exclude={"duration_ms"})
+        for key in sorted(da):
+            if da[key] != db[key]:
+                lines.append(f"{where} {case_id}: {key}: {_short(da[key])} -> {_short(db[key])}")
+    return lines
+
+
+def _short(value) -> str:
+    text = orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+    return text if len(text) <= 160 else text[:157] + "..."
+
+
+def compare(a: Path, b: Path) -> list[str]:
+    ra, rb = _receipts(a), _receipts(b)
+    if len(ra) == 1 and len(rb) == 1 and (a.is_file() or b.is_file()):
+        a_receipt, b_receipt = next(iter(ra.values())), next(iter(rb.values()))
+        return compare_receipts(a_receipt, b_receipt, a_receipt.probe.id)
+    lines = []
+    for key in sorted(set(ra) | set(rb)):
+        probe, tree = key
+        where = f"{probe} @ {(ra.get(key) or rb.get(key)).source.source}"
+        if key not in rb:
+            lines.append(f"{where}: only in A")
+        elif key not in ra:
+            lines.append(f"{where}: only in B")
+        else:
+            lines += compare_receipts(ra[key], rb[key], where)
+    return lines

@@ -1,0 +1,307 @@
+"""Receipts: what was probed, with what, where, and what was observed, sealed by a sha256.
+
+Canonical form (recomputable without diffprobe): drop the top-level ``digest`` key, then
+``json.dumps(rest, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")``;
+its sha256 is ``digest``. Receipts never contain floats, so this text is unambiguous.
+``observation_digest`` is the same over only what a repeat run must reproduce exactly (the probe
+version, the tree and each case without its duration), so runs can be compared across machines.
+"""
+
+from __future__ import annotations
+
+import platform
+from typing import Annotated, Any, Literal, Union
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field
+
+from runner import __version__
+from runner.store.envs import Env
+from runner.sandbox.execute import Run
+from runner.files import sha256_bytes
+from runner.evidence.observations import Case, Classification, ImportResult, Outcome, reject_floats
+from runner.evidence.pins import Verdict
+from runner.store.sources import TreeIdentity
+
+RECEIPT_SCHEMA = "diffprobe.receipt/1"
+DIFFERENTIAL_SCHEMA = "diffprobe.differential/1"
+
+
+def canonical(value: Any) -> bytes:
+    reject_floats(value, "receipt")
+    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+
+
+def seal(body: dict[str, Any]) -> str:
+    return sha256_bytes(canonical({k: v for k, v in body.items() if k != "digest"}))
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ProbeRef(_Model):
+    id: str
+    fix: int | None
+    sha256: str = Field(description="probe version: sha256 over the probe's own files (runner.catalog)")
+    files: dict[str, str] = Field(description="each probe source file -> its sha256")
+
+
+class Standins(_Model):
+    declared: dict[str, str]
+    used: list[str]
+    tree_lacks: list[str]
+    sha256: str
+
+
+class Environment(_Model):
+    """Where the observation was made. Tree probes fill every field; gates and the model, which run
+    on the host, leave the probe-environment fields empty."""
+
+    python: str
+    implementation: str
+    platform: str
+    diffprobe: str
+    interpreter_tag: str | None = None
+    lock_sha256: str | None = None
+    layer: str | None = None
+    standins: Standins | None = None
+    notes: list[str] = []
+    network_isolated: bool | None = None
+
+
+class ServerIdentity(_Model):
+    """A live server probed by a gate: its URL and what it said about itself."""
+
+    kind: Literal["server"] = "server"
+    source: str
+    url: str
+    reported: dict[str, Any]
+
+
+class ModelIdentity(_Model):
+    """The executable incident model: which switches were set."""
+
+    kind: Literal["model"] = "model"
+    source: str
+    switches: dict[str, bool]
+
+
+Source = Annotated[Union[TreeIdentity, ServerIdentity, ModelIdentity], Field(discriminator="kind")]
+
+
+class Summary(_Model):
+    outcomes: dict[Outcome, int]
+    classifications: dict[Classification, int]
+
+
+class Receipt(_Model):
+    schema_version: Literal["diffprobe.receipt/1"] = RECEIPT_SCHEMA
+    probe: ProbeRef
+    source: Source
+    environment: Environment
+    materials: dict[str, str] = Field(description="every sglang file the probe imported -> sha256 (in-toto materials)")
+    import_result: ImportResult
+    cases: list[Case]
+    summary: Summary
+    started_at: str
+    finished_at: str
+    observation_digest: str
+    digest: str
+
+    def case(self, case_id: str) -> Case | None:
+        return next((c for c in self.cases if c.id == case_id), None)
+
+
+def observation_digest(probe_sha256: str, tree_digest: str, cases: list[Case]) -> str:
+    stable = [c.model_dump(mode="json", exclude={"duration_ms"}) for c in cases]
+    return sha256_bytes(canonical({"probe": probe_sha256, "tree": tree_digest, "cases": stable}))
+
+
+def _summary(cases: list[Case]) -> Summary:
+    outcomes = {o: 0 for o in ("observed", "error", "not_applicable", "timeout")}
+    classes = {c: 0 for c in ("bug", "clean", "inconclusive")}
+    for case in cases:
+        outcomes[case.outcome] += 1
+        classes[case.classification] += 1
+    return Summary(outcomes=outcomes, classifications=classes)
+
+
+def make(
+    probe: ProbeRef, source: TreeIdentity | ServerIdentity | ModelIdentity, environment: Environment,
+    cases: list[Case], *, started_at: str, finished_at: str, materials: dict[str, str] | None = None,
+    import_result: ImportResult | None = None,
+) -> Receipt:
+    """Seal a receipt; the one constructor for tree probes, gates and the incident model alike."""
+    identity = source_key(source)
+    body: dict[str, Any] = {
+        "schema_version": RECEIPT_SCHEMA,
+        "probe": probe.model_dump(mode="json"),
+        "source": source.model_dump(mode="json"),
+        "environment": environment.model_dump(mode="json"),
+        "materials": dict(sorted((materials or {}).items())),
+        "import_result": (import_result or ImportResult(outcome="ok", duration_ms=0)).model_dump(mode="json"),
+        "cases": [c.model_dump(mode="json") for c in cases],
+        "summary": _summary(cases).model_dump(mode="json"),
+        "started_at": started_at,
+        "finished_at": finished_at,
+        "observation_digest": observation_digest(probe.sha256, identity, cases),
+    }
+    body["digest"] = seal(body)
+    return Receipt.model_validate(body)
+
+
+def source_key(source: TreeIdentity | ServerIdentity | ModelIdentity) -> str:
+    """What identifies the observed thing: a tree's digest, else the digest of its identity."""
+    return getattr(source, "tree_digest", None) or sha256_bytes(canonical(source.model_dump(mode="json")))
+
+
+def host_environment() -> Environment:
+    """For observations made in diffprobe's own interpreter (gates, the model)."""
+    return Environment(python=platform.python_version(), implementation=platform.python_implementation(),
+                       platform=platform.platform(), diffprobe=__version__)
+
+
+def build(probe: ProbeRef, identity: TreeIdentity, environment: Env, run: Run) -> Receipt:
+    """The receipt of one probe run in one tree's environment."""
+    obs = run.observations
+    if obs.probe != probe.id:
+        raise ValueError(f"observations are for probe {obs.probe}, not {probe.id}")
+    env = tree_environment(environment, python=obs.python, implementation=obs.implementation, platform=obs.platform,
+                           standins_used=obs.standins, network_isolated=run.network_isolated)
+    return make(probe, identity, env, obs.cases, started_at=run.started_at, finished_at=run.finished_at,
+                materials=obs.materials, import_result=obs.import_)
+
+
+def tree_environment(
+    environment: Env, *, python: str, implementation: str, platform: str, standins_used: list[str],
+    network_isolated: bool,
+) -> Environment:
+    """Where a run inside a tree's environment happened: its stamp plus what the run reported."""
+    stamp = environment.stamp
+    return Environment(
+        python=python, implementation=implementation, interpreter_tag=stamp.interpreter.tag,
+        platform=platform, lock_sha256=stamp.lock_sha256, layer=stamp.layer_key,
+        standins=Standins(declared=stamp.standins.declared, used=standins_used,
+                          tree_lacks=stamp.standins.tree_lacks, sha256=stamp.standins.sha256),
+        notes=stamp.notes, network_isolated=network_isolated, diffprobe=__version__,
+    )
+
+
+# --- differentials --------------------------------------------------------------------------
+
+Transition = Literal["bug -> clean", "clean -> clean", "bug -> bug", "clean -> bug", "inconclusive", "not comparable"]
+
+
+class Side(_Model):
+    receipt: str = Field(description="file name of the receipt inside the bundle")
+    receipt_digest: str
+    source: Source
+
+
+class CaseTransition(_Model):
+    probe: str
+    case: str
+    site: str
+    role: Literal["bug", "guard"]
+    base: str = Field(description="outcome/classification at base")
+    head: str
+    transition: Transition
+
+
+class Differential(_Model):
+    schema_version: Literal["diffprobe.differential/1"] = DIFFERENTIAL_SCHEMA
+    fix: int
+    title: str
+    probes: list[str]
+    base: list[Side]
+    head: list[Side]
+    cases: list[CaseTransition]
+    verdict: Verdict
+    reasons: list[str]
+    expected: Verdict | None
+    as_expected: bool | None
+    digest: str
+
+
+def state(case: Case | None) -> str:
+    if case is None:
+        return "absent"
+    return case.classification if case.outcome == "observed" else case.outcome
+
+
+def transition(base: Case | None, head: Case | None) -> Transition:
+    if base is None or head is None or "not_applicable" in (base.outcome, head.outcome):
+        return "not comparable"
+    if base.outcome != "observed" or head.outcome != "observed":
+        return "inconclusive"
+    return f"{base.classification} -> {head.classification}"  # type: ignore[return-value]
+
+
+def judge(cases: list[CaseTransition], comparable: bool) -> tuple[Verdict, list[str]]:
+    """SWE-bench-style grading over the case transitions.
+
+    Regression: a guard case is a bug at head, or a bug case went clean -> bug. Inconclusive:
+    probes not comparable, or any case errored or timed out on either side (a harness gap is never
+    read as a behaviour). Fix observed: at least one bug case went bug -> clean, none stayed a bug.
+    """
+    if not comparable:
+        return "inconclusive", ["base and head were probed with different probe versions: not comparable"]
+    reasons: list[str] = []
+    regressions = [c for c in cases if (c.role == "guard" and c.head == "bug") or c.transition == "clean -> bug"]
+    if regressions:
+        return "regression", [f"{c.case}: {c.base} at base, {c.head} at head ({c.role} case)" for c in regressions]
+    unsure = [c for c in cases if c.transition == "inconclusive"]
+    if unsure:
+        return "inconclusive", [f"{c.case}: {c.base} at base, {c.head} at head" for c in unsure]
+    for c in cases:
+        if c.transition == "not comparable":
+            reasons.append(f"{c.case}: not comparable ({c.base} at base, {c.head} at head); left out")
+    bug_cases = [c for c in cases if c.role == "bug" and c.transition != "not comparable"]
+    fixed = [c for c in bug_cases if c.transition == "bug -> clean"]
+    still = [c for c in bug_cases if c.transition == "bug -> bug"]
+    if fixed and not still:
+        return "fix observed", reasons + [f"{c.case}: bug -> clean" for c in fixed]
+    if still:
+        reasons += [f"{c.case}: the bug signature is still observed at head" for c in still]
+    elif not fixed:
+        reasons.append("no bug case showed the bug signature at base: nothing for the fix to change")
+    return "fix not observed", reasons
+
+
+def differential(
+    fix: int, title: str, probes: list[str], base: list[tuple[str, Receipt]], head: list[tuple[str, Receipt]],
+    expected: Verdict | None,
+) -> Differential:
+    """Compare base and head receipts of the same probes, case by case."""
+    by_probe_base = {r.probe.id: r for _, r in base}
+    by_probe_head = {r.probe.id: r for _, r in head}
+    comparable = all(
+        p in by_probe_base and p in by_probe_head and by_probe_base[p].probe.sha256 == by_probe_head[p].probe.sha256
+        for p in probes
+    )
+    rows: list[CaseTransition] = []
+    for probe in probes:
+        b, h = by_probe_base.get(probe), by_probe_head.get(probe)
+        ids = list(dict.fromkeys([c.id for c in (b.cases if b else [])] + [c.id for c in (h.cases if h else [])]))
+        for case_id in ids:
+            bc, hc = (b.case(case_id) if b else None), (h.case(case_id) if h else None)
+            ref = bc or hc
+            rows.append(CaseTransition(probe=probe, case=case_id, site=ref.site, role=ref.role,
+                                       base=state(bc), head=state(hc), transition=transition(bc, hc)))
+    verdict, reasons = judge(rows, comparable)
+    body = {
+        "schema_version": DIFFERENTIAL_SCHEMA,
+        "fix": fix,
+        "title": title,
+        "probes": probes,
+        "base": [Side(receipt=name, receipt_digest=r.digest, source=r.source).model_dump(mode="json") for name, r in base],
+        "head": [Side(receipt=name, receipt_digest=r.digest, source=r.source).model_dump(mode="json") for name, r in head],
+        "cases": [r.model_dump(mode="json") for r in rows],
+        "verdict": verdict,
+        "reasons": reasons,
+        "expected": expected,
+        "as_expected": None if expected is None else verdict == expected,
+    }
+    body["digest"] = seal(body)
+    return Differential.model_validate(body)

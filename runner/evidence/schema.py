@@ -1,0 +1,40 @@
+"""JSON schemas of every file format, generated from the pydantic models (kept in evidence/schema)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+
+from runner.evidence.bundle import Index
+from runner.evidence.observations import Observations
+from runner.evidence.pins import Pins
+from runner.evidence.receipts import Differential, Receipt
+
+MODELS = {
+    "pins": Pins,
+    "observations": Observations,
+    "receipt": Receipt,
+    "differential": Differential,
+    "bundle": Index,
+}
+DIR = Path(__file__).resolve().parents[2] / "evidence" / "schema"
+
+
+def render() -> dict[str, bytes]:
+    return {
+        f"{name}.schema.json": orjson.dumps(model.model_json_schema(by_alias=True), option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n"
+        for name, model in MODELS.items()
+    }
+
+
+def main() -> None:
+    from runner.files import write_atomic
+
+    for name, data in render().items():
+        write_atomic(DIR / name, data)
+        print(DIR / name)
+
+
+if __name__ == "__main__":
+    main()

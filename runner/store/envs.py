@@ -1,0 +1,325 @@
+"""Probe environments: one shared dependency layer per lock, one thin virtualenv per tree.
+
+The layer (CPU torch plus the lock in ``runner/data/cpu-lock.txt``) is a virtualenv built once per
+(lock digest, interpreter) and never holds sglang. A tree's environment is a ``--no-seed``
+virtualenv whose single ``.pth`` file puts, in this order, the tree, the layer's site-packages and
+the stand-in finder on ``sys.path``: that tree's sglang is the only one importable, and a second
+tree costs a second or so (plus its byte-code, cached in the environment's overlay of the tree).
+Both are built under a scratch name and renamed when complete, then described by a stamp; an
+entry without a valid stamp does not exist.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+from runner import ui
+from runner.store.cache import Cache, read_model, write_model
+from runner.errors import BadInput, Infrastructure
+from runner.files import building_dir, sha256_bytes, sha256_file
+from runner.store.procs import run_logged
+from runner.store.sources import PKG, WHEEL_TAG, Tree
+from runner.standins.diffprobe_standins import STANDINS as STANDIN_MODULES
+
+LOCK = Path(__file__).resolve().parents[1] / "data" / "cpu-lock.txt"
+STANDINS = Path(__file__).resolve().parents[1] / "standins" / "diffprobe_standins.py"
+FORMAT = 1  # bump when the layout of layers changes
+ENV_FORMAT = 2  # bump when the layout of a tree's environment changes (2: byte-code overlay)
+
+
+class Interpreter(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    executable: str
+    implementation: str  # "CPython"
+    version: str  # "3.11.7"
+    tag: str  # "cp311"
+    machine: str
+
+
+class StandinRecord(BaseModel):
+    declared: dict[str, str]  # module -> why it is a stand-in
+    sha256: str  # of the stand-in module's source
+    tree_lacks: list[str]  # compiled modules this tree does not carry (git checkouts)
+
+
+class LayerStamp(BaseModel):
+    format: int
+    key: str
+    lock_sha256: str
+    interpreter: Interpreter
+    site_packages: str  # relative to the layer directory
+    packages: list[str]
+
+
+class EnvStamp(BaseModel):
+    format: int
+    key: str
+    tree_digest: str
+    layer_key: str
+    lock_sha256: str
+    interpreter: Interpreter
+    standins: StandinRecord
+    notes: list[str]
+
+
+@dataclass(frozen=True)
+class Env:
+    root: Path
+    stamp: EnvStamp
+
+    @property
+    def python(self) -> Path:
+        return self.root / "bin" / "python"
+
+
+_QUERY = (
+    "import json,platform,sys,sysconfig;"
+    "print(json.dumps({'implementation':platform.python_implementation(),'version':platform.python_version(),"
+    "'tag':sys.implementation.cache_tag.replace('cpython-','cp'),'machine':platform.machine()}))"
+)
+
+
+def interpreter(spec: str | None) -> Interpreter:
+    """The recorded interpreter choice: ``--python`` (a path or a name on PATH), default the running one."""
+    exe = spec or sys.executable
+    found = exe if os.path.sep in exe else shutil.which(exe)
+    if not found or not Path(found).exists():
+        raise BadInput(f"--python {exe}: no such interpreter")
+    try:
+        out = subprocess.run([found, "-I", "-c", _QUERY], capture_output=True, text=True, timeout=60, check=True).stdout
+    except (subprocess.SubprocessError, OSError) as e:
+        raise BadInput(f"--python {exe}: cannot run it ({e})") from None
+    return Interpreter(executable=str(Path(found).absolute()), **json.loads(out))
+
+
+def lock_sha256() -> str:
+    return sha256_file(LOCK)
+
+
+def _lock_packages() -> list[str]:
+    return [line.strip() for line in LOCK.read_text().splitlines() if line.strip() and not line.startswith("#")]
+
+
+def layer(cache: Cache, interp: Interpreter) -> tuple[Path, LayerStamp]:
+    """The shared dependency layer for this lock and interpreter, built if absent."""
+    lock = lock_sha256()
+    key = sha256_bytes(f"{FORMAT}\n{lock}\n{interp.implementation}\n{interp.tag}\n{interp.machine}".encode())[:16]
+    final = cache.dir("layers", key)
+    stamp = read_model(final / "layer.json", LayerStamp)
+    if stamp and stamp.key == key and (final / stamp.site_packages).is_dir():
+        return final, stamp
+    if final.exists():
+        ui.warn(f"dependency layer {final} is incomplete or damaged; rebuilding it")
+        shutil.rmtree(final)
+    packages = _lock_packages()
+    log = cache.dir("logs", f"layer-{key}.log")
+    with building_dir(final) as scratch:
+        _virtualenv(interp, scratch, seed=True, log=log, step="create the dependency layer's virtualenv")
+        with ui.step(f"install {len(packages)} locked packages (CPU torch) into the shared layer", total=len(packages)) as advance:
+            seen: set[str] = set()
+
+            def on_line(line: str) -> None:
+                m = re.match(r"\s*(?:Collecting|Processing|Obtaining|Looking in)\s+(\S+)", line)
+                if m and m.group(1) not in seen:
+                    seen.add(m.group(1))
+                    advance(m.group(1).rsplit("/", 1)[-1][:40], min(len(seen), len(packages)))
+
+            run_logged(
+                [str(scratch / "bin" / "python"), "-m", "pip", "install", "--no-deps", "--no-input",
+                 "--disable-pip-version-check", "-r", str(LOCK)],
+                step="install the locked dependency layer", log=log, on_line=on_line,
+            )
+        site = _site_packages(scratch / "bin" / "python").relative_to(scratch)
+        write_model(scratch / "layer.json", LayerStamp(
+            format=FORMAT, key=key, lock_sha256=lock, interpreter=interp, site_packages=str(site), packages=packages,
+        ))
+    return final, read_model(final / "layer.json", LayerStamp)
+
+
+def _virtualenv(interp: Interpreter, dest: Path, *, seed: bool, log: Path, step: str) -> None:
+    argv = [sys.executable, "-m", "virtualenv", "--quiet", "--no-download", "--no-periodic-update",
+            "--python", interp.executable, *([] if seed else ["--no-seed"]), str(dest)]
+    run_logged(argv, step=step, log=log)
+
+
+def _site_packages(python: Path) -> Path:
+    out = subprocess.run([str(python), "-I", "-c", "import sysconfig;print(sysconfig.get_paths()['purelib'])"],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    return Path(out)
+
+
+def _notes(tree: Tree, interp: Interpreter) -> list[str]:
+    """What the user must know about this pairing of tree and interpreter."""
+    notes = []
+    py, impl, abi, _ = WHEEL_TAG
+    compiled = tree.compiled_modules
+    if compiled and (interp.implementation != "CPython" or interp.tag != abi):
+        notes.append(
+            f"{interp.implementation} {interp.version} cannot load this tree's {len(compiled)} compiled modules "
+            f"(built for {abi}); where imported they are served by stand-ins"
+        )
+    return notes
+
+
+def _tree_lacks(tree: Tree) -> list[str]:
+    """Declared compiled stand-ins that the tree does not carry itself (a git checkout has none)."""
+    compiled = {p.split(".", 1)[0].replace("/", ".") for p in tree.compiled_modules}
+    roots = [m for m in STANDIN_MODULES if m.startswith("sglang.")]
+    return [m for m in roots if not any(c.startswith(m + ".") for c in compiled)]
+
+
+def _overlay(tree_root: Path, dest: Path) -> None:
+    """Mirror the tree's package as directories of symlinks to its files.
+
+    Python writes byte-code next to the path it imported from, so imports through the overlay
+    leave their ``__pycache__`` in this environment and never in the verified tree (whose stored
+    copy must hold source only), and a warm environment does not recompile SGLang on every run.
+    """
+    src = tree_root / PKG
+    for dirpath, dirnames, filenames in os.walk(src):
+        dirnames[:] = [d for d in dirnames if d != "__pycache__"]
+        target = dest / PKG / Path(dirpath).relative_to(src)
+        target.mkdir(parents=True, exist_ok=True)
+        for name in filenames:
+            (target / name).symlink_to(Path(dirpath) / name)
+
+
+def env(tree: Tree, cache: Cache, interp: Interpreter) -> Env:
+    """The environment for ``tree``: reused when its stamp is valid, built otherwise."""
+    layer_root, layer_stamp = layer(cache, interp)
+    standins_sha = sha256_file(STANDINS)
+    key = sha256_bytes(f"{ENV_FORMAT}\n{tree.identity.tree_digest}\n{layer_stamp.key}\n{standins_sha}\n{interp.executable}".encode())[:16]
+    final = cache.dir("envs", key)
+    stamp = read_model(final / "env.json", EnvStamp)
+    if stamp and stamp.key == key and (final / "bin" / "python").exists():
+        return Env(final, stamp)
+    if final.exists():
+        ui.warn(f"environment {final} is incomplete or damaged; rebuilding it")
+        shutil.rmtree(final)
+    with building_dir(final) as scratch:
+        _virtualenv(interp, scratch, seed=False, log=cache.dir("logs", f"env-{key}.log"), step="create the tree's virtualenv")
+        shutil.copytree(STANDINS.parent, scratch / "standins", ignore=shutil.ignore_patterns("__pycache__", "__init__.py"))
+        site = _site_packages(scratch / "bin" / "python")
+        # The venv is renamed into place, so every path it writes must point at the final name.
+        standins_dir = final / "standins"
+        _overlay(tree.root, scratch / "tree")
+        (site / "diffprobe.pth").write_text(
+            f"{final / 'tree'}\n"
+            f"import site; site.addsitedir({str(layer_root / layer_stamp.site_packages)!r})\n"
+            f"{standins_dir}\n"
+            "import diffprobe_standins; diffprobe_standins.install()\n"
+        )
+        stamp = EnvStamp(
+            format=ENV_FORMAT, key=key, tree_digest=tree.identity.tree_digest, layer_key=layer_stamp.key,
+            lock_sha256=layer_stamp.lock_sha256, interpreter=interp,
+            standins=StandinRecord(declared=STANDIN_MODULES, sha256=standins_sha, tree_lacks=_tree_lacks(tree)),
+            notes=_notes(tree, interp),
+        )
+        write_model(scratch / "env.json", stamp)
+    return Env(final, stamp)
+
+
+# The modules the probes drive; importing them is the environment's acceptance test.
+PROBED_MODULES = [
+    "sglang.srt.managers.schedule_batch",
+    "sglang.srt.disaggregation.utils",
+    "sglang.srt.disaggregation.prefill",
+    "sglang.srt.disaggregation.decode",
+    "sglang.srt.managers.scheduler",
+]
+
+_CHECK = r"""
+import hashlib, importlib, json, os, sys, time, traceback
+modules = json.loads(sys.argv[1])
+result = {"modules": {}, "files": {}, "outside": [], "standins": [], "sys_path": sys.path}
+start = time.monotonic()
+for name in modules:
+    try:
+        importlib.import_module(name)
+        result["modules"][name] = "ok"
+    except BaseException as e:
+        result["modules"][name] = f"{type(e).__name__}: {e}".splitlines()[0][:300]
+result["duration_ms"] = int((time.monotonic() - start) * 1000)
+import sglang
+root = os.path.dirname(os.path.dirname(os.path.realpath(sglang.__file__)))
+for name, mod in sorted(sys.modules.items()):
+    path = getattr(mod, "__file__", None)
+    if not path or not (name == "sglang" or name.startswith("sglang.")):
+        continue
+    real = os.path.realpath(path)
+    if real.startswith(root + os.sep):
+        with open(real, "rb") as f:
+            result["files"][os.path.relpath(real, root)] = hashlib.sha256(f.read()).hexdigest()
+    else:
+        result["outside"].append(real)
+try:
+    import diffprobe_standins
+    result["standins"] = diffprobe_standins.loaded()
+except ImportError:
+    pass
+result["sglang_root"] = root
+print("\n@@DIFFPROBE@@" + json.dumps(result), flush=True)
+os._exit(0)  # the answer is out; tearing down torch and SGLang would only cost seconds
+"""
+
+
+class ImportCheck(BaseModel):
+    modules: dict[str, str]
+    files: dict[str, str]  # imported sglang file (relative to the tree) -> sha256
+    outside: list[str]  # sglang modules imported from anywhere but the tree: must be empty
+    standins: list[str]
+    sglang_root: str
+    duration_ms: int
+
+    @property
+    def ok(self) -> bool:
+        return all(v == "ok" for v in self.modules.values()) and not self.outside
+
+
+def import_check(environment: Env, tree: Tree, timeout: int = 600) -> ImportCheck:
+    """Import the probed modules in a fresh interpreter of the environment and say from where."""
+    argv = [str(environment.python), "-I", "-c", _CHECK, json.dumps(PROBED_MODULES)]
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=scrubbed_env())
+    except subprocess.TimeoutExpired:
+        raise Infrastructure(f"import check in {environment.root} did not finish in {timeout} s") from None
+    marker = proc.stdout.rfind("@@DIFFPROBE@@")
+    if proc.returncode or marker < 0:
+        tail = "\n".join(proc.stderr.strip().splitlines()[-12:])
+        raise Infrastructure(f"import check in {environment.root} crashed (exit {proc.returncode})", detail=tail)
+    check = ImportCheck.model_validate_json(proc.stdout[marker + len("@@DIFFPROBE@@"):])
+    if Path(check.sglang_root).resolve() != tree.root.resolve():
+        check.outside.append(check.sglang_root)
+    return check
+
+
+def scrubbed_env(home: Path | None = None) -> dict[str, str]:
+    """What a probed tree's process may see of ours: nothing but a minimal, fixed environment.
+
+    No proxies, tokens or credentials, no PYTHON* variables; one thread per library so that runs
+    are comparable; a hash seed so that set ordering cannot differ between runs.
+    """
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "PYTHONHASHSEED": "0",
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "NO_PROXY": "*",
+    }
+    if home is not None:
+        env["HOME"] = env["TMPDIR"] = str(home)
+    return env

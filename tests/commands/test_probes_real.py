@@ -1,0 +1,116 @@
+"""The probes against real SGLang releases from PyPI, and against forks made from them."""
+
+from pathlib import Path
+
+import pytest
+
+from runner import cli
+from runner.commands import pipeline
+from runner.evidence import bundle, compare
+from tests import forks
+
+EVIDENCE = Path(__file__).resolve().parents[2] / "evidence"
+
+
+@pytest.fixture(scope="session")
+def opts(cache):
+    return pipeline.Options(cache=cache, workers=2, case_timeout=20)
+
+
+@pytest.fixture(scope="session")
+def run_bundle(tmp_path_factory, cache):
+    """One `diffprobe run --via releases`, shared by the tests that read it."""
+    out = tmp_path_factory.mktemp("run") / "bundle"
+    code = cli.main(["run", "--via", "releases", "--out", str(out), "--cache-dir", str(cache.root), "-j", "2"])
+    return code, out
+
+
+def _cases(root, name):
+    _, receipts, _ = bundle.load(root)
+    return {c.id: c for c in receipts[name].cases}
+
+
+def test_run_observes_both_fixes(run_bundle):
+    code, out = run_bundle
+    assert code == 0
+    assert bundle.verify(out) == []
+    _, _, diffs = bundle.load(out)
+    assert {d.fix: d.verdict for d in diffs.values()} == {36988: "fix observed", 38935: "fix observed"}
+
+
+def test_admission_bug_at_0_5_20_not_at_0_5_21(run_bundle):
+    _, out = run_bundle
+    base, head = _cases(out, "receipts/sglang-0.5.20.admission.json"), _cases(out, "receipts/sglang-0.5.21.admission.json")
+    for door, queue in (("prefill", "bootstrap"), ("decode", "prealloc")):
+        b, h = base[f"{door}-door-rejected"], head[f"{door}-door-rejected"]
+        assert (b.classification, h.classification) == ("bug", "clean")
+        assert b.effects["kv_endpoints"] and not h.effects["kv_endpoints"]  # sender/receiver only before
+        assert h.effects["retired"] == [f"{door}-door-rejected".replace(f"{door}-door-", "")] or h.effects["retired"]
+    # valid and re-entering requests stay admitted on both sides
+    for cases in (base, head):
+        for case in cases.values():
+            if case.role == "guard":
+                assert case.outcome == "observed" and case.classification == "clean", case.id
+
+
+def test_prefill_cleanup_bug_at_0_5_19_not_at_0_5_20(run_bundle):
+    _, out = run_bundle
+    base = _cases(out, "receipts/sglang-0.5.19.prefill-cleanup.json")
+    head = _cases(out, "receipts/sglang-0.5.20.prefill-cleanup.json")
+    b, h = base["aborted-final-result"].effects["results"][-1], head["aborted-final-result"].effects["results"][-1]
+    assert b["inflight_queue"] and b["kv_chunks_sent"]  # re-queued and sent before the fix
+    assert not h["inflight_queue"] and not h["kv_chunks_sent"] and h["sender_calls"] == ["abort"]
+    late = head["late-result-after-retire"].effects["results"][-1]
+    assert not late["kv_chunks_sent"] and not late["inflight_queue"]
+    assert base["late-result-after-retire"].classification == "bug"
+
+
+def test_a_second_run_observes_the_same(run_bundle, tmp_path, cache):
+    _, first = run_bundle
+    second = tmp_path / "second"
+    assert cli.main(["run", "--via", "releases", "--pr", "38935", "--out", str(second), "--cache-dir", str(cache.root)]) == 0
+    only_admission = [line for line in compare.compare(first, second) if "only in A" not in line]
+    assert only_admission == []
+
+
+def test_reference_bundle_is_current(run_bundle):
+    """The committed evidence was produced by these probes and observes what they observe now."""
+    _, out = run_bundle
+    references = [p for p in EVIDENCE.iterdir() if (p / bundle.MANIFEST).is_file()]
+    assert references, "no reference bundle committed under evidence/"
+    for ref in references:
+        assert bundle.verify(ref) == []
+        assert compare.compare(ref, out) == []
+
+
+def _probe_fork(tmp_path, release_tree, opts, version, edits, probe="admission"):
+    root = forks.make(release_tree(version).root, tmp_path / "fork", edits)
+    text = f"path:{root}"
+    _, got = pipeline.probe_sources({text: [probe]}, opts)
+    receipt = got[(text, probe)]
+    return {c.id: c for c in receipt.cases}
+
+
+def test_fork_without_the_prefill_gate_shows_the_bug_at_that_door_only(tmp_path, release_tree, opts):
+    cases = _probe_fork(tmp_path, release_tree, opts, "0.5.21", forks.WITHOUT_PREFILL_GATE)
+    assert cases["prefill-door-rejected"].classification == "bug"
+    assert cases["decode-door-rejected"].classification == "clean"
+
+
+def test_hanging_and_crashing_cases_are_timeout_and_error_while_the_rest_completes(tmp_path, release_tree, opts):
+    cases = _probe_fork(tmp_path, release_tree, opts, "0.5.21", forks.HANG_AT_PREFILL_DOOR + forks.CRASH_AT_DECODE_DOOR)
+    assert cases["prefill-door-rejected"].outcome == "timeout"
+    crashed = cases["decode-door-rejected"]
+    assert crashed.outcome == "error" and crashed.error.type == "Signal" and "SIGSEGV" in crashed.error.message
+    assert crashed.classification == "inconclusive"
+    rest = [c for c in cases.values() if c.id not in ("prefill-door-rejected", "decode-door-rejected")]
+    assert len(rest) >= 6 and all(c.outcome == "observed" and c.classification == "clean" for c in rest)
+
+
+def test_an_error_in_the_probes_own_setup_is_an_error_not_a_behaviour(tmp_path, release_tree, opts):
+    """set_finish_with_abort is how a case prepares a rejected request, before SGLang is driven."""
+    edit = [(forks.SCHEDULE_BATCH, "    def set_finish_with_abort(\n", "    def set_finish_with_abort(*a, **k):\n        raise ValueError('fork refuses')\n\n    def _unused(\n")]
+    cases = _probe_fork(tmp_path, release_tree, opts, "0.5.21", edit)
+    rejected = cases["prefill-door-rejected"]
+    assert rejected.outcome == "error" and rejected.classification == "inconclusive"
+    assert rejected.error.type == "ValueError" and rejected.error.where == "setup"

@@ -1,0 +1,105 @@
+"""audit, sweep (releases, commits, bisect, shards) and merge on real releases and forks of them."""
+
+from pathlib import Path
+
+import pytest
+
+from runner import cli
+from runner.evidence import bundle
+from runner.commands.sweep import SweepRecord, version_key
+from tests import forks
+from tests.conftest import git
+
+# ../shared/CPU-FEASIBILITY.md: which fix each release carries, by behaviour
+EXPECTED = {
+    "sglang-0.5.19": {36988: "not fixed", 38935: "not fixed"},
+    "sglang-0.5.20": {36988: "fixed", 38935: "not fixed"},
+    "sglang-0.5.21": {36988: "fixed", 38935: "fixed"},
+    "sglang-0.5.22": {36988: "fixed", 38935: "fixed"},
+    "sglang-0.5.23": {36988: "fixed", 38935: "fixed"},
+}
+
+
+def _record(out: Path) -> SweepRecord:
+    index, _, _ = bundle.load(out)
+    return SweepRecord.model_validate(index.extra)
+
+
+def _matrix(record: SweepRecord) -> dict:
+    return {row.label: {f.fix: f.status for f in row.fixes} for row in record.rows}
+
+
+def test_version_order():
+    assert sorted(["0.5.10", "0.5.9", "0.5.10.post1", "0.5.2"], key=version_key) == ["0.5.2", "0.5.9", "0.5.10", "0.5.10.post1"]
+
+
+def test_sweep_releases_in_two_shards_then_merge(tmp_path, cache):
+    args = ["sweep", "--releases", "0.5.19..0.5.23", "--cache-dir", str(cache.root), "-j", "2"]
+    for shard in ("1/2", "2/2"):
+        assert cli.main([*args, "--shard", shard, "--out", str(tmp_path / shard.replace("/", "of"))]) == 0
+    first = _record(tmp_path / "1of2")
+    assert first.order == [f"pypi:sglang==0.5.{n}" for n in range(19, 24)]
+    assert [r.label for r in first.rows] == ["sglang-0.5.19", "sglang-0.5.21", "sglang-0.5.23"]
+    merged = tmp_path / "merged"
+    assert cli.main(["merge", str(tmp_path / "1of2"), str(tmp_path / "2of2"), "--out", str(merged)]) == 0
+    record = _record(merged)
+    assert _matrix(record) == EXPECTED
+    assert record.first_fixed == {36988: "pypi:sglang==0.5.20", 38935: "pypi:sglang==0.5.21"}
+    assert bundle.verify(merged) == []
+    static = {row.label: {f.id: (f.present, f.default) for f in row.static} for row in record.rows}
+    assert static["sglang-0.5.19"]["kv-checksum"] == (False, None)
+    assert static["sglang-0.5.21"]["kv-checksum"] == (True, "False")
+    assert static["sglang-0.5.20"]["deferred-release"] == (True, "False")
+    assert static["sglang-0.5.21"]["deferred-release"] == (True, "True")
+
+
+def test_merge_refuses_shards_of_different_sweeps(tmp_path, cache):
+    a, b = tmp_path / "a", tmp_path / "b"
+    assert cli.main(["sweep", "pypi:sglang==0.5.21", "--out", str(a), "--cache-dir", str(cache.root)]) == 0
+    assert cli.main(["sweep", "pypi:sglang==0.5.22", "--out", str(b), "--cache-dir", str(cache.root)]) == 0
+    assert cli.main(["merge", str(a), str(b), "--out", str(tmp_path / "m")]) == 2
+
+
+def test_bisect_finds_first_commits_in_fewer_runs(upstream_repo, cache, tmp_path):
+    """Nine commits: 0.5.19's tree four times, 0.5.20's four times, then 0.5.21's."""
+    repo, commits = upstream_repo["path"], upstream_repo["commits"]
+    trees = [git(repo, "rev-parse", f"{commits[v]}^{{tree}}") for v in ("0.5.19", "0.5.20", "0.5.21")]
+    parent, chain = commits["0.5.19"], [commits["0.5.19"]]
+    for i, tree in enumerate([trees[0]] * 3 + [trees[1]] * 4 + [trees[2]]):
+        parent = git(repo, "commit-tree", tree, "-p", parent, "-m", f"step {i}")
+        chain.append(parent)
+    git(repo, "update-ref", "refs/heads/bisect", parent)
+    out = tmp_path / "b"
+    code = cli.main(["sweep", "--commits", f"{chain[0][:12]}..bisect", "--repo", str(repo), "--bisect",
+                     "--out", str(out), "--cache-dir", str(cache.root)])
+    assert code == 0
+    record = _record(out)
+    assert len(record.order) == 9
+    assert record.first_fixed == {36988: f"git+{repo}@{chain[4]}", 38935: f"git+{repo}@{chain[8]}"}
+    assert len(record.rows) < len(record.order)  # about log2(n) probe runs per fix, not n
+
+
+@pytest.mark.parametrize(
+    "version, edits, expected, bugs",
+    [
+        ("0.5.21", forks.WITHOUT_PREFILL_GATE, {"prefill-door": "not fixed", "decode-door": "fixed", "prefill-result": "fixed"},
+         ["prefill-door-rejected"]),
+        ("0.5.21", forks.WITHOUT_DECODE_GATE, {"prefill-door": "fixed", "decode-door": "not fixed", "prefill-result": "fixed"},
+         ["decode-door-rejected"]),
+        ("0.5.21", forks.WITHOUT_GRAMMAR_CLEANUP, {"prefill-result": "not fixed"}, ["grammar-rejection"]),
+    ],
+    ids=["no-prefill-gate", "no-decode-gate", "no-grammar-cleanup"],
+)
+def test_audit_of_a_fork_reports_exactly_the_removed_part(tmp_path, cache, release_tree, version, edits, expected, bugs):
+    root = forks.make(release_tree(version).root, tmp_path / "fork", edits)
+    out = tmp_path / "audit"
+    code = cli.main(["audit", f"path:{root}", "--out", str(out), "--cache-dir", str(cache.root)])
+    assert code == 1
+    (row,) = _record(out).rows
+    sites = {s.site: s for f in row.fixes for s in f.sites}
+    assert {site: sites[site].status for site in expected} == expected
+    assert [c for s in sites.values() for c, shown in s.cases.items() if shown == "bug"] == bugs
+
+
+def test_audit_of_a_fixed_release_exits_0(tmp_path, cache):
+    assert cli.main(["audit", "pypi:sglang==0.5.22", "--out", str(tmp_path / "a"), "--cache-dir", str(cache.root)]) == 0

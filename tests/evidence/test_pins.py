@@ -1,0 +1,67 @@
+from pathlib import Path
+
+import pytest
+
+from runner.evidence import pins
+from runner.errors import BadInput
+
+PROJECT_PINS = Path(__file__).resolve().parents[2] / "pins.toml"
+
+
+def test_project_pins_are_valid_and_complete():
+    p = pins.load(PROJECT_PINS)
+    assert set(p.fixes) == {36988, 38935}
+    assert (p.fixes[36988].releases.without, p.fixes[36988].releases.with_) == ("0.5.19", "0.5.20")
+    assert (p.fixes[38935].releases.without, p.fixes[38935].releases.with_) == ("0.5.20", "0.5.21")
+    assert p.fixes[38935].base == "17ba2c2e7c7b81f31a8a9e693e7435ab262c16b4"
+    assert p.fixes[36988].head == "2ee5742a"  # short form allowed; resolved when used
+    assert p.fixes[38935].probes == ["admission"] and p.fixes[36988].probes == ["prefill-cleanup"]
+    assert all(len(r.sha256) == 64 for r in p.releases.values())
+
+
+def _write(tmp_path, text):
+    path = tmp_path / "pins.toml"
+    path.write_text(text)
+    return path
+
+
+def _mutate(old, new):
+    text = PROJECT_PINS.read_text()
+    assert old in text
+    return text.replace(old, new, 1)
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        (_mutate('base = "9c254df8cdbe99ef5f58e7fcd932da052f258538"', 'base = "not-a-sha"'), "fixes.36988.base: must be a lower-case hex commit SHA"),
+        (_mutate('probes = ["admission"]', 'probes = ["nonsense"]'), "fixes.38935.probes: unknown probe 'nonsense'"),
+        (_mutate('probes = ["admission"]', "probes = []"), "fixes.38935.probes:"),
+        (_mutate('title = "Clean up aborted prefill results"\n', ""), "fixes.36988.title: required key is missing"),
+        (_mutate("schema_version = 1", "schema_version = 2"), "schema_version:"),
+        (_mutate('upstream = "https://github.com/sgl-project/sglang"', 'upstream = "ext::sh -c x"'), "upstream: git source"),
+        (_mutate('package_dir = "python/sglang"', 'package_dir = "../sglang"'), "package_dir:"),
+        (_mutate('[fixes.36988]', '[fixes.36988]\ncolour = "red"'), "fixes.36988.colour: unknown key"),
+        (_mutate('releases = { without = "0.5.19", with = "0.5.20" }', 'releases = { without = "0.5.1", with = "0.5.20" }'), "0.5.1 is not listed"),
+        (_mutate('[fixes.36988]', '[fixes.abc]'), "fixes.abc"),
+        (_mutate("schema_version = 1", "schema_version = 1\n[[["), "not valid TOML"),
+    ],
+)
+def test_malformed_pins_give_one_line_naming_file_and_key(tmp_path, text, expected):
+    path = _write(tmp_path, text)
+    with pytest.raises(BadInput) as info:
+        pins.load(path)
+    message = info.value.message
+    assert message.startswith(str(path) + ": ")
+    assert expected in message
+    assert "\n" not in message
+
+
+def test_missing_pins_file(tmp_path):
+    with pytest.raises(BadInput, match="no such file"):
+        pins.load(tmp_path / "absent.toml")
+
+
+def test_unknown_fix_number():
+    with pytest.raises(BadInput, match=r"unknown fix #12345 \(pinned: #36988, #38935\)"):
+        pins.load(PROJECT_PINS).fix(12345)

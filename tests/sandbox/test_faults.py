@@ -1,0 +1,173 @@
+"""Faults and isolation with real SGLang releases: a failing environment build, Ctrl-C and SIGTERM
+mid-run, repeatability over runs and worker counts, no network and no secrets for a probed fork,
+and caches that a changed tree cannot poison."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from runner import cli
+from runner.evidence import bundle
+from runner.sandbox import execute
+from runner.store import envs, procs, sources, specs
+from runner.store.cache import Cache
+from tests import forks
+from tests.helpers import ROOT
+
+# --- an environment build that fails ------------------------------------------------------------
+
+
+def test_a_failing_layer_build_exits_3_naming_the_step_with_the_tail_of_its_output(tmp_path, monkeypatch, capsys):
+    lock = tmp_path / "lock.txt"
+    lock.write_text("diffprobe-no-such-package==0.0.0\n")
+    monkeypatch.setattr(envs, "LOCK", lock)
+    tree = tmp_path / "tree"
+    (tree / "sglang").mkdir(parents=True)
+    (tree / "sglang" / "__init__.py").write_text("")
+    cache = tmp_path / "cache"
+    assert cli.main(["env", f"path:{tree}", "--cache-dir", str(cache)]) == 3
+    lines = capsys.readouterr().err.splitlines()
+    errors = [line for line in lines if line.startswith("diffprobe: error: ")]
+    assert len(errors) == 1 and "install the locked dependency layer failed (exit 1); log: " in errors[0]
+    detail = [line for line in lines if line not in errors]
+    assert detail and all(line.startswith("    ") for line in detail)
+    assert any("diffprobe-no-such-package" in line for line in detail)  # pip's own last words
+    assert list((cache / "layers").iterdir()) == []  # neither a layer nor its scratch directory remains
+
+
+def test_an_interrupted_tool_is_stopped_not_left_writing_into_a_discarded_entry(tmp_path):
+    def interrupt(line: str) -> None:
+        raise KeyboardInterrupt
+
+    start = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        procs.run_logged(["sh", "-c", "echo $$ > pid; echo go; exec sleep 30"], step="tool", log=tmp_path / "log",
+                         on_line=interrupt, cwd=tmp_path)
+    assert not Path(f"/proc/{(tmp_path / 'pid').read_text().strip()}").exists()  # killed and reaped
+    assert time.monotonic() - start < 10
+
+
+# --- interrupted runs ---------------------------------------------------------------------------
+
+
+def _harness_groups(pid: int) -> list[int]:
+    """Process groups of the probe harnesses that ``pid`` started (each runs in its own session)."""
+    out = subprocess.run(["pgrep", "-P", str(pid), "-f", "probes/harness.py"], capture_output=True, text=True).stdout
+    return [os.getpgid(int(p)) for p in out.split()]
+
+
+def _alive(pgid: int) -> bool:
+    return subprocess.run(["pgrep", "-g", str(pgid)], capture_output=True).returncode == 0
+
+
+@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["SIGINT", "SIGTERM"])
+def test_an_interrupted_run_leaves_nothing_half_written_and_no_probe_running(cache, tmp_path, signum, code):
+    out = tmp_path / "work" / "bundle"
+    argv = [sys.executable, "-m", "runner.cli", "run", "--via", "releases", "--pr", "38935", "--out", str(out),
+            "--cache-dir", str(cache.root), "-j", "2"]
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 600
+    while not (groups := _harness_groups(proc.pid)):
+        assert proc.poll() is None and time.monotonic() < deadline, "no probe started"
+        time.sleep(0.2)
+    time.sleep(2)  # inside SGLang's import
+    proc.send_signal(signum)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == code
+    assert stderr.splitlines()[-1] == "diffprobe: interrupted; completed entries are kept, partial ones were discarded"
+    assert [line for line in stderr.splitlines() if not line.startswith(("✓ ", "warning: "))] == stderr.splitlines()[-1:]
+    assert not any(_alive(g) for g in groups)
+    assert not out.parent.exists() or list(out.parent.iterdir()) == []
+    start = time.monotonic()
+    again = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr
+    assert not any(word in again.stderr for word in ("download", "install", "warning"))  # the cache was reused as is
+    assert bundle.verify(out) == [] and time.monotonic() - start < 300
+
+
+# --- repeatability ------------------------------------------------------------------------------
+
+
+def test_five_runs_observe_the_same(cache, tmp_path):
+    """--repeat 5 fails (exit 1) on any observation that differs between runs of one tree."""
+    assert cli.main(["audit", "pypi:sglang==0.5.21", "--repeat", "5", "--out", str(tmp_path / "a"),
+                     "--cache-dir", str(cache.root)]) == 0
+
+
+def test_one_worker_and_two_workers_observe_the_same(cache, tmp_path):
+    trees = ["pypi:sglang==0.5.20", "pypi:sglang==0.5.21"]
+    for jobs in ("1", "2"):
+        assert cli.main(["sweep", *trees, "-j", jobs, "--out", str(tmp_path / jobs), "--cache-dir", str(cache.root)]) == 0
+    assert cli.main(["compare", str(tmp_path / "1"), str(tmp_path / "2")]) == 0
+
+
+# --- isolation of a probed fork -----------------------------------------------------------------
+
+SECRET = "DIFFPROBE_SECRET_TEST"
+
+
+def _spying_fork(release_root: Path, dest: Path, port: int) -> Path:
+    """A fork whose prefill door fails the case if it sees our secret or reaches a host socket."""
+    spy = (
+        "        import os, socket\n"
+        f"        if {SECRET!r} in os.environ:\n"
+        "            raise RuntimeError('secret visible')\n"
+        "        try:\n"
+        f"            socket.create_connection(('127.0.0.1', {port}), timeout=2).close()\n"
+        "        except OSError:\n"
+        "            pass\n"
+        "        else:\n"
+        "            raise RuntimeError('network reachable')\n"
+    )
+    return forks.make(release_root, dest, [(forks.PREFILL, forks.PREFILL_GATE, spy + forks.PREFILL_GATE)])
+
+
+def _prefill_door(cache: Cache, tree_dir: Path, isolate_network: bool):
+    tree = sources.resolve(specs.parse(f"path:{tree_dir}"), cache)
+    environment = envs.env(tree, cache, envs.interpreter(None))
+    runs = execute.run_probes(environment, ["admission"], cases=["prefill-door-rejected"], isolate_network=isolate_network)
+    return runs["admission"], runs["admission"].observations.cases[0]
+
+
+@pytest.mark.skipif(not execute.network_wrapper(), reason="this OS allows no network namespace")
+def test_a_probed_fork_sees_no_secret_and_reaches_no_network(cache, release_tree, tmp_path, monkeypatch):
+    monkeypatch.setenv(SECRET, "x")
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        fork = _spying_fork(release_tree("0.5.21").root, tmp_path / "fork", listener.getsockname()[1])
+        run, isolated = _prefill_door(cache, fork, isolate_network=True)
+        assert run.network_isolated
+        assert isolated.outcome == "observed", isolated.error  # neither the secret nor the socket
+        run, open_net = _prefill_door(cache, fork, isolate_network=False)  # the control: the spy works
+        assert not run.network_isolated
+        assert open_net.outcome == "error" and open_net.error.message == "network reachable"
+
+
+def test_a_changed_tree_under_the_same_name_gets_its_own_entries(cache, tmp_path):
+    """Caches are keyed by digest: what was built for the old bytes never serves the new ones."""
+    src = tmp_path / "vendor"
+    (src / "sglang").mkdir(parents=True)
+    (src / "sglang" / "__init__.py").write_text("VERSION = 'a'\n")
+    interp = envs.interpreter(None)
+    first = sources.resolve(specs.parse(f"path:{src}"), cache)
+    env_first = envs.env(first, cache, interp)
+    (src / "sglang" / "__init__.py").write_text("VERSION = 'b'\n")
+    second = sources.resolve(specs.parse(f"path:{src}"), cache)
+    env_second = envs.env(second, cache, interp)
+    assert first.identity.source == second.identity.source
+    assert first.identity.tree_digest != second.identity.tree_digest
+    assert first.root != second.root and env_first.root != env_second.root
+    assert (first.root / "sglang" / "__init__.py").read_text() == "VERSION = 'a'\n"  # the old entry is untouched
+    # each environment imports its own tree (through its overlay of links to that tree's files)
+    for environment, tree in ((env_first, first), (env_second, second)):
+        assert str(environment.root / "tree") in next(environment.root.rglob("diffprobe.pth")).read_text()
+        assert (environment.root / "tree" / "sglang" / "__init__.py").resolve() == tree.root / "sglang" / "__init__.py"
