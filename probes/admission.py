@@ -31,16 +31,15 @@ REJECTION = "Input length (1500 tokens) exceeds the maximum allowed length (1018
 NUM_KV_HEADS = 8
 
 
-def _transfer_backend() -> Any:
-    """A real (non-fake) backend label; the door only passes it to ``get_kv_class``."""
-    backends = tree.resolve(f"{UTILS}.TransferBackend")
-    return next(member for member in backends if member.name != "FAKE")
-
-
 def _transport(journal: Journal) -> KVTransport:
-    return KVTransport(
-        journal, poll_state=tree.resolve("sglang.srt.disaggregation.base.KVPoll").Bootstrapping
-    )
+    return KVTransport(journal, poll_state=tree.kv_poll().Bootstrapping)
+
+
+def _backend() -> dict[str, Any]:
+    """The door's transfer backend (a real, non-fake label it only passes to ``get_kv_class``),
+    where the tree has a choice of backends."""
+    backend = tree.transfer_backend()
+    return {} if backend is None else {"transfer_backend": backend}
 
 
 def _scheduler(journal: Journal, streamer: Double) -> Any:
@@ -101,7 +100,7 @@ class PrefillDoor(_Door):
     def __init__(self, journal: Journal, req: Any, flags: dict[str, bool]) -> None:
         super().__init__(journal, req)
         prefill = tree.module(PREFILL)
-        prefill.get_kv_class = self.transport.get_kv_class  # the name the door looks up (child process only)
+        tree.route_kv_endpoints(prefill, self.transport.get_kv_class)  # child process only
         self.door = strict_subject(
             prefill.PrefillBootstrapQueue,
             journal,
@@ -109,7 +108,7 @@ class PrefillDoor(_Door):
             scheduler=self.scheduler,
             queue=[],
             kv_manager=Double(journal, "kv_manager"),
-            transfer_backend=_transfer_backend(),
+            **_backend(),
             bootstrap_port=tree.BOOTSTRAP_PORT,
             tp_rank=0,
             pp_rank=0,
@@ -130,7 +129,7 @@ class DecodeDoor(_Door):
         super().__init__(journal, req)
         self.flags = flags
         decode = tree.module(DECODE)
-        decode.get_kv_class = self.transport.get_kv_class
+        tree.route_kv_endpoints(decode, self.transport.get_kv_class)
         kv_pool = Double(journal, "token_to_kv_pool")
         allocator = Double(
             journal,
@@ -150,7 +149,7 @@ class DecodeDoor(_Door):
             pending_reqs=[],
             retracted_queue=[],
             kv_manager=Double(journal, "kv_manager", prefill_info_table={_peer_address(decode, req): peer}),
-            transfer_backend=_transfer_backend(),
+            **_backend(),
             token_to_kv_pool=kv_pool,
             token_to_kv_pool_allocator=allocator,
             max_total_num_tokens=CAPACITY,
@@ -235,7 +234,7 @@ def rejected_case(door: type[_Door]) -> Case:
         role="bug",
         title=f"request rejected for length reaches the {'prefill' if prefill else 'decode'} admission door",
         request=rejected,
-        extra_requires=("sglang.srt.managers.schedule_batch.Req.set_finish_with_abort",),
+        extra_requires=("sglang.srt.managers.utils.validate_input_length",),
     )
 
 
@@ -266,7 +265,7 @@ def _case(
         title=title,
         duties=duties.declared("admission", f"{site}-{name}"),
         build=lambda journal: door(journal, request(journal, name, mode), flags),
-        requires=(add, f"{module}.get_kv_class", *(f"{add}({flag})" for flag in flags), *extra_requires),
+        requires=(add, *(f"{add}({flag})" for flag in flags), *extra_requires),
     )
 
 

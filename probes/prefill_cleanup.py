@@ -23,7 +23,6 @@ from .plain import JSON, plain
 PREFILL = "sglang.srt.disaggregation.prefill"
 MIXIN = f"{PREFILL}.SchedulerDisaggregationPrefillMixin"
 SCHEDULER = "sglang.srt.managers.scheduler.Scheduler"
-BATCH_RESULT = "sglang.srt.managers.utils.GenerationBatchResult"
 NEXT_TOKEN = 11
 METADATA_INDEX = 7
 
@@ -54,7 +53,9 @@ class ResultScene:
         self.shape = shape
         self.releases: list[dict[str, JSON]] = []
         prefill = tree.module(PREFILL)
-        prefill.release_kv_cache = journal.method("mem_cache", "release_kv_cache", self._release_kv_cache)
+        if hasattr(prefill, "release_kv_cache"):  # earlier trees call the tree cache directly
+            prefill.release_kv_cache = journal.method("mem_cache", "release_kv_cache", self._release_kv_cache)
+        self.result_cls = tree.batch_result_class()
         self.req = self._request(journal, rid, shape)
         streamer, self.streamed = output_streamer(journal)
         # The tree's own Scheduler: its methods run; only those it has can be recorded instead.
@@ -70,7 +71,11 @@ class ResultScene:
             ),
             spec_algorithm=Double(journal, "spec_algorithm", is_eagle=lambda: False),
             tree_cache=Double(
-                journal, "tree_cache", recorded=("cache_unfinished_req", "checkpoint", "finish")
+                journal,
+                "tree_cache",
+                recorded=("cache_unfinished_req", "checkpoint", "finish"),
+                # what ``release_kv_cache`` does, called directly by trees that predate it
+                cache_finished_req=lambda req, **flags: self._release_kv_cache(req, None, **flags),
             ),
             output_streamer=streamer,
             metrics_reporter=Double(journal, "metrics_reporter", recorded=("report_prefill_stats",)),
@@ -81,9 +86,17 @@ class ResultScene:
             disagg_prefill_pending_chunk_rids=set() if shape.abort == "retired" else {self.req.rid},
             enable_hicache_storage=True,
             chunked_req=None,
+            enable_overlap=False,  # middle chunks are sent by the chunked-prefill step, not here
         )
         self.batch = Double(
-            journal, "batch", reqs=[self.req], spec_info=None, prefill_stats=None, dp_cooperation_info=None
+            journal,
+            "batch",
+            reqs=[self.req],
+            spec_info=None,
+            prefill_stats=None,
+            dp_cooperation_info=None,
+            return_logprob=False,
+            next_batch_sampling_info=None,
         )
         self.before = tree.request_state(self.req)
         self.snapshots: list[dict[str, JSON]] = []
@@ -93,13 +106,13 @@ class ResultScene:
         req = tree.make_req(rid, 16, "PREFILL")
         transport = KVTransport(
             journal,
-            poll_state=tree.resolve("sglang.srt.disaggregation.base.KVPoll").WaitingForInput,
+            poll_state=tree.kv_poll().WaitingForInput,
             abort_error=RuntimeError("transport is down") if shape.sender_abort_fails else None,
         )
         req.disagg_kv_sender = transport.endpoint("sender", backend=None)
         req.pending_bootstrap = False
         req.metadata_buffer_index = shape.metadata_index
-        req.inflight_middle_chunks = len(shape.chunks_in_flight) - 1
+        tree.set_middle_chunks(req, len(shape.chunks_in_flight) - 1)
         if shape.holds_kv:
             tree.give_kv(req, len(req.origin_input_ids))
         if shape.holds_mamba:
@@ -135,10 +148,9 @@ class ResultScene:
         tree.drop_kv(req)
 
     def drive(self) -> None:
-        result_cls = tree.resolve(BATCH_RESULT)
         for in_flight in self.shape.chunks_in_flight:
             self.scheduler.chunked_req = self.req if in_flight else None
-            result = result_cls(next_token_ids=tree.torch().tensor([NEXT_TOKEN]))
+            result = tree.batch_result(self.result_cls, tree.torch().tensor([NEXT_TOKEN]))
             self.scheduler.process_batch_result_disagg_prefill(self.batch, result)
             self.snapshots.append(self._snapshot())
 
@@ -176,11 +188,7 @@ def result_case(case_id: str, role: str, title: str, shape: Shape) -> Case:
         title=title,
         duties=duties.declared("prefill-cleanup", case_id),
         build=lambda journal: ResultScene(journal, case_id, shape),
-        requires=(
-            f"{MIXIN}.process_batch_result_disagg_prefill",
-            f"{PREFILL}.release_kv_cache",
-            BATCH_RESULT,
-        ),
+        requires=(f"{MIXIN}.process_batch_result_disagg_prefill",),
     )
 
 

@@ -112,6 +112,70 @@ def tp_rank_zero() -> Iterator[None]:
         yield
 
 
+def kv_poll() -> Any:
+    """The transfer poll states (``disaggregation.base``; in the first PD trees ``disaggregation.conn``)."""
+    try:
+        return resolve("sglang.srt.disaggregation.base.KVPoll")
+    except Missing:
+        return resolve("sglang.srt.disaggregation.conn.KVPoll")
+
+
+def transfer_backend() -> Any:
+    """A real (non-fake) transfer backend label, or None where the tree has a single transport."""
+    try:
+        backends = resolve("sglang.srt.disaggregation.utils.TransferBackend")
+    except Missing:
+        return None
+    return next(member for member in backends if member.name != "FAKE")
+
+
+def route_kv_endpoints(door_module: Any, get_kv_class: Any) -> None:
+    """Make a door module build its KV senders and receivers through ``get_kv_class``.
+
+    Where the module looks the class up (``get_kv_class(backend, KVClassType.X)``) that name is
+    replaced; the first PD trees named ``KVSender`` / ``KVReceiver`` directly instead.
+    """
+    if hasattr(door_module, "get_kv_class"):
+        door_module.get_kv_class = get_kv_class
+        return
+    direct = [(name, role) for name, role in (("KVSender", "sender"), ("KVReceiver", "receiver")) if hasattr(door_module, name)]
+    if not direct:
+        raise Missing(f"{door_module.__name__}.get_kv_class")
+    for name, role in direct:
+        setattr(door_module, name, get_kv_class(None, role))
+
+
+def batch_result_class() -> Any:
+    """``GenerationBatchResult`` (in ``managers.utils``; earlier defined in ``managers.scheduler``)."""
+    try:
+        return resolve("sglang.srt.managers.utils.GenerationBatchResult")
+    except Missing:
+        return resolve("sglang.srt.managers.scheduler.GenerationBatchResult")
+
+
+def batch_result(cls: Any, next_token_ids: Any) -> Any:
+    """The result of a prefill forward that sampled ``next_token_ids`` and asked for no logprobs.
+
+    Older result classes declare every field without a default: those carry nothing here
+    (None; ``False`` for a flag, 0 for the batch id)."""
+    required = {
+        name: (False if "bool" in str(param.annotation) else 0 if str(param.annotation) == "int" else None)
+        for name, param in inspect.signature(cls).parameters.items()
+        if param.default is inspect.Parameter.empty and name != "next_token_ids"
+    }
+    return cls(next_token_ids=next_token_ids, **required)
+
+
+def set_middle_chunks(req: Any, count: int) -> None:
+    """How many of the request's chunk results are still to come before its last one
+    (``inflight_middle_chunks``; earlier the ``is_chunked`` counter)."""
+    for field in ("inflight_middle_chunks", "is_chunked"):
+        if hasattr(req, field):
+            setattr(req, field, count)
+            return
+    raise Missing("sglang.srt.managers.schedule_batch.Req.inflight_middle_chunks")
+
+
 def make_req(rid: str, prompt_len: int, mode_name: str) -> Any:
     """A real ``Req`` with a PD bootstrap address, as the tokenizer would hand it over."""
     req_cls = resolve("sglang.srt.managers.schedule_batch.Req")
