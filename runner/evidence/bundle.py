@@ -3,6 +3,7 @@
 A bundle is assembled in a ``.partial-*`` directory next to its destination and renamed into place
 once every file and the manifest are written, so an interrupted run never leaves something that
 looks like a bundle. ``sha256sum -c SHA256SUMS`` inside the directory checks it without diffprobe.
+Signed bundles also hold DSSE envelopes under ``attestations/`` (runner.evidence.attest).
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from runner import __version__
 from runner.errors import DIFFERS, BadInput, DiffprobeError
 from runner.files import sha256_bytes, sha256_file
+from runner.evidence import attest, dsse
+from runner.evidence.catalog import judge_digest
 from runner.evidence.receipts import Differential, Receipt, Source, seal, source_key
 
 INDEX = "bundle.json"
@@ -42,6 +45,7 @@ class Index(BaseModel):
     kind: str  # run, audit, sweep, backport, ...
     created_at: str
     diffprobe: str
+    diffprobe_sha256: str
     pins_sha256: str | None
     trees: list[Source]
     receipts: list[str]
@@ -87,9 +91,10 @@ def check_out(out: Path) -> Path:
 def write(
     out: Path, *, kind: str, created_at: str, receipts: list[Receipt], differentials: list[Differential],
     pins_sha256: str | None, extra: dict | None = None, files: dict[str, bytes] | None = None,
-    limits: list[str] = LIMITS,
+    limits: list[str] = LIMITS, signers: list[dsse.Signer] = (),
 ) -> Path:
-    """Write a bundle; ``limits`` says what its evidence does not show (CPU probes' by default)."""
+    """Write a bundle; ``limits`` says what its evidence does not show (CPU probes' by default);
+    with ``signers``, its attestations signed by each."""
     out = check_out(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f"{PARTIAL}{out.name}-", dir=out.parent))
@@ -102,16 +107,16 @@ def write(
         for d in differentials:
             contents[f"differentials/fix-{d.fix}.json"] = _dump(d)
         index = Index(
-            kind=kind, created_at=created_at, diffprobe=__version__, pins_sha256=pins_sha256,
+            kind=kind, created_at=created_at, diffprobe=__version__, diffprobe_sha256=judge_digest(),
+            pins_sha256=pins_sha256,
             trees=list(trees.values()), receipts=sorted(receipt_name(r) for r in receipts),
             differentials=sorted(f"differentials/fix-{d.fix}.json" for d in differentials),
             limits=limits, extra=extra or {},
         )
         contents[INDEX] = _dump(index)
-        for name, data in contents.items():
-            (staging / name).parent.mkdir(parents=True, exist_ok=True)
-            (staging / name).write_bytes(data)
-        (staging / MANIFEST).write_text(_render({n: sha256_bytes(data) for n, data in contents.items()}))
+        if signers:
+            contents |= attest.sign(_statements(contents), signers, {})
+        _lay_out(staging, contents)
         if out.exists():
             out.rmdir()
         os.replace(staging, out)
@@ -119,6 +124,57 @@ def write(
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return out
+
+
+def _lay_out(directory: Path, contents: dict[str, bytes]) -> None:
+    for name, data in contents.items():
+        (directory / name).parent.mkdir(parents=True, exist_ok=True)
+        (directory / name).write_bytes(data)
+    (directory / MANIFEST).write_text(_render({n: sha256_bytes(data) for n, data in contents.items()}))
+
+
+def _statements(contents: dict[str, bytes]) -> dict[str, bytes]:
+    """The attestations' payloads for a bundle's files (name -> bytes; attestations left out), derived
+    from the bytes themselves, so writing and verifying derive them the same way."""
+    files = {n: d for n, d in contents.items() if not n.startswith(attest.DIR)}
+    index = Index.model_validate(orjson.loads(files[INDEX]))
+    receipts = {n: Receipt.model_validate(orjson.loads(d)) for n, d in files.items() if n.startswith("receipts/")}
+    diffs = {n: Differential.model_validate(orjson.loads(d)) for n, d in files.items() if n.startswith("differentials/")}
+    return attest.payloads({n: sha256_bytes(d) for n, d in files.items()}, receipts, diffs,
+                           (index.diffprobe, index.diffprobe_sha256))
+
+
+def _contents(root: Path) -> tuple[dict[str, bytes], dict[str, bytes]]:
+    """(attestations, every other file) of a bundle whose manifest checked out."""
+    everything = {n: (root / n).read_bytes() for n in _manifest(root)}
+    signed = {n: d for n, d in everything.items() if n.startswith(attest.DIR)}
+    return signed, {n: d for n, d in everything.items() if n not in signed}
+
+
+def sign_existing(root: Path, signers: list[dsse.Signer]) -> Path:
+    """Sign a bundle already written (``diffprobe attest``): it must verify; signatures by other keys
+    are kept. The signed bundle is laid out beside it and swapped in, so an interruption leaves the
+    original or the signed bundle (at worst the original under a ``.partial-*`` name), never a mix."""
+    root = root.resolve()
+    if problems := verify(root):
+        raise Tampered(f"{root}: bundle does not verify, refusing to sign it ({problems[0]})")
+    signed, files = _contents(root)
+    contents = files | attest.sign(_statements(files), signers, signed)
+    staging = Path(tempfile.mkdtemp(prefix=f"{PARTIAL}{root.name}-", dir=root.parent))
+    old = Path(f"{staging}-replaced")
+    try:
+        _lay_out(staging, contents)
+        os.rename(root, old)
+        try:
+            os.rename(staging, root)
+        except BaseException:
+            os.rename(old, root)
+            raise
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+    return root
 
 
 # --- reading and verifying -----------------------------------------------------------------
@@ -171,12 +227,14 @@ def _safe(root: Path, name: str) -> Path | None:
     return path
 
 
-def verify(root: Path) -> list[str]:
+def verify(root: Path, keys: dict[str, dsse.Ed25519PublicKey] | None = None) -> list[str]:
     """Every problem found, as one line each; empty means intact.
 
     Checks the manifest (refusing entries outside the bundle and symlinks), that nothing unlisted
     sits in the bundle, that each receipt and differential validates against its schema and its own
-    digest, and that each differential names receipts that are in the bundle with those digests.
+    digest, that each differential names receipts that are in the bundle with those digests, and
+    that the attestations, if any, carry exactly the Statements of what the bundle holds. With
+    ``keys`` (keyid -> public key), the bundle must be signed: each envelope by one of them.
     """
     root = root.resolve()
     entries = _manifest(root)
@@ -217,7 +275,15 @@ def verify(root: Path) -> list[str]:
         for name in index.receipts + index.differentials:
             if name not in entries:
                 problems.append(f"{INDEX}: lists {name}, which is not in {MANIFEST}")
-    return problems
+    if problems:
+        return problems
+    signed, files = _contents(root)
+    return attest.check(_statements(files), signed, keys or {})
+
+
+def signers(root: Path) -> list[str]:
+    """Key ids whose signatures every attestation of a verified bundle carries (unchecked without keys)."""
+    return attest.signers_of(_contents(root)[0])
 
 
 def _load(path: Path, model, problems: list[str]):

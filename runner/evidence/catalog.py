@@ -1,10 +1,11 @@
-"""The probes diffprobe knows, where their source lives, and the digest that versions them.
+"""The probes diffprobe knows, where their source lives, and the digests that version them and the judge.
 
 Read as files only: the host never imports a probe (they import SGLang).
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 from pathlib import Path
 
@@ -34,4 +35,15 @@ def probe_files(probe: str, root: Path | None = None) -> list[Path]:
 def probe_digest(probe: str, root: Path | None = None) -> str:
     """asv-style probe version: receipts whose probes differ in any byte are not comparable."""
     lines = "".join(f"{sha256_file(p)}  {p.name}\n" for p in probe_files(probe, root))
+    return sha256_bytes(lines.encode())
+
+
+@functools.cache
+def judge_digest() -> str:
+    """diffprobe's own version as a digest, like a probe's: sha256 over the ``runner`` package's files
+    (byte-code left out). Receipts name the exact code that derived their verdicts by it."""
+    package = Path(__file__).resolve().parent.parent
+    files = sorted(p for p in package.rglob("*")
+                   if p.is_file() and "__pycache__" not in p.parts and p.suffix not in (".pyc", ".pyo"))
+    lines = "".join(f"{sha256_file(p)}  {p.relative_to(package.parent).as_posix()}\n" for p in files)
     return sha256_bytes(lines.encode())

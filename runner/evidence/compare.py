@@ -39,6 +39,9 @@ def _receipts(path: Path) -> dict[tuple[str, str], Receipt]:
 def compare_receipts(a: Receipt, b: Receipt, where: str) -> list[str]:
     if a.probe.sha256 != b.probe.sha256:
         return [f"{where}: not comparable, probe versions differ ({a.probe.sha256[:12]} vs {b.probe.sha256[:12]})"]
+    ja, jb = a.environment.diffprobe_sha256, b.environment.diffprobe_sha256
+    if ja != jb:
+        return [f"{where}: not comparable, judges differ ({ja[:12]} vs {jb[:12]})"]
     if a.observation_digest == b.observation_digest:
         return []
     lines = []

@@ -19,6 +19,7 @@ from runner import __version__
 from runner.store.envs import Env
 from runner.sandbox.execute import Run
 from runner.files import sha256_bytes
+from runner.evidence.catalog import judge_digest
 from runner.evidence.observations import Case, Classification, ImportResult, Outcome, reject_floats
 from runner.evidence.pins import Verdict
 from runner.store.sources import TreeIdentity
@@ -62,6 +63,7 @@ class Environment(_Model):
     implementation: str
     platform: str
     diffprobe: str
+    diffprobe_sha256: str = Field(description="the judge: sha256 over diffprobe's own source files (runner.evidence.catalog)")
     interpreter_tag: str | None = None
     lock_sha256: str | None = None
     layer: str | None = None
@@ -159,7 +161,8 @@ def source_key(source: TreeIdentity | ServerIdentity | ModelIdentity) -> str:
 def host_environment() -> Environment:
     """For observations made in diffprobe's own interpreter (gates, the model)."""
     return Environment(python=platform.python_version(), implementation=platform.python_implementation(),
-                       platform=platform.platform(), diffprobe=__version__)
+                       platform=platform.platform(), diffprobe=__version__,
+                       diffprobe_sha256=judge_digest())
 
 
 def build(probe: ProbeRef, identity: TreeIdentity, environment: Env, run: Run) -> Receipt:
@@ -185,6 +188,7 @@ def tree_environment(
         standins=Standins(declared=stamp.standins.declared, used=standins_used,
                           tree_lacks=stamp.standins.tree_lacks, sha256=stamp.standins.sha256),
         notes=stamp.notes, network_isolated=network_isolated, diffprobe=__version__,
+        diffprobe_sha256=judge_digest(),
     )
 
 
@@ -238,15 +242,16 @@ def transition(base: Case | None, head: Case | None) -> Transition:
     return f"{base.classification} -> {head.classification}"  # type: ignore[return-value]
 
 
-def judge(cases: list[CaseTransition], comparable: bool) -> tuple[Verdict, list[str]]:
+def judge(cases: list[CaseTransition], not_comparable: str | None = None) -> tuple[Verdict, list[str]]:
     """SWE-bench-style grading over the case transitions.
 
-    Regression: a guard case is a bug at head, or a bug case went clean -> bug. Inconclusive:
-    probes not comparable, or any case errored or timed out on either side (a harness gap is never
-    read as a behaviour). Fix observed: at least one bug case went bug -> clean, none stayed a bug.
+    Regression: a guard case is a bug at head, or a bug case went clean -> bug. Inconclusive: base
+    and head not comparable (``not_comparable`` says why: probe versions or judges differ), or any
+    case errored or timed out on either side (a harness gap is never read as a behaviour). Fix
+    observed: at least one bug case went bug -> clean, none stayed a bug.
     """
-    if not comparable:
-        return "inconclusive", ["base and head were probed with different probe versions: not comparable"]
+    if not_comparable:
+        return "inconclusive", [f"base and head {not_comparable}: not comparable"]
     reasons: list[str] = []
     regressions = [c for c in cases if (c.role == "guard" and c.head == "bug") or c.transition == "clean -> bug"]
     if regressions:
@@ -276,10 +281,12 @@ def differential(
     """Compare base and head receipts of the same probes, case by case."""
     by_probe_base = {r.probe.id: r for _, r in base}
     by_probe_head = {r.probe.id: r for _, r in head}
-    comparable = all(
-        p in by_probe_base and p in by_probe_head and by_probe_base[p].probe.sha256 == by_probe_head[p].probe.sha256
-        for p in probes
-    )
+    not_comparable = None
+    if not all(p in by_probe_base and p in by_probe_head and by_probe_base[p].probe.sha256 == by_probe_head[p].probe.sha256
+               for p in probes):
+        not_comparable = "were probed with different probe versions"
+    elif len({r.environment.diffprobe_sha256 for _, r in base + head}) > 1:
+        not_comparable = "were judged by different diffprobe code (diffprobe_sha256 differs)"
     rows: list[CaseTransition] = []
     for probe in probes:
         b, h = by_probe_base.get(probe), by_probe_head.get(probe)
@@ -289,7 +296,7 @@ def differential(
             ref = bc or hc
             rows.append(CaseTransition(probe=probe, case=case_id, site=ref.site, role=ref.role,
                                        base=state(bc), head=state(hc), transition=transition(bc, hc)))
-    verdict, reasons = judge(rows, comparable)
+    verdict, reasons = judge(rows, not_comparable)
     body = {
         "schema_version": DIFFERENTIAL_SCHEMA,
         "fix": fix,

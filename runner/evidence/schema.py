@@ -7,6 +7,7 @@ from pathlib import Path
 import orjson
 
 from runner.evidence.bundle import Index
+from runner.evidence.dsse import Envelope
 from runner.evidence.observations import Observations
 from runner.evidence.pins import Pins
 from runner.evidence.receipts import Differential, Receipt
@@ -17,6 +18,7 @@ MODELS = {
     "receipt": Receipt,
     "differential": Differential,
     "bundle": Index,
+    "envelope": Envelope,  # attestations/*.intoto.json (DSSE); the Statements inside follow in-toto's spec
 }
 DIR = Path(__file__).resolve().parents[2] / "evidence" / "schema"
 

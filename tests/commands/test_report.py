@@ -35,7 +35,7 @@ PROBES = {
     "prefill-cleanup": ProbeRef(id="prefill-cleanup", fix=36988, sha256="c" * 64, files={"prefill_cleanup.py": "d" * 64}),
 }
 TITLES = {38935: "Retire rejected requests at the PD admission door", 36988: "Clean up aborted prefill results"}
-ENV = Environment(python="3.11.7", implementation="CPython", platform="Linux", diffprobe="0.1.0",
+ENV = Environment(python="3.11.7", implementation="CPython", platform="Linux", diffprobe="0.1.0", diffprobe_sha256="0" * 64,
                   standins=Standins(declared={"triton": "GPU kernel compiler; not usable on CPU"},
                                     used=["triton", "triton.language"], tree_lacks=[], sha256="e" * 64))
 
