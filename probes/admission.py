@@ -154,6 +154,7 @@ class DecodeDoor(_Door):
             token_to_kv_pool_allocator=allocator,
             max_total_num_tokens=CAPACITY,
             num_reserved_decode_tokens=0,
+            bootstrap_port=tree.BOOTSTRAP_PORT,  # where the first trees took the peer's port from
         )
 
     def drive(self) -> None:
@@ -170,7 +171,8 @@ class DecodeDoor(_Door):
 def _peer_address(decode: Any, req: Any) -> str:
     """The key the decode door looks its prefill peer up by, spelled by the tree itself."""
     spell = getattr(decode, "_bootstrap_addr", None)
-    return spell(req) if spell is not None else f"{req.bootstrap_host}:{req.bootstrap_port}"
+    port = getattr(req, "bootstrap_port", None) or tree.BOOTSTRAP_PORT  # first trees: the queue's port
+    return spell(req) if spell is not None else f"{req.bootstrap_host}:{port}"
 
 
 # --- requests as they reach a door ---------------------------------------------------------------

@@ -45,6 +45,13 @@ class Shape:
     chunks_in_flight: tuple[bool, ...] = (False,)
 
 
+def _inflight_queue(prefill: Any) -> str:
+    """The scheduler's transfer (inflight) queue; the first PD trees spelt it ``infight``."""
+    mixin = prefill.SchedulerDisaggregationPrefillMixin
+    typo = hasattr(mixin, "process_disagg_prefill_infight_queue")
+    return "disagg_prefill_infight_queue" if typo else "disagg_prefill_inflight_queue"
+
+
 class ResultScene:
     """A prefill scheduler that ran a forward for one request and now processes its result(s)."""
 
@@ -82,7 +89,7 @@ class ResultScene:
             req_to_metadata_buffer_idx_allocator=Double(journal, "metadata_allocator", recorded=("free",)),
             send_kv_chunk=journal.method("scheduler", "send_kv_chunk"),
             maybe_send_health_check_signal=journal.method("scheduler", "maybe_send_health_check_signal"),
-            disagg_prefill_inflight_queue=[],
+            **{_inflight_queue(prefill): []},
             disagg_prefill_pending_chunk_rids=set() if shape.abort == "retired" else {self.req.rid},
             enable_hicache_storage=True,
             chunked_req=None,
@@ -158,7 +165,7 @@ class ResultScene:
         """Cumulative effects after one processed result."""
         calls = self.journal.calls
         return {
-            "inflight_queue": [req.rid for req in self.scheduler.disagg_prefill_inflight_queue],
+            "inflight_queue": [req.rid for req in getattr(self.scheduler, _inflight_queue(tree.module(PREFILL)))],
             "kv_chunks_sent": [
                 {"args": e["args"], "kwargs": e["kwargs"]} for e in calls("scheduler", "send_kv_chunk")
             ],

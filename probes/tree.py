@@ -192,7 +192,11 @@ def make_req(rid: str, prompt_len: int, mode_name: str) -> Any:
         "disagg_mode": getattr(modes, mode_name),
     }
     accepted = inspect.signature(req_cls).parameters
-    return req_cls(**{key: value for key, value in wanted.items() if key in accepted})
+    req = req_cls(**{key: value for key, value in wanted.items() if key in accepted})
+    for key in ("bootstrap_host", "bootstrap_port", "bootstrap_room"):
+        if key not in accepted and hasattr(req, key):  # first PD trees: a field set after construction
+            setattr(req, key, wanted[key])
+    return req
 
 
 def reject_at_intake(req: Any, message: str) -> None:
