@@ -83,11 +83,15 @@ def pip_args(source: TorchSource, requirement: str) -> tuple[list[str], dict[str
 
 
 def install(python: Path, requirement: str, sources: list[TorchSource], log_dir: Path) -> TorchRecord:
-    """Install torch into the layer from the first source that has it; say where it came from."""
+    """Install torch into the layer from the first source that has it; say where it came from.
+
+    pip's report goes next to the interpreter's environment (one per build, even when several
+    processes build the same layer at once); the logs go to ``log_dir``.
+    """
     pinned = requirement.split("==", 1)[1]
     failures = []
     for n, source in enumerate(sources):
-        report = log_dir / f"torch-report-{n}.json"
+        report = python.parents[1] / f"torch-report-{n}.json"
         argv, env = pip_args(source, requirement)
         try:
             run_logged([str(python), "-m", "pip", *argv, "--report", str(report)],
