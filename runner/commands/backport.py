@@ -10,7 +10,6 @@ probes, the backported tree must end as head does (same outcome and classificati
 
 from __future__ import annotations
 
-import argparse
 import re
 import shutil
 import subprocess
@@ -23,7 +22,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from runner import errors, ui
-from runner.commands import pipeline
+from runner.commands import options, pipeline
 from runner.evidence import bundle, pins, receipts
 from runner.sandbox import execute
 from runner.store import sources, specs
@@ -137,10 +136,10 @@ def compare(fix_probes: list[str], mine: dict[str, Receipt], head: dict[str, Rec
 
 
 def cmd_backport(args) -> int:
-    p = pins.load(Path(args.pins) if args.pins else None)
+    p = pins.load(options.path(args.pins))
     fix = p.fix(args.pr)
     repo = specs.check_git_url(args.repo) if args.repo else p.upstream
-    opts = pipeline.options(args, p)
+    opts = pipeline.options(args, p, options.probe(args))
     out = bundle.out_path(args.out, f"backport-{args.pr}")
     started = execute.now()
     refs = [f"refs/pull/{args.pr}/head"]
@@ -201,7 +200,7 @@ def _print(record: BackportRecord) -> None:
     ui.out.print(f"verdict: {verdict}")
 
 
-def register(sub: argparse._SubParsersAction, add_common) -> None:
+def register(sub) -> None:
     p = sub.add_parser("backport", help="apply a PR onto another tree, probe it, and compare with the PR's head")
     p.add_argument("--pr", type=int, required=True, metavar="N")
     p.add_argument("--onto", required=True, metavar="SOURCE", help="the tree to backport onto (or, with --applied, the backport)")
@@ -210,8 +209,6 @@ def register(sub: argparse._SubParsersAction, add_common) -> None:
     p.add_argument("--applied", action="store_true", help="--onto already carries the backport: only compare with head")
     p.add_argument("--head", metavar="SOURCE", help="what to compare with (default: the PR's pinned head commit)")
     p.add_argument("--out", metavar="DIR")
-    p.add_argument("--python", metavar="EXE")
-    p.add_argument("-j", "--jobs", type=int, default=1, metavar="N")
-    p.add_argument("--case-timeout", type=int, default=execute.DEFAULT_CASE_TIMEOUT, metavar="S")
-    add_common(p)
+    options.probe_options(p)
+    options.common(p)
     p.set_defaults(func=cmd_backport)

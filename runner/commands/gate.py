@@ -281,7 +281,7 @@ def cmd_gate(args) -> int:
     return errors.OK if all(c.classification == "clean" for c in cases) else errors.DIFFERS
 
 
-def register(sub, add_common) -> None:
+def register(sub) -> None:
     gate = sub.add_parser("gate", help="check a running SGLang deployment: pool vs context, canary, prefill latency")
     gates = gate.add_subparsers(dest="gate", required=True, metavar="GATE")
     pl = gates.add_parser("pool", help="the KV pool read from the live server covers the context with headroom")

@@ -592,7 +592,7 @@ def cmd_model(args) -> int:
     return errors.DIFFERS if broken else errors.OK
 
 
-def register(sub, add_common) -> None:
+def register(sub) -> None:
     p = sub.add_parser("model", help=f"run the incident model ({LABEL}) under each defence; write a bundle")
     p.add_argument("--out", metavar="DIR", help="bundle directory to create (must not exist or be empty)")
     p.add_argument("--defence", action="append", choices=DEFENCES,

@@ -1,9 +1,23 @@
-"""Command-line options shared by several commands, declared once."""
+"""Command-line options shared by several commands, each declared once and read back typed."""
 
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 from pathlib import Path
+
+from runner import errors
+from runner.sandbox.execute import DEFAULT_CASE_TIMEOUT
+
+
+@dataclass(frozen=True)
+class ProbeOptions:
+    """How probes run: the interpreter of the environments, parallel runs, per-case timeout, repeats."""
+
+    python: str | None = None
+    jobs: int = 1
+    case_timeout: int = DEFAULT_CASE_TIMEOUT
+    repeat: int = 1  # run each tree's probes this many times; any difference in observations fails
 
 
 def common(p: argparse.ArgumentParser) -> None:
@@ -13,6 +27,24 @@ def common(p: argparse.ArgumentParser) -> None:
 
 def env_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--python", metavar="EXE", help="interpreter for the probe environments (default: the running one)")
+
+
+def probe_options(p: argparse.ArgumentParser, *, parallel: str | None = "probe runs in parallel") -> None:
+    """--python, -j (unless ``parallel`` is None: one tree), --case-timeout and --repeat."""
+    env_options(p)
+    if parallel:
+        p.add_argument("-j", "--jobs", type=errors.positive_int, default=1, metavar="N", help=f"{parallel} (default 1)")
+    else:
+        p.set_defaults(jobs=1)
+    p.add_argument("--case-timeout", type=errors.positive_int, default=DEFAULT_CASE_TIMEOUT, metavar="S",
+                   help=f"seconds before a probe case is killed (default {DEFAULT_CASE_TIMEOUT})")
+    p.add_argument("--repeat", type=errors.positive_int, default=1, metavar="N",
+                   help="run each tree's probes N times; exit 1 if any observation differs")
+
+
+def probe(args: argparse.Namespace) -> ProbeOptions:
+    """The values of ``probe_options``."""
+    return ProbeOptions(python=args.python, jobs=args.jobs, case_timeout=args.case_timeout, repeat=args.repeat)
 
 
 def path(value: str | None) -> Path | None:

@@ -12,6 +12,7 @@ from typing import Callable
 from rich.markup import escape
 
 from runner import errors, ui
+from runner.commands.options import ProbeOptions
 from runner.evidence import catalog, pins, receipts
 from runner.sandbox import execute
 from runner.store import envs, sources, specs
@@ -20,24 +21,17 @@ from runner.files import sha256_file
 from runner.evidence.receipts import ProbeRef, Receipt
 
 
-@dataclass
+@dataclass(frozen=True)
 class Options:
     cache: Cache
-    python: str | None = None
-    workers: int = 1
-    case_timeout: int = execute.DEFAULT_CASE_TIMEOUT
+    probe: ProbeOptions = ProbeOptions()
     package_dir: str = "python/sglang"
     pinned_sha256: dict[str, str] = field(default_factory=dict)
-    repeat: int = 1  # run each tree's probes this many times; any difference in observations fails
 
 
-def options(args, p: pins.Pins) -> Options:
-    """Options from a command's arguments; flags a command does not offer keep their defaults."""
-    return Options(
-        cache=Cache.at(args.cache_dir), python=getattr(args, "python", None), workers=getattr(args, "jobs", 1),
-        case_timeout=getattr(args, "case_timeout", execute.DEFAULT_CASE_TIMEOUT), package_dir=p.package_dir,
-        repeat=getattr(args, "repeat", 1), pinned_sha256=p.pinned_sha256,
-    )
+def options(args, p: pins.Pins, probe: ProbeOptions = ProbeOptions()) -> Options:
+    """Options from a command's --cache-dir, its pins and its probe options."""
+    return Options(cache=Cache.at(args.cache_dir), probe=probe, package_dir=p.package_dir, pinned_sha256=p.pinned_sha256)
 
 
 def probe_ref(probe: str, fix: int) -> ProbeRef:
@@ -87,13 +81,13 @@ def probe_sources(
     probes start on the pool as soon as it is ready, so downloads overlap with probe runs;
     ``on_tree`` (host-side reading of a tree, say) runs here too, while the pool works.
     """
-    interp = envs.interpreter(opts.python)
+    interp = envs.interpreter(opts.probe.python)
     trees: dict[str, sources.Tree] = {}
 
     def one(text: str, environment: envs.Env) -> dict[tuple[str, str], Receipt]:
-        runs = execute.run_probes(environment, plan[text], case_timeout=opts.case_timeout)
-        for attempt in range(2, opts.repeat + 1):
-            _same_or_fail(text, runs, execute.run_probes(environment, plan[text], case_timeout=opts.case_timeout), attempt)
+        runs = execute.run_probes(environment, plan[text], case_timeout=opts.probe.case_timeout)
+        for attempt in range(2, opts.probe.repeat + 1):
+            _same_or_fail(text, runs, execute.run_probes(environment, plan[text], case_timeout=opts.probe.case_timeout), attempt)
         got = {}
         for probe, run in runs.items():
             receipt = receipts.build(probe_ref(probe, run.observations.fix), trees[text].identity, environment, run)
@@ -103,7 +97,7 @@ def probe_sources(
             got[(text, probe)] = receipt
         return got
 
-    pool = ThreadPoolExecutor(max_workers=workers_for_memory(opts.workers))
+    pool = ThreadPoolExecutor(max_workers=workers_for_memory(opts.probe.jobs))
     futures = []
     try:
         for text in plan:

@@ -790,7 +790,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     return errors.OK
 
 
-def register(sub: argparse._SubParsersAction, add_common: Callable[[argparse.ArgumentParser], None]) -> None:
+def register(sub) -> None:
     """The ``report`` command; it reads only the bundle, so the cache and pins options do not apply."""
     p = sub.add_parser("report", help="show a verified bundle: terminal summary, optionally a self-contained HTML page")
     p.add_argument("bundle")

@@ -476,12 +476,12 @@ def cmd_upstream_tests(args: argparse.Namespace) -> int:
     if args.timeout <= 0:
         raise BadInput(f"--timeout {args.timeout}: must be a positive number of seconds")
     read_tests = locate_tests(args.tests, args.head)
-    opts = pipeline.options(args, pins.load(options.path(args.pins)))
+    opts = pipeline.options(args, pins.load(options.path(args.pins)), options.ProbeOptions(python=args.python))
     started = execute.now()
     trees = {name: pipeline.resolve(text, opts) for name, text in (("base", args.base), ("head", args.head))}
     test = read_tests(trees["head"], opts)
     probe = probe_ref(test)
-    interp = envs.interpreter(opts.python)
+    interp = envs.interpreter(opts.probe.python)
     sides, got = {}, []
     for name, text in (("base", args.base), ("head", args.head)):
         environment = envs.env(trees[name], opts.cache, interp)
@@ -501,7 +501,7 @@ def cmd_upstream_tests(args: argparse.Namespace) -> int:
     return errors.OK if grading.passed else errors.DIFFERS
 
 
-def register(sub: argparse._SubParsersAction, add_common: Callable[[argparse.ArgumentParser], None]) -> None:
+def register(sub) -> None:
     p = sub.add_parser("upstream-tests", help="run an upstream pytest file against base and head; grade it like SWE-bench")
     p.add_argument("--tests", required=True, metavar="PATH",
                    help="the test file's path in HEAD's git commit, or a local file (then used for both sides)")
@@ -510,6 +510,6 @@ def register(sub: argparse._SubParsersAction, add_common: Callable[[argparse.Arg
     p.add_argument("--out", metavar="DIR", help="bundle directory to create (must not exist or be empty)")
     p.add_argument("--timeout", type=int, default=DEFAULT_TIMEOUT, metavar="S",
                    help=f"seconds per side before pytest is killed (default {DEFAULT_TIMEOUT})")
-    add_common(p)
+    options.common(p)
     options.env_options(p)
     p.set_defaults(func=cmd_upstream_tests)

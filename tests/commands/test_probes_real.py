@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from runner import cli
-from runner.commands import pipeline
+from runner.commands import options, pipeline
 from runner.evidence import bundle, compare
 from tests import forks
 
@@ -14,7 +14,7 @@ EVIDENCE = Path(__file__).resolve().parents[2] / "evidence"
 
 @pytest.fixture(scope="session")
 def opts(cache):
-    return pipeline.Options(cache=cache, workers=2, case_timeout=20)
+    return pipeline.Options(cache=cache, probe=options.ProbeOptions(jobs=2, case_timeout=20))
 
 
 @pytest.fixture(scope="session")

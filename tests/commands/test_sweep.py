@@ -6,7 +6,8 @@ import pytest
 
 from runner import cli
 from runner.evidence import bundle
-from runner.commands.sweep import SweepRecord, version_key
+from runner.commands.sweep import version_key
+from runner.evidence.records import SweepRecord
 from tests import forks
 from tests.conftest import git
 

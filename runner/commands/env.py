@@ -1,0 +1,67 @@
+"""``diffprobe env``: build or reuse a source's probe environment and prove where its imports come from."""
+
+from __future__ import annotations
+
+import sys
+
+import orjson
+from rich.table import Table
+
+from runner import errors, ui
+from runner.commands import options, resolve
+from runner.store import envs
+from runner.store.cache import Cache
+
+
+def cmd_env(args) -> int:
+    cache = Cache.at(args.cache_dir)
+    tree = resolve.tree(args, args.source)
+    interp = envs.interpreter(args.python)
+    environment = envs.env(tree, cache, interp)
+    for note in environment.stamp.notes:
+        ui.warn(note)
+    with ui.step(f"import check in {environment.root.name}"):
+        check = envs.import_check(environment, tree)
+    if args.json:
+        payload = {"environment": str(environment.root), "stamp": environment.stamp.model_dump(mode="json"),
+                   "tree": tree.identity.model_dump(mode="json", exclude_none=True), "check": check.model_dump(mode="json")}
+        sys.stdout.write(orjson.dumps(payload, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS).decode() + "\n")
+    else:
+        _print_check(tree, environment, check)
+    if not check.ok:
+        failed = [m for m, v in check.modules.items() if v != "ok"]
+        what = f"{failed[0]}: {check.modules[failed[0]]}" if failed else f"sglang imported from outside the tree: {check.outside[0]}"
+        raise errors.Infrastructure(f"import check failed: {what}")
+    return errors.OK
+
+
+def _print_check(tree, environment, check) -> None:
+    o = ui.out
+    o.print(f"[bold]tree[/]        {tree.identity.source}  {tree.identity.tree_digest}  ({tree.identity.files} files)")
+    o.print(f"[bold]environment[/] {environment.root}")
+    o.print(f"[bold]python[/]      {environment.stamp.interpreter.implementation} {environment.stamp.interpreter.version}"
+            f"  layer {environment.stamp.layer_key} (lock sha256 {environment.stamp.lock_sha256[:16]}…)")
+    table = Table("module", "import", box=None)
+    for name, verdict in check.modules.items():
+        table.add_row(name, "[green]ok[/]" if verdict == "ok" else f"[red]{verdict}[/]")
+    o.print(table)
+    o.print(f"imported {len(check.files)} sglang files, all from {tree.root}" if not check.outside
+            else f"[red]sglang files from outside the tree:[/] {check.outside}")
+    for f in sorted(check.files)[:: max(1, len(check.files) // 8)][:8]:
+        o.print(f"  {check.files[f][:16]}…  {f}")
+    o.print(f"  … ({len(check.files)} in all; --json lists every file with its sha256)")
+    roots = sorted({s.split('.')[0] if not s.startswith("sglang.") else s for s in check.standins})
+    declared = environment.stamp.standins.declared
+    o.print(f"stand-ins used: {', '.join(roots) or 'none'}  (declared: {', '.join(declared)})")
+    if environment.stamp.standins.tree_lacks:
+        o.print(f"compiled modules this tree lacks (stand-ins if imported): {', '.join(environment.stamp.standins.tree_lacks)}")
+    o.print(f"import took {check.duration_ms / 1000:.1f} s")
+
+
+def register(sub) -> None:
+    p = sub.add_parser("env", help="build or reuse a source's probe environment and check its imports")
+    p.add_argument("source")
+    p.add_argument("--json", action="store_true", help="print the full result as JSON")
+    options.common(p)
+    options.env_options(p)
+    p.set_defaults(func=cmd_env)

@@ -1,0 +1,65 @@
+"""``diffprobe run``: reproduce the evidence bundle, base and head of each pinned fix, every witnessing probe."""
+
+from __future__ import annotations
+
+from runner import errors, ui
+from runner.commands import options, pipeline
+from runner.evidence import bundle, pins, receipts
+from runner.files import sha256_file
+from runner.sandbox import execute
+from runner.store import specs
+from runner.views import summary
+
+
+def cmd_run(args) -> int:
+    pins_path = options.path(args.pins) or pins.default_path()
+    p = pins.load(pins_path)
+    out = bundle.out_path(args.out, "run")
+    numbers = args.pr or sorted(p.fixes)
+    fixes = {n: p.fix(n) for n in numbers}
+    repo = specs.check_git_url(args.repo) if args.repo else p.upstream
+    sides: dict[int, tuple[str, str]] = {}
+    extra_refs: dict[str, list[str]] = {}
+    for n, fix in fixes.items():
+        if args.via == "releases":
+            sides[n] = (f"pypi:sglang=={fix.releases.without}", f"pypi:sglang=={fix.releases.with_}")
+        else:
+            sides[n] = (f"git+{repo}@{fix.base}", f"git+{repo}@{fix.head}")
+            for text in sides[n]:  # PR heads of squash merges live only under refs/pull/N/head
+                extra_refs.setdefault(text, []).append(f"refs/pull/{n}/head")
+    opts = pipeline.options(args, p, options.probe(args))
+    started = execute.now()
+    plan: dict[str, list[str]] = {}
+    for n, fix in fixes.items():
+        for text in sides[n]:
+            plan.setdefault(text, []).extend(pr for pr in fix.probes if pr not in plan.get(text, []))
+    _, got = pipeline.probe_sources(plan, opts, extra_refs)
+    diffs = []
+    for n, fix in fixes.items():
+        base, head = sides[n]
+        diffs.append(receipts.differential(
+            n, fix.title, fix.probes,
+            [(bundle.receipt_name(got[(base, pr)]), got[(base, pr)]) for pr in fix.probes],
+            [(bundle.receipt_name(got[(head, pr)]), got[(head, pr)]) for pr in fix.probes],
+            fix.expect,
+        ))
+    out = bundle.write(
+        out, kind="run", created_at=started,
+        receipts=list({bundle.receipt_name(r): r for r in got.values()}.values()), differentials=diffs, pins_sha256=sha256_file(pins_path),
+        extra={"via": args.via, "fixes": numbers, "repo": repo if args.via == "commits" else None},
+    )
+    summary.differentials(diffs)
+    ui.out.print(f"bundle: {out}  (check with: diffprobe verify {out}  or  cd {out} && sha256sum -c {bundle.MANIFEST})")
+    return errors.OK if all(d.as_expected for d in diffs) else errors.DIFFERS
+
+
+def register(sub) -> None:
+    p = sub.add_parser("run", help="reproduce the evidence bundle from pins.toml (base and head of each fix)")
+    p.add_argument("--via", choices=["releases", "commits"], default="releases",
+                   help="trees from the release brackets on PyPI, or the pinned commits of a git repository")
+    p.add_argument("--repo", metavar="URL|PATH", help="git repository for --via commits (default: the pinned upstream)")
+    p.add_argument("--pr", type=int, action="append", metavar="N", help="only this fix (repeatable)")
+    p.add_argument("--out", metavar="DIR", help="bundle directory to create (must not exist or be empty)")
+    options.probe_options(p)
+    options.common(p)
+    p.set_defaults(func=cmd_run)
