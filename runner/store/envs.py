@@ -21,18 +21,27 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
+from rich.markup import escape
 
 from runner import ui
 from runner.store.cache import Cache, read_model, write_model
 from runner.errors import BadInput, Infrastructure
 from runner.files import building_dir, sha256_bytes, sha256_file
 from runner.store.procs import run_logged
+from runner.store import torch_source
+from runner.store.torch_source import TorchRecord, TorchSource
 from runner.store.sources import PKG, WHEEL_TAG, Tree
 from runner.standins.diffprobe_standins import STANDINS as STANDIN_MODULES
 
 LOCK = Path(__file__).resolve().parents[1] / "data" / "cpu-lock.txt"
 STANDINS = Path(__file__).resolve().parents[1] / "standins" / "diffprobe_standins.py"
-FORMAT = 1  # bump when the layout of layers changes
+FORMAT = 2  # bump when the layout of layers changes (2: torch installed alone from a recorded source)
+# Which layer serves which trees, and why; recorded in every layer stamp.
+CHOICE = (
+    "one shared layer for every tree: the lock's CPU torch serves releases whose metadata pins older torch "
+    "(2.5.1 in 0.4.5 onward); a tree's import check decides whether its code runs with it, and private torch "
+    "queries renamed since are answered by this torch under their old names (runner/standins)"
+)
 ENV_FORMAT = 2  # bump when the layout of a tree's environment changes (2: byte-code overlay)
 
 
@@ -58,6 +67,8 @@ class LayerStamp(BaseModel):
     interpreter: Interpreter
     site_packages: str  # relative to the layer directory
     packages: list[str]
+    torch: TorchRecord  # where the CPU torch came from: source, URL, sha256
+    choice: str  # which layer this is and why (CHOICE)
 
 
 class EnvStamp(BaseModel):
@@ -109,22 +120,44 @@ def _lock_packages() -> list[str]:
     return [line.strip() for line in LOCK.read_text().splitlines() if line.strip() and not line.startswith("#")]
 
 
-def layer(cache: Cache, interp: Interpreter) -> tuple[Path, LayerStamp]:
-    """The shared dependency layer for this lock and interpreter, built if absent."""
+def _torch_requirement(packages: list[str]) -> str:
+    found = [p for p in packages if re.match(r"torch==", p)]
+    if len(found) != 1:
+        raise Infrastructure(f"{LOCK}: expected one torch==VERSION line, found {len(found)}")
+    return found[0]
+
+
+def layer(cache: Cache, interp: Interpreter, torch: list[TorchSource] | None = None) -> tuple[Path, LayerStamp]:
+    """The shared dependency layer for this lock and interpreter, built if absent.
+
+    ``torch``: where CPU torch may come from (default: ``torch_source.candidates()``). The layer is
+    keyed by what it holds, not by where it came from: an existing layer is kept, and a source
+    named now but not used is said so.
+    """
+    sources = torch if torch is not None else torch_source.candidates()
     lock = lock_sha256()
     key = sha256_bytes(f"{FORMAT}\n{lock}\n{interp.implementation}\n{interp.tag}\n{interp.machine}".encode())[:16]
     final = cache.dir("layers", key)
     stamp = read_model(final / "layer.json", LayerStamp)
     if stamp and stamp.key == key and (final / stamp.site_packages).is_dir():
+        named = sources[0] if sources[0].chosen_by != "default" else None
+        if named and named.location != stamp.torch.source.location:
+            ui.warn(f"layer {key} already holds {stamp.torch.requirement} from {torch_source.describe(stamp.torch.source)}; "
+                    f"{named.chosen_by} {named.location} not used (remove {final} to rebuild from it)")
         return final, stamp
     if final.exists():
         ui.warn(f"dependency layer {final} is incomplete or damaged; rebuilding it")
         shutil.rmtree(final)
     packages = _lock_packages()
+    requirement = _torch_requirement(packages)
     log = cache.dir("logs", f"layer-{key}.log")
     with building_dir(final) as scratch:
         _virtualenv(interp, scratch, seed=True, log=log, step="create the dependency layer's virtualenv")
-        with ui.step(f"install {len(packages)} locked packages (CPU torch) into the shared layer", total=len(packages)) as advance:
+        with ui.step(f"install {requirement} from {' or '.join(torch_source.describe(s) for s in sources)}"):
+            record = torch_source.install(scratch / "bin" / "python", requirement, sources, cache.dir("logs", f"layer-{key}-torch"))
+        ui.err.print(escape(f"CPU torch {record.version} from {torch_source.describe(record.source)}: {record.url} "
+                            f"(sha256 {record.sha256[:16]}…)"))
+        with ui.step(f"install {len(packages)} locked packages into the shared layer", total=len(packages)) as advance:
             seen: set[str] = set()
 
             def on_line(line: str) -> None:
@@ -141,6 +174,7 @@ def layer(cache: Cache, interp: Interpreter) -> tuple[Path, LayerStamp]:
         site = _site_packages(scratch / "bin" / "python").relative_to(scratch)
         write_model(scratch / "layer.json", LayerStamp(
             format=FORMAT, key=key, lock_sha256=lock, interpreter=interp, site_packages=str(site), packages=packages,
+            torch=record, choice=CHOICE,
         ))
     return final, read_model(final / "layer.json", LayerStamp)
 
@@ -193,9 +227,9 @@ def _overlay(tree_root: Path, dest: Path) -> None:
             (target / name).symlink_to(Path(dirpath) / name)
 
 
-def env(tree: Tree, cache: Cache, interp: Interpreter) -> Env:
+def env(tree: Tree, cache: Cache, interp: Interpreter, torch: list[TorchSource] | None = None) -> Env:
     """The environment for ``tree``: reused when its stamp is valid, built otherwise."""
-    layer_root, layer_stamp = layer(cache, interp)
+    layer_root, layer_stamp = layer(cache, interp, torch)
     standins_sha = sha256_file(STANDINS)
     key = sha256_bytes(f"{ENV_FORMAT}\n{tree.identity.tree_digest}\n{layer_stamp.key}\n{standins_sha}\n{interp.executable}".encode())[:16]
     final = cache.dir("envs", key)
