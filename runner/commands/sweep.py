@@ -11,7 +11,7 @@ from runner.commands import options, pipeline, survey
 from runner.evidence import bundle, judging, pins
 from runner.evidence.records import Row, SweepRecord
 from runner.sandbox import execute
-from runner.store import sources, specs
+from runner.store import mirrors, specs
 from runner.store.cache import Cache
 from runner.store.procs import run_logged
 from runner.views import status
@@ -38,13 +38,14 @@ def releases_between(first: str, last: str, cache: Cache) -> list[str]:
 
 
 def commits_between(repo: str, base: str, head: str, opts: pipeline.Options) -> list[str]:
-    """BASE and every first-parent commit up to HEAD, oldest first, as full SHAs."""
-    mirror, base_sha = sources.resolve_commit(repo, base, opts.cache)
-    _, head_sha = sources.resolve_commit(repo, head, opts.cache)
-    listed = sources.git_lines(mirror, "rev-list", "--first-parent", "--reverse", f"{base_sha}..{head_sha}")
-    if base_sha != head_sha and not listed:
-        raise errors.BadInput(f"--commits {base}..{head}: {head} does not descend from {base}")
-    return [base_sha, *listed]
+    """BASE and every first-parent commit up to HEAD, oldest first, as full SHAs. BASE must be an
+    ancestor of HEAD: across diverged branches "the first commit with the fix" means nothing."""
+    mirror, base_sha, _ = mirrors.resolve(repo, base, opts.cache)
+    _, head_sha, _ = mirrors.resolve(repo, head, opts.cache)
+    if not mirrors.is_ancestor(mirror, base_sha, head_sha):
+        raise errors.BadInput(f"--commits {base}..{head}: {base} ({base_sha[:12]}) is not an ancestor of {head} "
+                              f"({head_sha[:12]}); give a range along one branch")
+    return [base_sha, *mirror.lines("rev-list", "--first-parent", "--reverse", f"{base_sha}..{head_sha}")]
 
 
 def bisect(texts: list[str], opts: pipeline.Options) -> tuple[list[survey.Probed], dict[int, list[str]]]:

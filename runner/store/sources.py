@@ -7,38 +7,28 @@ whatever was probed is exactly the bytes the identity names.
 from __future__ import annotations
 
 import base64
-import io
 import os
 import re
 import shutil
-import subprocess
 import sys
-import tarfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Literal
 
-import git
 from pydantic import BaseModel, ConfigDict
 
 from runner import ui
-from runner.store import specs
+from runner.store import mirrors, specs
 from runner.store.cache import Cache, read_model, write_model
 from runner.errors import BadInput, Infrastructure
 from runner.files import building_dir, dirhash1, is_bytecode, scratch_dir, sha256_bytes, sha256_file, tree_files
+from runner.store.mirrors import RemoteState
 from runner.store.procs import run_logged
 
 PKG = specs.PACKAGE
 # Release wheels are the only artifacts of recent releases and are built for this tag alone.
 WHEEL_TAG = ("cp", "311", "cp311", "manylinux_2_34_x86_64")
-GIT_ENV = {
-    "GIT_TERMINAL_PROMPT": "0",  # never hang on a credential prompt
-    "GIT_ALLOW_PROTOCOL": "file:git:http:https:ssh",  # no ext::, fd:: or other command transports
-    "GIT_PROTOCOL_FROM_USER": "0",
-    "GIT_CONFIG_NOSYSTEM": "1",
-}
-GIT_OPTS = ["-c", "protocol.ext.allow=never", "-c", "gc.auto=0", "-c", "core.hooksPath=/dev/null"]
 
 
 class TreeIdentity(BaseModel):
@@ -55,6 +45,7 @@ class TreeIdentity(BaseModel):
     artifact: str | None = None
     artifact_sha256: str | None = None
     path: str | None = None
+    remote: RemoteState | None = None  # git names other than a full SHA: the remote state read
     tree_digest: str
     files: int
 
@@ -253,150 +244,40 @@ def _resolve_path(spec: specs.PathSpec, cache: Cache) -> Tree:
     return Tree(identity, root)
 
 
-# --- git ------------------------------------------------------------------------------------
+# --- git (plumbing in runner/store/mirrors.py) ------------------------------------------------
 
 
-def _clone_url(url: str) -> str:
-    """Local paths go through file:// so that git honours --filter (a plain path copies everything)."""
-    return Path(url).as_uri() if url.startswith("/") else url
-
-
-class _CloneProgress(git.RemoteProgress):
-    def __init__(self, advance):
-        super().__init__()
-        self._advance = advance
-
-    def update(self, op_code, cur_count, max_count=None, message=""):
-        self._advance(message or None, int(cur_count), int(max_count) if max_count else None)
-
-
-def _mirror(url: str, cache: Cache) -> git.Repo:
-    """One blobless bare mirror per repository URL."""
-    path = cache.dir("git", sha256_bytes(url.encode())[:24] + ".git")
-    if path.exists():
-        try:
-            return git.Repo(path)
-        except git.exc.GitError:
-            ui.warn(f"git mirror {path} is damaged; cloning again")
-            shutil.rmtree(path)
-    local = url.startswith(("/", "file://"))
-    with building_dir(path) as scratch, ui.step(f"clone {url} (blobless)") as advance:
-        progress = _CloneProgress(advance)
-        try:
-            git.Repo.clone_from(_clone_url(url), scratch, bare=True, progress=progress, env=GIT_ENV,
-                                multi_options=["--filter=blob:none"])
-        except git.exc.GitCommandError as e:
-            lines = progress.error_lines + progress.other_lines + str(e).splitlines()
-            fatal = [ln.split("fatal:", 1)[1].strip() for ln in lines if "fatal:" in ln]
-            reason = fatal[0] if fatal else f"git exit {e.status}"
-            raise (BadInput if local else Infrastructure)(f"git source {url}: cannot clone: {reason}") from None
-    return git.Repo(path)
-
-
-def _git(repo: git.Repo, *args: str, stdin: str | None = None) -> str:
-    argv = ["git", *GIT_OPTS, "--git-dir", repo.git_dir, *args]
-    env = {**os.environ, **GIT_ENV}
-    proc = subprocess.run(argv, input=stdin, capture_output=True, text=True, env=env)
-    if proc.returncode:
-        raise git.exc.GitCommandError(argv, proc.returncode, proc.stderr)
-    return proc.stdout
-
-
-def git_lines(repo: git.Repo, *args: str) -> list[str]:
-    return _git(repo, *args).splitlines()
-
-
-def _commit(repo: git.Repo, rev: str) -> str | None:
-    try:
-        return _git(repo, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}").strip()
-    except git.exc.GitCommandError:
-        return None
-
-
-def resolve_commit(url: str, rev: str, cache: Cache, extra_refs: list[str] = ()) -> tuple[git.Repo, str]:
-    """Full SHA of ``rev`` in the mirror, fetching branches, tags, ``extra_refs`` or the SHA itself."""
-    repo = _mirror(url, cache)
-    sha = _commit(repo, rev)
-    if sha is None:
-        refspecs = ["+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"]
-        refspecs += [f"+{ref}:refs/diffprobe/{ref.removeprefix('refs/')}" for ref in extra_refs]
-        with ui.step(f"fetch {url}"):
-            for refspec in [refspecs, *([[rev]] if re.fullmatch(r"[0-9a-f]{40}", rev) else [])]:
-                try:
-                    _git(repo, "fetch", "--quiet", "--filter=blob:none", "origin", *refspec)
-                except git.exc.GitCommandError as e:
-                    if refspec is refspecs and "couldn't find remote ref" not in (e.stderr or ""):
-                        raise Infrastructure(f"git source {url}: fetch failed: {(e.stderr or '').strip().splitlines()[-1:]}") from None
-                sha = _commit(repo, rev)
-                if sha:
-                    break
-    if sha is None:
-        raise BadInput(f"git source {url}: revision {rev!r} does not resolve to a commit")
-    return repo, sha
+def resolve_commit(url: str, rev: str, cache: Cache) -> tuple[mirrors.Mirror, str]:
+    m, sha, _ = mirrors.resolve(url, rev, cache)
+    return m, sha
 
 
 def read_file(url: str, sha: str, path: str, cache: Cache) -> bytes:
     """The exact bytes of ``path`` in commit ``sha``: one blob, fetched on demand by the mirror."""
-    repo, sha = resolve_commit(url, sha, cache)
-    entries = [e for e in _git(repo, "ls-tree", "-z", "--full-tree", sha, "--", path).split("\0") if e]
-    if len(entries) != 1 or entries[0].split()[1] != "blob" or entries[0].split("\t", 1)[1] != path:
-        raise BadInput(f"commit {sha}: no file {path} in its tree")
-    oid = entries[0].split()[2]
-    proc = subprocess.run(["git", *GIT_OPTS, "--git-dir", repo.git_dir, "cat-file", "blob", oid],
-                          capture_output=True, env={**os.environ, **GIT_ENV})
-    if proc.returncode:
-        raise Infrastructure(f"commit {sha}: cannot read {path}: {proc.stderr.decode(errors='replace').strip()[-200:]}")
-    return proc.stdout
+    return mirrors.read_file(*resolve_commit(url, sha, cache), path)
 
 
 def diff(url: str, base: str, head: str, package_dir: str, cache: Cache) -> bytes:
-    """``git diff --binary base head -- package_dir``; call after both trees were resolved, so
-    the mirror already holds every blob and nothing is fetched one object at a time."""
-    repo, _ = resolve_commit(url, base, cache)
-    proc = subprocess.run(["git", *GIT_OPTS, "--git-dir", repo.git_dir, "diff", "--binary", "--no-color", "--no-ext-diff", "--no-renames",
-                           base, head, "--", package_dir], capture_output=True, env={**os.environ, **GIT_ENV})
-    if proc.returncode:
-        raise Infrastructure(f"git diff {base[:12]}..{head[:12]} failed: {proc.stderr.decode(errors='replace').strip()[-200:]}")
-    return proc.stdout
-
-
-def _materialise(repo: git.Repo, sha: str, package_dir: str, scratch: Path) -> None:
-    """Only ``package_dir`` of ``sha``: its missing blobs in one batched fetch, then extracted."""
-    listing = _git(repo, "ls-tree", "-r", "-z", "--full-tree", sha, "--", package_dir)
-    entries = [e for e in listing.split("\0") if e]
-    if not entries:
-        raise BadInput(f"commit {sha}: no {package_dir} in its tree")
-    oids = sorted({e.split("\t", 1)[0].split()[2] for e in entries if e.split()[1] == "blob"})
-    # rev-list --missing=print reports promisor gaps without fetching them one by one (cat-file would)
-    absent = {line[1:] for line in _git(repo, "rev-list", "--objects", "--no-walk", "--missing=print", sha).splitlines() if line.startswith("?")}
-    missing = [oid for oid in oids if oid in absent]
-    if missing:
-        with ui.step(f"fetch {len(missing)} files of {sha[:12]}:{package_dir}"):
-            _git(repo, "-c", "fetch.negotiationAlgorithm=noop", "fetch", "--quiet", "--no-tags", "--no-write-fetch-head",
-                 "--recurse-submodules=no", "--filter=blob:none", "--stdin", "origin", stdin="\n".join(missing) + "\n")
-    archive = subprocess.run(
-        ["git", *GIT_OPTS, "--git-dir", repo.git_dir, "archive", "--format=tar", sha, "--", package_dir],
-        capture_output=True, env={**os.environ, **GIT_ENV},
-    )
-    if archive.returncode:
-        raise Infrastructure(f"commit {sha}: git archive failed: {archive.stderr.decode(errors='replace').strip()[-200:]}")
-    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tf:
-        tf.extractall(scratch / "_checkout", filter="data")
-    os.replace(scratch / "_checkout" / package_dir, scratch / PKG)
-    shutil.rmtree(scratch / "_checkout")
+    """``git diff --binary base head -- package_dir`` in the repository's mirror."""
+    return mirrors.diff(resolve_commit(url, base, cache)[0], base, head, package_dir)
 
 
 def _resolve_git(spec: specs.GitSpec, cache: Cache, package_dir: str, extra_refs: list[str]) -> Tree:
-    repo, sha = resolve_commit(spec.url, spec.rev, cache, extra_refs)
-    index_path = cache.dir("index", "git", f"{sha}-{sha256_bytes(package_dir.encode())[:12]}.json")
+    """Stored trees are indexed by the package's git tree id: a commit that did not touch the
+    package finds its tree without reading a blob."""
+    m, sha, remote = mirrors.resolve(spec.url, spec.rev, cache, extra_refs)
+    tree_id = mirrors.package_trees(m, [sha], package_dir)[0]
+    if tree_id is None:
+        raise BadInput(f"commit {sha}: no {package_dir} in its tree")
+    index_path = cache.dir("index", "git-tree", f"{tree_id}.json")
     hit = _from_index(cache, index_path)
     if hit is None:
-        root, stamp = _store_tree(cache, lambda scratch: _materialise(repo, sha, package_dir, scratch))
+        root, stamp = _store_tree(cache, lambda scratch: mirrors.materialise(m, sha, package_dir, scratch / PKG))
         write_model(index_path, _Index(tree_digest=stamp.tree_digest))
         hit = (None, root, stamp)
     _, root, stamp = hit
     identity = TreeIdentity(
         kind="git", source=str(spec), repo=spec.url, rev=spec.rev, commit=sha, package_dir=package_dir,
-        tree_digest=stamp.tree_digest, files=stamp.files,
+        remote=remote, tree_digest=stamp.tree_digest, files=stamp.files,
     )
     return Tree(identity, root)
