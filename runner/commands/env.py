@@ -15,9 +15,10 @@ from runner.store.cache import Cache
 
 def cmd_env(args) -> int:
     cache = Cache.at(args.cache_dir)
+    torch = options.torch(args)  # a bad source fails before any download
     tree = resolve.tree(args, args.source)
     interp = envs.interpreter(args.python)
-    environment = envs.env(tree, cache, interp)
+    environment = envs.env(tree, cache, interp, torch)
     for note in environment.stamp.notes:
         ui.warn(note)
     with ui.step(f"import check in {environment.root.name}"):

@@ -8,6 +8,8 @@ from pathlib import Path
 
 from runner import errors
 from runner.sandbox.execute import DEFAULT_CASE_TIMEOUT
+from runner.store import torch_source
+from runner.store.torch_source import TorchSource
 
 
 @dataclass(frozen=True)
@@ -18,6 +20,11 @@ class ProbeOptions:
     jobs: int = 1
     case_timeout: int = DEFAULT_CASE_TIMEOUT
     repeat: int = 1  # run each tree's probes this many times; any difference in observations fails
+    torch_index: str | None = None  # where a new dependency layer gets CPU torch (runner/store/torch_source.py)
+    torch_wheel: str | None = None
+
+    def torch(self) -> list[TorchSource]:
+        return torch_source.candidates(self.torch_wheel, self.torch_index)
 
 
 def common(p: argparse.ArgumentParser) -> None:
@@ -27,6 +34,16 @@ def common(p: argparse.ArgumentParser) -> None:
 
 def env_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--python", metavar="EXE", help="interpreter for the probe environments (default: the running one)")
+    p.add_argument("--torch-index", metavar="URL",
+                   help=f"package index of CPU torch wheels for a new dependency layer (default: ${torch_source.ENV_INDEX}, "
+                        f"else this machine's pip find-links, else {torch_source.DEFAULT_INDEX})")
+    p.add_argument("--torch-wheel", metavar="PATH",
+                   help=f"CPU torch wheel file for a new dependency layer, used offline (default: ${torch_source.ENV_WHEEL})")
+
+
+def torch(args: argparse.Namespace) -> list[TorchSource]:
+    """Where a new dependency layer gets CPU torch, from ``env_options``."""
+    return torch_source.candidates(args.torch_wheel, args.torch_index)
 
 
 def probe_options(p: argparse.ArgumentParser, *, parallel: str | None = "probe runs in parallel") -> None:
@@ -44,7 +61,8 @@ def probe_options(p: argparse.ArgumentParser, *, parallel: str | None = "probe r
 
 def probe(args: argparse.Namespace) -> ProbeOptions:
     """The values of ``probe_options``."""
-    return ProbeOptions(python=args.python, jobs=args.jobs, case_timeout=args.case_timeout, repeat=args.repeat)
+    return ProbeOptions(python=args.python, jobs=args.jobs, case_timeout=args.case_timeout, repeat=args.repeat,
+                        torch_index=args.torch_index, torch_wheel=args.torch_wheel)
 
 
 def path(value: str | None) -> Path | None:

@@ -82,6 +82,7 @@ def probe_sources(
     ``on_tree`` (host-side reading of a tree, say) runs here too, while the pool works.
     """
     interp = envs.interpreter(opts.probe.python)
+    torch = opts.probe.torch()
     trees: dict[str, sources.Tree] = {}
 
     def one(text: str, environment: envs.Env) -> dict[tuple[str, str], Receipt]:
@@ -102,7 +103,7 @@ def probe_sources(
     try:
         for text in plan:
             trees[text] = resolve(text, opts, (extra_refs or {}).get(text, []))
-            environment = envs.env(trees[text], opts.cache, interp)
+            environment = envs.env(trees[text], opts.cache, interp, torch)
             for note in environment.stamp.notes:
                 ui.warn(f"{text}: {note}")
             futures.append(pool.submit(one, text, environment))
