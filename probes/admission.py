@@ -87,13 +87,19 @@ class _Door:
             "released_aborted": [
                 e["args"][0] for e in self.journal.calls("scheduler", "_release_aborted_request")
             ],
+            "beam_retired": [e["args"][0] for e in self.journal.calls("beam_coordinator", "retire_group")],
+            "session_aborted": [self.req.rid for _ in self.journal.calls("session", "abort_req")],
             "request": _state(self.req),
         }
 
 
 def _state(req: Any) -> dict[str, JSON]:
     """The request's state, and whether it holds a host retraction backup (a re-entry must keep it)."""
-    return {**tree.request_state(req), "holds_backup": tree.retraction_backup(req) is not None}
+    return {
+        **tree.request_state(req),
+        "holds_backup": tree.retraction_backup(req) is not None,
+        "has_session": getattr(req, "session", None) is not None,
+    }
 
 
 class PrefillDoor(_Door):
@@ -187,6 +193,13 @@ def rejected(journal: Journal, rid: str, mode: str) -> Any:
     return req
 
 
+def rejected_in_session(journal: Journal, rid: str, mode: str) -> Any:
+    """A rejected turn of a streaming session, which ``create_req`` marked in flight."""
+    req = rejected(journal, rid, mode)
+    req.session = Double(journal, "session", streaming=True, recorded=("abort_req",))
+    return req
+
+
 def valid(journal: Journal, rid: str, mode: str) -> Any:
     return tree.make_req(rid, 16, mode)
 
@@ -202,6 +215,20 @@ def holding_metadata(journal: Journal, rid: str, mode: str) -> Any:
     """Preempted prefill requeue: KV already released, metadata buffer still held."""
     req = _marked(rid, mode)
     req.metadata_buffer_index = 7
+    return req
+
+
+def holding_kv(journal: Journal, rid: str, mode: str) -> Any:
+    """Re-entry that still holds its KV row (released by its queue, not by the door)."""
+    req = _marked(rid, mode)
+    tree.give_kv(req, len(req.origin_input_ids))
+    return req
+
+
+def holding_mamba(journal: Journal, rid: str, mode: str) -> Any:
+    """Re-entry that holds Mamba state and no KV."""
+    req = _marked(rid, mode)
+    tree.give_mamba(req)
     return req
 
 
@@ -228,14 +255,14 @@ def preempted(journal: Journal, rid: str, mode: str) -> Any:
 # --- cases ---------------------------------------------------------------------------------------
 
 
-def rejected_case(door: type[_Door]) -> Case:
+def rejected_case(door: type[_Door], name: str = "rejected", request: Request = rejected, what: str = "") -> Case:
     prefill = door is PrefillDoor
     return _case(
         door,
-        "rejected",
+        name,
         role="bug",
-        title=f"request rejected for length reaches the {'prefill' if prefill else 'decode'} admission door",
-        request=rejected,
+        title=f"request{what} rejected for length reaches the {'prefill' if prefill else 'decode'} admission door",
+        request=request,
         extra_requires=("sglang.srt.managers.utils.validate_input_length",),
     )
 
@@ -288,6 +315,7 @@ PROBE = Probe(
     cases=(
         rejected_case(PrefillDoor),
         rejected_case(DecodeDoor),
+        rejected_case(PrefillDoor, "rejected-session", rejected_in_session, " of a streaming session"),
         guard_case(PrefillDoor, "valid", "valid request at the prefill admission door", valid),
         guard_case(DecodeDoor, "valid", "valid request at the decode admission door", valid),
         guard_case(
@@ -301,6 +329,18 @@ PROBE = Probe(
             "reentry-backup",
             "aborted-while-running request re-enters the prefill door holding a retraction backup",
             holding_backup,
+        ),
+        guard_case(
+            PrefillDoor,
+            "reentry-kv",
+            "aborted-while-running request re-enters the prefill door holding its KV",
+            holding_kv,
+        ),
+        guard_case(
+            PrefillDoor,
+            "reentry-mamba",
+            "aborted-while-running request re-enters the prefill door holding Mamba state",
+            holding_mamba,
         ),
         guard_case(
             DecodeDoor,

@@ -118,12 +118,55 @@ DOOR_DUTIES = (
         f"the client was streamed the rejection (status {REJECTION_STATUS}) exactly once",
         lambda e: _streamed_once_with(e, REJECTION_STATUS),
     ),
+    Duty(
+        "door-session-released",
+        38935,
+        "the streaming session of the rejected request was released (aborted once, detached)",
+        lambda e: e["session_aborted"] == [_rid(e)] and not e["request"]["has_session"],
+    ),
+    Duty(
+        "door-receiver-initialised",
+        38935,
+        "the admitted decode request's receiver was initialised once with its known prefill peer, or (trees "
+        "whose handshake initialises it later) not touched at the door; never parked as pending (a guard)",
+        lambda e: [c["call"] for c in e["kv_calls"]] in (["init"], []) and not e["queues"].get("pending"),
+    ),
+    Duty(
+        "door-beam-retired",
+        38935,
+        "the rejected request's beam group (if any) was retired with it",
+        lambda e: e["beam_retired"] == [_rid(e)],
+    ),
+    Duty(
+        "door-cache-released",
+        38935,
+        "the cache-side state the rejected request registered was released as aborted",
+        lambda e: e["released_aborted"] == [_rid(e)],
+    ),
     Duty("door-returns", 38935, "the door returned: no failure escaped the tree's code", returned),
     Duty(
-        "door-admits",
+        "door-queued-bootstrap",
         38935,
-        "the request reached its queue (a guard: the fix must not drop it)",
-        _admitted,
+        "the request reached the prefill bootstrap queue (a guard: the fix must not drop it)",
+        lambda e: e["queues"].get("bootstrap") == [_rid(e)],
+    ),
+    Duty(
+        "door-queued-prealloc",
+        38935,
+        "the request reached the decode prealloc queue (a guard: the fix must not drop it)",
+        lambda e: e["queues"].get("prealloc") == [_rid(e)] and not e["queues"].get("retracted"),
+    ),
+    Duty(
+        "door-queued-retracted",
+        38935,
+        "the retracted request went back to the retracted queue, which owns its backup (a guard)",
+        lambda e: e["queues"].get("retracted") == [_rid(e)] and not e["queues"].get("prealloc"),
+    ),
+    Duty(
+        "door-endpoint-built",
+        38935,
+        "an admitted request got its KV sender or receiver (a guard: admission still hands off)",
+        lambda e: len(e["kv_endpoints"]) == 1,
     ),
     Duty(
         "door-keeps-resources",
@@ -134,8 +177,11 @@ DOOR_DUTIES = (
 )
 
 REJECTED = ("door-not-queued", "door-no-kv-endpoint", "door-no-bootstrap", "door-no-metadata-buffer",
-            "door-retired-by-tree", "door-finished-rejected", "door-streamed-once", "door-returns")
-KEPT = ("door-admits", "door-keeps-resources", "door-returns")
+            "door-retired-by-tree", "door-finished-rejected", "door-streamed-once", "door-beam-retired",
+            "door-cache-released", "door-returns")
+KEPT = ("door-keeps-resources", "door-returns")
+AT_PREFILL = ("door-queued-bootstrap", "door-endpoint-built", *KEPT)
+AT_DECODE = ("door-queued-prealloc", "door-endpoint-built", "door-receiver-initialised", *KEPT)
 
 
 # --- #36988: prefill result cleanup ---------------------------------------------------------------
@@ -152,7 +198,7 @@ def _held(effects: Effects, key: str) -> bool:
 def _untouched(snapshot: Mapping[str, Any]) -> bool:
     """No handoff and no release, stream or cache call: nothing happened to the request."""
     return not (
-        snapshot["request"]["rid"] in snapshot["inflight_queue"]
+        snapshot["request"]["rid"] in snapshot["inflight_queue"] + snapshot["requeued"]
         or snapshot["kv_chunks_sent"]
         or snapshot["sender_calls"]
         or snapshot["metadata_frees"]
@@ -171,15 +217,23 @@ def _sender_aborted(effects: Effects) -> bool:
     return calls.count("abort") == 1 if effects["before"]["has_kv_sender"] else not calls
 
 
+def _last_chunk(chunk: Mapping[str, Any]) -> bool:
+    """A send marked final: ``last_chunk=True``, or (0.4.5/0.4.6) the sampled ``token_id`` given."""
+    kwargs = chunk["kwargs"]
+    return bool(kwargs.get("last_chunk")) or kwargs.get("token_id") is not None
+
+
 def _metadata_freed(effects: Effects) -> bool:
     index = effects["before"]["metadata_buffer_index"]
     return _final(effects)["metadata_frees"] == ([index] if index >= 0 else [])
 
 
 def _kv_released(effects: Effects) -> bool:
-    """The KV it held went back exactly once (none released when it held none)."""
-    releases = [r for r in _final(effects)["kv_releases"] if r["kv"]]
-    return len(releases) == (1 if _held(effects, "holds_kv") else 0) and not _final(effects)["request"]["holds_kv"]
+    """What it held of KV and Mamba state went back in exactly one release, and nothing was
+    released for a request holding neither."""
+    held = _held(effects, "holds_kv") or _held(effects, "holds_mamba")
+    releases = _final(effects)["kv_releases"]
+    return len(releases) == (1 if held else 0) and not _final(effects)["request"]["holds_kv"]
 
 
 def _mamba_freed(effects: Effects) -> bool:
@@ -214,12 +268,14 @@ RESULT_DUTIES = (
     Duty(
         "result-not-requeued",
         36988,
-        "the aborted result was not re-queued for transfer nor cached as an unfinished request",
-        lambda e: _rid(_final(e)) not in _final(e)["inflight_queue"] and not _tree_cache(e, "cache_unfinished_req"),
+        "the aborted result was not re-queued (for transfer, prefill or bootstrap) nor cached as unfinished",
+        lambda e: _rid(_final(e)) not in _final(e)["inflight_queue"] + _final(e)["requeued"]
+        and not _tree_cache(e, "cache_unfinished_req"),
     ),
     Duty("result-no-kv-chunk", 36988, "no KV chunk was sent for it", lambda e: not _final(e)["kv_chunks_sent"]),
     Duty("result-metadata-freed", 36988, "its metadata buffer was freed exactly once", _metadata_freed),
-    Duty("result-kv-released", 36988, "the KV it held was released exactly once", _kv_released),
+    Duty("result-kv-released", 36988, "the KV it held was released exactly once (no release when it held none)",
+         _kv_released),
     Duty(
         "result-kv-not-inserted",
         36988,
@@ -233,6 +289,12 @@ RESULT_DUTIES = (
         _cache_finished_aborted,
     ),
     Duty("result-mamba-freed", 36988, "the Mamba state it held was freed exactly once", _mamba_freed),
+    Duty(
+        "result-bootstrap-settled",
+        36988,
+        "the request no longer waits for a bootstrap",
+        lambda e: not _final(e)["request"]["pending_bootstrap"],
+    ),
     Duty(
         "result-finished",
         36988,
@@ -260,11 +322,22 @@ RESULT_DUTIES = (
         lambda e: _untouched(e["results"][0]),
     ),
     Duty(
-        "result-handed-off",
+        "result-queued-for-transfer",
         36988,
-        "a healthy final result was queued for transfer and sent its last KV chunk (a guard)",
-        lambda e: _rid(_final(e)) in _final(e)["inflight_queue"]
-        and any(chunk["kwargs"].get("last_chunk") for chunk in _final(e)["kv_chunks_sent"]),
+        "a healthy final result was cached as unfinished and queued for transfer, once (a guard)",
+        lambda e: _final(e)["inflight_queue"] == [_rid(_final(e))] and len(_tree_cache(e, "cache_unfinished_req")) == 1,
+    ),
+    Duty(
+        "result-last-chunk-sent",
+        36988,
+        "a bootstrapped healthy request sent its last KV chunk exactly once, after any middle chunks (a guard)",
+        lambda e: [_last_chunk(c) for c in _final(e)["kv_chunks_sent"]] == [False] * (len(e["results"]) - 1) + [True],
+    ),
+    Duty(
+        "result-waits-for-bootstrap",
+        36988,
+        "a healthy result whose bootstrap is pending sent no KV yet (a guard)",
+        lambda e: not _final(e)["kv_chunks_sent"],
     ),
     Duty(
         "result-healthy-kept",
@@ -280,7 +353,10 @@ RESULT_DUTIES = (
 
 RETIRED_ONCE = ("result-sender-aborted", "result-returns", "result-pending-chunk-cleared", "result-not-requeued",
                 "result-no-kv-chunk", "result-metadata-freed", "result-kv-released", "result-kv-not-inserted",
-                "result-cache-finished-aborted", "result-mamba-freed", "result-finished", "result-streamed-once")
+                "result-cache-finished-aborted", "result-mamba-freed", "result-bootstrap-settled", "result-finished",
+                "result-streamed-once")
+
+HEALTHY = ("result-queued-for-transfer", "result-last-chunk-sent", "result-healthy-kept", "result-returns")
 
 DUTIES: dict[str, Duty] = {duty.id: duty for duty in DOOR_DUTIES + RESULT_DUTIES}
 
@@ -289,14 +365,17 @@ CASES: dict[str, dict[str, tuple[str, ...]]] = {
     "admission": {
         "prefill-door-rejected": REJECTED,
         "decode-door-rejected": REJECTED,
-        "prefill-door-valid": KEPT,
-        "decode-door-valid": KEPT,
-        "prefill-door-reentry-metadata": KEPT,
-        "prefill-door-reentry-backup": KEPT,
-        "decode-door-retracted": KEPT,
-        "decode-door-rebootstrap": KEPT,
-        "prefill-door-preempted": KEPT,
-        "decode-door-preempted": KEPT,
+        "prefill-door-rejected-session": (*REJECTED, "door-session-released"),
+        "prefill-door-valid": AT_PREFILL,
+        "decode-door-valid": AT_DECODE,
+        "prefill-door-reentry-metadata": AT_PREFILL,
+        "prefill-door-reentry-backup": AT_PREFILL,
+        "prefill-door-reentry-kv": AT_PREFILL,
+        "prefill-door-reentry-mamba": AT_PREFILL,
+        "decode-door-retracted": ("door-queued-retracted", *KEPT),
+        "decode-door-rebootstrap": AT_DECODE,
+        "prefill-door-preempted": AT_PREFILL,
+        "decode-door-preempted": AT_DECODE,
     },
     "prefill-cleanup": {
         "aborted-final-result": RETIRED_ONCE,
@@ -305,9 +384,72 @@ CASES: dict[str, dict[str, tuple[str, ...]]] = {
         "sender-abort-raises": RETIRED_ONCE,
         "grammar-rejection": RETIRED_ONCE,
         "mamba-before-kv": RETIRED_ONCE,
-        "healthy-final-result": ("result-handed-off", "result-healthy-kept", "result-returns"),
+        "metadata-only": RETIRED_ONCE,
+        "aborted-yielded-chunk": RETIRED_ONCE,
+        "healthy-final-result": HEALTHY,
+        "healthy-grammar-result": HEALTHY,
+        "healthy-chunked-result": HEALTHY,
+        "healthy-optimistic-result": ("result-queued-for-transfer", "result-waits-for-bootstrap",
+                                      "result-healthy-kept", "result-returns"),
     },
 }
+
+
+# The code each fix changed, by qualified name: what ``diffprobe mutate`` mutates, on the lines the
+# fix's cases execute. A function the fix rewrote is mutated whole; in a long function the fix
+# touched in places, only its slice: the statements naming one of the listed names, and
+# everything inside a block such a statement opens. A name a tree lacks is reported, never guessed.
+FIX_CODE: dict[int, dict[str, tuple[str, ...]]] = {
+    38935: {
+        "sglang.srt.disaggregation.prefill.PrefillBootstrapQueue.add": (),
+        "sglang.srt.disaggregation.decode.DecodePreallocQueue.add": (
+            "is_unadmitted_reject", "retire_unadmitted_request", "retracted_queue", "_create_receiver_and_enqueue",
+            "pending_reqs", "kv_receiver",
+        ),
+        "sglang.srt.disaggregation.utils.is_unadmitted_reject": (),
+        "sglang.srt.managers.scheduler.Scheduler.retire_unadmitted_request": (),
+    },
+    36988: {
+        "sglang.srt.disaggregation.prefill.SchedulerDisaggregationPrefillMixin.process_batch_result_disagg_prefill": (
+            "is_aborted", "_retire_aborted_prefill_result", "aborted_reqs", "disagg_prefill_inflight_queue",
+            "send_kv_chunk", "cache_unfinished_disagg_prefill", "stream_output", "still_chunking",
+            "inflight_middle_chunks", "prepare_abort",
+        ),
+        "sglang.srt.disaggregation.prefill.SchedulerDisaggregationPrefillMixin._retire_aborted_prefill_result": (),
+        "sglang.srt.disaggregation.prefill.SchedulerDisaggregationPrefillMixin.clear_pending_chunk_send": (),
+        "sglang.srt.disaggregation.utils.is_aborted": (),
+    },
+}
+
+
+# Mutants no case can tell from the tree, each with why, keyed by (function, operator, statement
+# before): ``equivalent`` ones behave the same on every input (they leave the score's count);
+# ``explained`` ones do not, and stay survivors, with what no case covers.
+EQUIVALENT: dict[tuple[str, str, str], str] = {
+    ("SchedulerDisaggregationPrefillMixin._retire_aborted_prefill_result", "true", "sender is not None"):
+        "the call sits in `try: ... except Exception`, which swallows the AttributeError of None.abort()",
+    ("SchedulerDisaggregationPrefillMixin._retire_aborted_prefill_result", "true",
+     "req.to_finish is not None and (not req.finished())"):
+        "is_aborted(req) holds here, so to_finish or finished_reason is set, and update_finish_state "
+        "returns at once for a finished request",
+    ("SchedulerDisaggregationPrefillMixin._retire_aborted_prefill_result", "true", "req.to_finish is not None"):
+        "update_finish_state returns at once for a finished request; an unfinished one has to_finish set "
+        "(is_aborted)",
+    ("SchedulerDisaggregationPrefillMixin._retire_aborted_prefill_result", "true", "not req.finished()"):
+        "update_finish_state returns at once for a finished request",
+}
+EXPLAINED: dict[tuple[str, str, str], str] = {
+    ("DecodePreallocQueue.add", "delete", "decode_req.kv_receiver.init(prefill_dp_rank)"):
+        "door-receiver-initialised must also hold on 0.4.5-0.5.9, whose door leaves init to the handshake; "
+        "a door that never initialises reads like those trees",
+    ("Scheduler.retire_unadmitted_request", "true", "req.session.streaming"):
+        "no case rejects a turn of a non-streaming session: the mutant would abort such a session at the door",
+}
+
+
+def mutant_key(function: str, operator: str, before: str) -> tuple[str, str, str]:
+    """The key of a mutant in EQUIVALENT and EXPLAINED: class and function, operator, statement."""
+    return (".".join(function.split(".")[-2:]), operator, before)
 
 
 def declared(probe: str, case: str) -> tuple[str, ...]:

@@ -319,6 +319,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--out", required=True, help="directory that receives one <probe>.json per probe")
     parser.add_argument("--case-timeout", type=float, default=60.0)
     parser.add_argument("--case", action="append", dest="cases", metavar="CASE_ID")
+    parser.add_argument("--mutate", action="store_true",
+                        help="run the cases against mutants of the fix's code; writes mutation-<probe>.json")
     return parser.parse_args(argv)
 
 
@@ -342,6 +344,15 @@ def main(argv: list[str]) -> int:
     log = ImportLog(known)
     sys.meta_path.insert(0, log)
     gc.freeze()  # children would otherwise copy the whole heap when their collector walks it
+    if args.mutate and imported["outcome"] == "ok":
+        from probes import mutation
+
+        for probe in probes:
+            document = mutation.run(probe, selected[probe.id], lambda case: run_forked(case, places, args.case_timeout, log)[0],
+                                    args.out, places.display)
+            write_atomically(os.path.join(args.out, f"mutation-{probe.id}.json"), {**document, "import": imported})
+        reap()
+        return 0
     for probe in probes:
         files, standins, results = set(parent_files), set(parent_standins), []
         for case in selected[probe.id]:

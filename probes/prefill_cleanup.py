@@ -41,8 +41,13 @@ class Shape:
     holds_mamba: bool = False
     metadata_index: int = METADATA_INDEX
     grammar_rejects: bool = False
+    grammar_accepts: bool = False
     sender_abort_fails: bool = False
     chunks_in_flight: tuple[bool, ...] = (False,)
+    middle_chunks: int | None = None  # results still to come before the last (default: one per chunk in flight)
+    has_sender: bool = True
+    bootstrapped: bool = True  # False: optimistic prefill, bootstrap still pending
+    overlap: bool = False  # overlap scheduling: a middle chunk's KV is sent from result processing
 
 
 def _inflight_queue(prefill: Any) -> str:
@@ -85,15 +90,21 @@ class ResultScene:
                 cache_finished_req=lambda req, **flags: self._release_kv_cache(req, None, **flags),
             ),
             output_streamer=streamer,
-            metrics_reporter=Double(journal, "metrics_reporter", recorded=("report_prefill_stats",)),
+            metrics_reporter=Double(
+                journal, "metrics_reporter", recorded=("report_prefill_stats",), enable_metrics=False
+            ),
             req_to_metadata_buffer_idx_allocator=Double(journal, "metadata_allocator", recorded=("free",)),
             send_kv_chunk=journal.method("scheduler", "send_kv_chunk"),
             maybe_send_health_check_signal=journal.method("scheduler", "maybe_send_health_check_signal"),
             **{_inflight_queue(prefill): []},
+            # where a yielded optimistic request would be re-queued
+            waiting_queue=[],
+            disagg_prefill_bootstrap_queue=Double(journal, "prefill_bootstrap_queue", queue=[]),
             disagg_prefill_pending_chunk_rids=set() if shape.abort == "retired" else {self.req.rid},
             enable_hicache_storage=True,
             chunked_req=None,
-            enable_overlap=False,  # middle chunks are sent by the chunked-prefill step, not here
+            # without overlap, middle chunks are sent by the chunked-prefill step, not here
+            enable_overlap=shape.overlap,
         )
         self.batch = Double(
             journal,
@@ -116,10 +127,11 @@ class ResultScene:
             poll_state=tree.kv_poll().WaitingForInput,
             abort_error=RuntimeError("transport is down") if shape.sender_abort_fails else None,
         )
-        req.disagg_kv_sender = transport.endpoint("sender", backend=None)
-        req.pending_bootstrap = False
+        req.disagg_kv_sender = transport.endpoint("sender", backend=None) if shape.has_sender else None
+        req.pending_bootstrap = not shape.bootstrapped
         req.metadata_buffer_index = shape.metadata_index
-        tree.set_middle_chunks(req, len(shape.chunks_in_flight) - 1)
+        middle = len(shape.chunks_in_flight) - 1 if shape.middle_chunks is None else shape.middle_chunks
+        tree.set_middle_chunks(req, middle)
         if shape.holds_kv:
             tree.give_kv(req, len(req.origin_input_ids))
         if shape.holds_mamba:
@@ -128,6 +140,8 @@ class ResultScene:
             tree.mark_abort(req)
         elif shape.abort == "retired":
             req.finished_reason = tree.abort_reason()
+        if shape.grammar_accepts:
+            req.grammar = Double(journal, "grammar", recorded=("accept_token",), finished=False)
         if shape.grammar_rejects:
             req.grammar = Double(
                 journal,
@@ -166,6 +180,8 @@ class ResultScene:
         calls = self.journal.calls
         return {
             "inflight_queue": [req.rid for req in getattr(self.scheduler, _inflight_queue(tree.module(PREFILL)))],
+            "requeued": [req.rid for req in self.scheduler.waiting_queue]
+            + [req.rid for req in self.scheduler.disagg_prefill_bootstrap_queue.queue],
             "kv_chunks_sent": [
                 {"args": e["args"], "kwargs": e["kwargs"]} for e in calls("scheduler", "send_kv_chunk")
             ],
@@ -230,7 +246,7 @@ PROBE = Probe(
             "aborted-middle-chunk",
             "bug",
             "aborted request's middle-chunk result while its last chunk is still in flight, then its last",
-            Shape(chunks_in_flight=(True, False)),
+            Shape(chunks_in_flight=(True, False), overlap=True),
         ),
         result_case(
             "sender-abort-raises",
@@ -247,14 +263,44 @@ PROBE = Probe(
         result_case(
             "mamba-before-kv",
             "bug",
-            "final result of an aborted request holding Mamba state but no KV yet",
-            Shape(holds_kv=False, holds_mamba=True, metadata_index=-1),
+            "final result of an aborted request holding Mamba state but no KV and no KV sender yet",
+            Shape(holds_kv=False, holds_mamba=True, metadata_index=-1, has_sender=False),
+        ),
+        result_case(
+            "metadata-only",
+            "bug",
+            "final result of an aborted request holding a metadata buffer but no KV or Mamba state",
+            Shape(holds_kv=False),
+        ),
+        result_case(
+            "aborted-yielded-chunk",
+            "bug",
+            "aborted optimistic request's middle-chunk result when no later chunk of it is in flight",
+            Shape(middle_chunks=1, bootstrapped=False),
         ),
         result_case(
             "healthy-final-result",
             "guard",
             "final prefill result of a healthy bootstrapped request",
             Shape(abort="none"),
+        ),
+        result_case(
+            "healthy-grammar-result",
+            "guard",
+            "final prefill result of a healthy request whose grammar accepts the sampled token",
+            Shape(abort="none", grammar_accepts=True),
+        ),
+        result_case(
+            "healthy-chunked-result",
+            "guard",
+            "healthy request's middle-chunk result, then its final one",
+            Shape(abort="none", chunks_in_flight=(True, False), overlap=True),
+        ),
+        result_case(
+            "healthy-optimistic-result",
+            "guard",
+            "final prefill result of a healthy request whose bootstrap is still pending (optimistic prefill)",
+            Shape(abort="none", bootstrapped=False),
         ),
     ),
 )

@@ -26,6 +26,7 @@ RETIRED_AT_DOOR = {
     "kv_calls": [],
     "retired": ["rejected"],
     "released_aborted": ["rejected"],
+    "beam_retired": ["rejected"],
     "streamed": [[{"rid": "rejected", "finished_reason": REJECTION}]],
     "request": _request(finished=True, finished_reason=REJECTION),
 }
@@ -39,6 +40,8 @@ BREAKS = {
     "door-retired-by-tree": lambda e: e.update(retired=[]),
     "door-finished-rejected": lambda e: e["request"].update(finished_reason={**REJECTION, "status_code": 503}),
     "door-streamed-once": lambda e: e["streamed"].append([{"rid": "rejected", "finished_reason": REJECTION}]),
+    "door-beam-retired": lambda e: e.update(beam_retired=[]),
+    "door-cache-released": lambda e: e.update(released_aborted=["rejected", "rejected"]),
     "door-returns": lambda e: e.update(escaped={"type": "Absent", "message": "m", "frame": "f"}),
 }
 
