@@ -23,7 +23,7 @@ from rich.table import Table
 
 from runner import errors, ui
 from runner.commands import options, pipeline
-from runner.evidence import bundle, pins, receipts
+from runner.evidence import bundle, judging, pins, receipts
 from runner.sandbox import execute
 from runner.store import sources, specs
 from runner.files import sha256_bytes
@@ -129,9 +129,8 @@ def compare(fix_probes: list[str], mine: dict[str, Receipt], head: dict[str, Rec
     for probe in fix_probes:
         ids = list(dict.fromkeys([c.id for c in mine[probe].cases] + [c.id for c in head[probe].cases]))
         for case_id in ids:
-            a, b = receipts.state(mine[probe].case(case_id)), receipts.state(head[probe].case(case_id))
-            conclusive = a in ("bug", "clean")
-            rows.append(Row(probe=probe, case=case_id, backport=a, head=b, same=conclusive and a == b))
+            a, b = judging.state(mine[probe].case(case_id)), judging.state(head[probe].case(case_id))
+            rows.append(Row(probe=probe, case=case_id, backport=a, head=b, same=judging.conclusive(a) and a == b))
     return rows
 
 

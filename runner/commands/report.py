@@ -23,7 +23,7 @@ from rich.markup import escape as rich_escape
 from rich.table import Table
 
 from runner import errors, ui
-from runner.evidence import bundle, receipts
+from runner.evidence import bundle, judging, receipts
 from runner.files import sha256_file, write_atomic
 from runner.evidence.observations import Case
 from runner.evidence.receipts import CaseTransition, Differential, Receipt, Source
@@ -272,35 +272,28 @@ class Column:
 
 @dataclass(frozen=True)
 class Status:
-    word: str  # fixed, not fixed, guard broken, inconclusive, not applicable, clean, not probed
+    word: str  # a judging.Status; for a model or a server "bug observed" / "no bug observed"
     detail: str  # where a problem shows (sites) and the case counts behind the word
 
 
 def status(cases: list[Case]) -> Status:
-    """One source's status for one probe, from its cases' classifications. A broken guard is named
-    even when the bug is fixed, each problem with the sites (doors, paths) it shows at, and a harness
-    gap (error, timeout) is never read as behaviour."""
-    if not cases:
-        return Status("not probed", "")
-    problems = [(word, sorted({c.site for c in cases if c.role == role and c.classification == "bug"}))
-                for word, role in (("guard broken", "guard"), ("not fixed", "bug"))]
-    found = [(word, sites) for word, sites in problems if sites]
+    """One source's status for one probe (judging.status), with the sites (doors, paths) each
+    problem shows at (a dropped guard is named even when the bug is fixed) and the case counts."""
+    word = judging.status(cases)
+    if word == "not probed":
+        return Status(word, "")
     counts = _counts(cases)
+    found = judging.problems(cases)
     if found:
-        where = [f"{'' if i == 0 else word + ' '}at {', '.join(sites)}" for i, (word, sites) in enumerate(found)]
-        return Status(found[0][0], "; ".join(where) + f" ({counts})")
-    if any(c.outcome in ("error", "timeout") for c in cases):
-        return Status("inconclusive", counts)
-    observed = [c for c in cases if c.outcome == "observed"]
-    if not observed:
-        return Status("not applicable", counts)
-    return Status("fixed" if any(c.role == "bug" for c in observed) else "clean", counts)
+        where = [f"{'' if i == 0 else w + ' '}at {', '.join(sites)}" for i, (w, sites) in enumerate(found)]
+        return Status(word, "; ".join(where) + f" ({counts})")
+    return Status(word, counts)
 
 
 def _counts(cases: list[Case]) -> str:
     n: dict[str, int] = {}
     for c in cases:
-        key = c.classification if c.outcome == "observed" else c.outcome.replace("_", " ")
+        key = judging.state(c).replace("_", " ")
         n[key] = n.get(key, 0) + 1
     return ", ".join(f"{v} {k}" for k, v in n.items())
 
@@ -477,7 +470,7 @@ def _show_matrix(ev: Evidence) -> None:
 
 
 _STATUS_STYLE = {"fixed": "green", "clean": "green", "no bug observed": "green", "inconclusive": "yellow",
-                 "not applicable": "dim", "not probed": "dim"}
+                 "not applicable": "dim", "not probed": "dim", "regression": "bold red"}
 
 
 # --- HTML -----------------------------------------------------------------------------------------
@@ -653,8 +646,8 @@ class Page:
             rows.append(row)
         note = el("p", esc(
             "Per source and probe, from the receipts' case classifications: fixed = every bug case ran and showed no "
-            "bug signature; not fixed = a bug case showed it (at the sites named); guard broken = a case that must "
-            "behave the same did not; inconclusive = a case errored or timed out. Executable-model and live-gate rows "
+            "bug signature; not fixed = a bug case showed it (at the sites named); regression = a guard case, one "
+            "that must behave the same, showed it; inconclusive = a case errored or timed out. Executable-model and live-gate rows "
             "observe a model or a server, not SGLang code: they never count as CPU-differential evidence."),
             class_="note")
         return el("section", el("h2", "Status by source"), note,
@@ -690,7 +683,7 @@ class Page:
             detail = c.effects if c.effects is not None else (c.error.model_dump() if c.error else {"missing": c.missing})
             rows.append(el("tr", el("td", el("b", esc(c.id)), el("div", esc(c.title), class_="note")),
                            el("td", esc(c.role)), el("td", esc(c.site)),
-                           el("td", el("span", esc(c.classification if c.outcome == "observed" else c.outcome),
+                           el("td", el("span", esc(judging.state(c)),
                                        class_=f"st {_cls(c.classification)}")),
                            el("td", el("div", esc(c.signature), class_="note"), el("pre", esc("\n".join(flat(detail))))),
                            id=anchor(name, c.id)))
@@ -740,7 +733,7 @@ a { color: #0550ae; }
 .verdict, .level, .st, .tr { display: inline-block; padding: 0 6px; border-radius: 4px; font-weight: 600;
   font-size: .88em; white-space: nowrap; }
 .verdict.fix-observed, .st.fixed, .st.clean, .st.no-bug-observed, .tr.bug-clean { background: #dafbe1; color: var(--ok); }
-.verdict.fix-not-observed, .verdict.regression, .st.not-fixed, .st.guard-broken,
+.verdict.fix-not-observed, .verdict.regression, .st.not-fixed, .st.regression,
 .st.bug, .st.bug-observed, .tr.bug-bug, .tr.clean-bug { background: #ffebe9; color: var(--bad); }
 .verdict.inconclusive, .st.inconclusive, .tr.inconclusive, .tr.not-comparable { background: #fff8c5; color: var(--warn); }
 .tr.clean-clean, .st.not-applicable, .st.not-probed { background: #f6f8fa; color: var(--muted); }

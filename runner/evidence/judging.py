@@ -1,32 +1,121 @@
-"""One tree on its own: is each fix there, door by door? Judged from observed behaviour only.
-
-A site (a door, a result path) is ``fixed`` when every bug case there was observed clean,
-``not fixed`` when one showed its bug signature, ``regression`` when a guard case there (a valid or
-re-entering request) was dropped, ``inconclusive`` when a case errored or timed out, and
-``not applicable`` when the tree lacks every API the site's cases drive. A fix takes the worst
-status of its sites, so one open door is enough to say "not fixed".
+"""Every rule from what a case showed to what it means, in one vocabulary: a case's state, a case's
+transition from base to head, a differential's verdict, and the status of a site, a fix or a
+probe on one tree. Everything that shows a status (run, audit, sweep, merge, backport, report)
+calls these; nothing else decides. Judged from observed behaviour only: an error or a timeout is
+a harness gap, never a behaviour, and a case that could not run proves nothing.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Iterable, Literal
 
 from pydantic import BaseModel
 
 from runner.evidence.observations import Case
-from runner.evidence.receipts import Receipt
 
-Status = Literal["fixed", "not fixed", "regression", "inconclusive", "not applicable"]
-# worst first
-ORDER: list[Status] = ["regression", "not fixed", "inconclusive", "fixed", "not applicable"]
-SITE_FIX = {"prefill-door": 38935, "decode-door": 38935, "prefill-result": 36988}
+if TYPE_CHECKING:  # the differential and receipt models are built from these rules, not the reverse
+    from runner.evidence.receipts import CaseTransition, Receipt
+
+# What one case showed: its classification when observed, else its outcome (absent: not run there).
+State = Literal["bug", "clean", "error", "not_applicable", "timeout", "absent"]
+Transition = Literal["bug -> clean", "clean -> clean", "bug -> bug", "clean -> bug", "inconclusive", "not comparable"]
+# A differential: did the fix change base's behaviour into head's?
+Verdict = Literal["fix observed", "fix not observed", "regression", "inconclusive"]
+# One tree: a site, a fix, or one probe's cases. "regression": a guard case (a valid, re-entering or
+# preempted request that must keep working) showed the bug signature; "clean": no bug case to
+# judge, and the guards held (a guard-only probe).
+Status = Literal["fixed", "not fixed", "regression", "inconclusive", "clean", "not applicable", "not probed"]
+ORDER: list[Status] = ["regression", "not fixed", "inconclusive", "fixed", "clean", "not applicable", "not probed"]  # worst first
+
+
+def state(case: Case | None) -> State:
+    if case is None:
+        return "absent"
+    return case.classification if case.outcome == "observed" else case.outcome
+
+
+def conclusive(shown: str) -> bool:
+    """A state that says how the tree behaves (bug or clean), not that the case could not tell."""
+    return shown in ("bug", "clean")
+
+
+def transition(base: Case | None, head: Case | None) -> Transition:
+    if base is None or head is None or "not_applicable" in (base.outcome, head.outcome):
+        return "not comparable"
+    if base.outcome != "observed" or head.outcome != "observed":
+        return "inconclusive"
+    return f"{base.classification} -> {head.classification}"  # type: ignore[return-value]
+
+
+def verdict(cases: list[CaseTransition], not_comparable: str | None = None) -> tuple[Verdict, list[str]]:
+    """SWE-bench-style grading over the case transitions.
+
+    Regression: a guard case is a bug at head, or a bug case went clean -> bug. Inconclusive: base
+    and head not comparable (``not_comparable`` says why: probe versions or judges differ), or any
+    case errored or timed out on either side (a harness gap is never read as a behaviour). Fix
+    observed: at least one bug case went bug -> clean, none stayed a bug.
+    """
+    if not_comparable:
+        return "inconclusive", [f"base and head {not_comparable}: not comparable"]
+    reasons: list[str] = []
+    regressions = [c for c in cases if (c.role == "guard" and c.head == "bug") or c.transition == "clean -> bug"]
+    if regressions:
+        return "regression", [f"{c.case}: {c.base} at base, {c.head} at head ({c.role} case)" for c in regressions]
+    unsure = [c for c in cases if c.transition == "inconclusive"]
+    if unsure:
+        return "inconclusive", [f"{c.case}: {c.base} at base, {c.head} at head" for c in unsure]
+    for c in cases:
+        if c.transition == "not comparable":
+            reasons.append(f"{c.case}: not comparable ({c.base} at base, {c.head} at head); left out")
+    bug_cases = [c for c in cases if c.role == "bug" and c.transition != "not comparable"]
+    fixed = [c for c in bug_cases if c.transition == "bug -> clean"]
+    still = [c for c in bug_cases if c.transition == "bug -> bug"]
+    if fixed and not still:
+        return "fix observed", reasons + [f"{c.case}: bug -> clean" for c in fixed]
+    if still:
+        reasons += [f"{c.case}: the bug signature is still observed at head" for c in still]
+    elif not fixed:
+        reasons.append("no bug case showed the bug signature at base: nothing for the fix to change")
+    return "fix not observed", reasons
+
+
+def status(cases: Iterable[Case]) -> Status:
+    """One tree's status over some of its cases (a site's, a fix's, a probe's): a dropped guard is
+    named first, then a bug signature, then a harness gap; a bug case observed clean is "fixed"."""
+    shown = [(c.role, state(c)) for c in cases]
+    if not shown:
+        return "not probed"
+    if ("guard", "bug") in shown:
+        return "regression"
+    if ("bug", "bug") in shown:
+        return "not fixed"
+    if any(s in ("error", "timeout") for _, s in shown):
+        return "inconclusive"
+    if ("bug", "clean") in shown:
+        return "fixed"
+    if all(role == "guard" for role, _ in shown) and any(s == "clean" for _, s in shown):
+        return "clean"
+    return "not applicable"  # every bug case lacks the API it drives
+
+
+def problems(cases: Iterable[Case]) -> list[tuple[Status, list[str]]]:
+    """Each problem status with the sites it shows at, worst first: a dropped guard is named even
+    when the bug is fixed."""
+    cases = list(cases)
+    found = [(word, sorted({c.site for c in cases if c.role == role and state(c) == "bug"}))
+             for word, role in (("regression", "guard"), ("not fixed", "bug"))]
+    return [(word, sites) for word, sites in found if sites]
+
+
+def worst(statuses: list[Status]) -> Status:
+    return min(statuses, key=ORDER.index) if statuses else "not applicable"
 
 
 class SiteStatus(BaseModel):
     fix: int
     site: str
     status: Status
-    cases: dict[str, str]  # case id -> what it showed (bug, clean, error, timeout, not_applicable)
+    cases: dict[str, str]  # case id -> its state (bug, clean, error, timeout, not_applicable)
 
 
 class FixStatus(BaseModel):
@@ -35,38 +124,131 @@ class FixStatus(BaseModel):
     sites: list[SiteStatus]
 
 
-def _shown(case: Case) -> str:
-    return case.classification if case.outcome == "observed" else case.outcome
-
-
-def site_status(cases: list[Case]) -> Status:
-    shown = [(c.role, _shown(c)) for c in cases]
-    if ("guard", "bug") in shown:
-        return "regression"
-    if ("bug", "bug") in shown:
-        return "not fixed"
-    if any(s in ("error", "timeout") for _, s in shown):
-        return "inconclusive"
-    if all(s == "not_applicable" for role, s in shown if role == "bug"):
-        return "not applicable"
-    return "fixed"
-
-
-def worst(statuses: list[Status]) -> Status:
-    return min(statuses, key=ORDER.index) if statuses else "not applicable"
-
-
 def fixes(receipts: list[Receipt]) -> list[FixStatus]:
-    """Per fix and site, from every probe case the receipts hold (one tree's receipts)."""
-    by_site: dict[str, list[Case]] = {}
+    """Per fix and site, from every probe case the receipts hold (one tree's receipts); the fix is
+    the one each observation names (its probe's), sites in the order the probes report them."""
+    by_site: dict[tuple[int, str], list[Case]] = {}
     for receipt in receipts:
-        for case in receipt.cases:
-            by_site.setdefault(case.site, []).append(case)
-    out: dict[int, list[SiteStatus]] = {}
-    for site, cases in by_site.items():
-        fix = SITE_FIX.get(site)
-        if fix is None:
+        if receipt.probe.fix is None:
             continue
-        out.setdefault(fix, []).append(SiteStatus(fix=fix, site=site, status=site_status(cases),
-                                                  cases={c.id: _shown(c) for c in cases}))
+        for case in receipt.cases:
+            by_site.setdefault((receipt.probe.fix, case.site), []).append(case)
+    out: dict[int, list[SiteStatus]] = {}
+    for (fix, site), cases in by_site.items():
+        out.setdefault(fix, []).append(SiteStatus(fix=fix, site=site, status=status(cases),
+                                                  cases={c.id: state(c) for c in cases}))
     return [FixStatus(fix=f, status=worst([s.status for s in sites]), sites=sites) for f, sites in sorted(out.items())]
+
+
+# --- duties: every classification re-derived on the host ------------------------------------------
+# A probe runs inside the tree's environment, where the tree's code could rewrite the probe's own
+# verdicts. So the host judges again, from the recorded effects alone, with the probe's duty table
+# (probes/duties.py: standard library only, it never imports SGLang).
+
+from probes import duties as probe_duties  # noqa: E402
+
+
+def rejudge(probe: str, case: Case) -> Case:
+    """The case as the host judges it from its effects, with each declared duty held or failed. A
+    reported classification its effects do not bear out makes the case an error of the tree's
+    process ("Misjudged"), never a verdict."""
+    if case.outcome != "observed" or probe not in probe_duties.CASES:
+        return case
+    if case.id not in probe_duties.CASES[probe]:
+        return _misjudged(case, f"{case.id} is not a case probe {probe} declares")
+    held = probe_duties.judge(probe, case.id, case.effects or {})
+    derived = probe_duties.classify(held)
+    if derived != case.classification:
+        failed = [d for d, ok in held.items() if not ok]
+        return _misjudged(case, f"reported {case.classification}, but its effects show {derived}"
+                                + (f" (failed: {', '.join(failed)})" if failed else ""))
+    return Case.model_validate({**case.model_dump(mode="json"), "duties": held})
+
+
+def _misjudged(case: Case, message: str) -> Case:
+    return Case.model_validate({**case.model_dump(mode="json"), "outcome": "error", "classification": "inconclusive",
+                                "effects": None, "duties": None,
+                                "error": {"type": "Misjudged", "message": message, "where": "process", "frame": None}})
+
+
+def failed_duties(case: Case) -> list[str]:
+    return [d for d, ok in (case.duties or {}).items() if not ok]
+
+
+def rederive(receipt: Receipt, probe_sha256: str | None) -> list[str]:
+    """What in a receipt does not follow from its own effects: a classification or a duty the duty
+    table does not give (for receipts of this diffprobe's probe version, ``probe_sha256``; another
+    version names other duties, so only its consistency can be checked), a summary, an
+    observation digest."""
+    from runner.evidence.receipts import _summary, observation_digest, source_key
+
+    problems = []
+    if receipt.probe.id in probe_duties.CASES and receipt.probe.sha256 == probe_sha256:
+        for case in receipt.cases:
+            if case.outcome == "observed":
+                again = rejudge(receipt.probe.id, case.model_copy(update={"duties": None}))
+                if again.outcome != "observed" or again.duties != case.duties:
+                    why = again.error.message if again.error else "its duties do not follow from its effects"
+                    problems.append(f"case {case.id}: {why}")
+    if receipt.summary != _summary(receipt.cases):
+        problems.append("summary does not count its cases")
+    if receipt.observation_digest != observation_digest(receipt.probe.sha256, source_key(receipt.source), receipt.cases):
+        problems.append("observation digest does not match its cases")
+    return problems
+
+
+# --- mutation score: how strong is the evidence? ---------------------------------------------------
+
+MutantStatus = Literal["killed", "survived", "equivalent", "error"]
+
+
+def mutant_status(probe: str, mutant: dict) -> tuple[MutantStatus, str]:
+    """What the cases made of one mutant of a fix's code, and why. Killed: a case judged on the host
+    shows a failed duty, or the tree's own code raised or hung on it (a tree that fails there is not
+    "fixed" either). Error: it could not be run, or a double lacked what the mutant reached for
+    (never a behaviour). Equivalent: the same byte-code, or declared with a reason."""
+    key = probe_duties.mutant_key(mutant["function"], mutant["operator"], mutant["before"])
+    if mutant.get("equivalent"):
+        return "equivalent", mutant["equivalent"]
+    if key in probe_duties.EQUIVALENT:
+        return "equivalent", probe_duties.EQUIVALENT[key]
+    if mutant.get("unappliable"):
+        return "error", mutant["unappliable"]
+    errors = []
+    for raw in mutant.get("cases", []):
+        case = rejudge(probe, Case.model_validate(raw))
+        if case.outcome == "observed" and failed_duties(case):
+            return "killed", f"{case.id}: {', '.join(failed_duties(case))}"
+        if case.outcome == "timeout" or (case.error is not None and case.error.where == "sglang"):
+            what = "hung" if case.outcome == "timeout" else f"raised {case.error.type}"
+            return "killed", f"{case.id}: the tree's code {what}"
+        if case.outcome != "observed":
+            errors.append(f"{case.id}: {case.error.type if case.error else case.outcome}"
+                          f"{f' ({case.error.where})' if case.error else ''}")
+    if errors:
+        return "error", "; ".join(errors)
+    return "survived", probe_duties.EXPLAINED.get(key, "")
+
+
+class MutationScore(BaseModel):
+    fix: int
+    probe: str
+    mutants: int
+    killed: int
+    survived: int
+    equivalent: int
+    error: int
+    baseline: Status  # the unmutated tree: a score means something only when it is "fixed"
+
+    def strength(self) -> str:
+        """The score as it reads beside a verdict: killed of scored (mutants less the equivalent)."""
+        scored = self.mutants - self.equivalent
+        if not scored:
+            return "no mutant to score"
+        return f"{self.killed} of {scored} mutants of the fix's code paths detected ({100 * self.killed / scored:.1f}%)"
+
+
+def score(probe: str, fix: int, baseline: list[Case], statuses: list[MutantStatus]) -> MutationScore:
+    counts = {s: statuses.count(s) for s in ("killed", "survived", "equivalent", "error")}
+    return MutationScore(fix=fix, probe=probe, mutants=len(statuses), **counts,
+                         baseline=status([rejudge(probe, c) for c in baseline]))

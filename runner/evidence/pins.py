@@ -10,11 +10,11 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from runner.evidence import catalog
+from runner.evidence.judging import Verdict
 from runner.store import specs
 from runner.errors import BadInput
 
 HEX_SHA = re.compile(r"^[0-9a-f]{7,40}$")
-Verdict = Literal["fix observed", "fix not observed", "regression", "inconclusive"]
 
 
 class _Strict(BaseModel):

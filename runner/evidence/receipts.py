@@ -21,7 +21,7 @@ from runner.sandbox.execute import Run
 from runner.files import sha256_bytes
 from runner.evidence.catalog import judge_digest
 from runner.evidence.observations import Case, Classification, ImportResult, Outcome, reject_floats
-from runner.evidence.pins import Verdict
+from runner.evidence.judging import Transition, Verdict, state, transition, verdict
 from runner.store.sources import TreeIdentity
 
 RECEIPT_SCHEMA = "diffprobe.receipt/1"
@@ -194,8 +194,6 @@ def tree_environment(
 
 # --- differentials --------------------------------------------------------------------------
 
-Transition = Literal["bug -> clean", "clean -> clean", "bug -> bug", "clean -> bug", "inconclusive", "not comparable"]
-
 
 class Side(_Model):
     receipt: str = Field(description="file name of the receipt inside the bundle")
@@ -228,52 +226,6 @@ class Differential(_Model):
     digest: str
 
 
-def state(case: Case | None) -> str:
-    if case is None:
-        return "absent"
-    return case.classification if case.outcome == "observed" else case.outcome
-
-
-def transition(base: Case | None, head: Case | None) -> Transition:
-    if base is None or head is None or "not_applicable" in (base.outcome, head.outcome):
-        return "not comparable"
-    if base.outcome != "observed" or head.outcome != "observed":
-        return "inconclusive"
-    return f"{base.classification} -> {head.classification}"  # type: ignore[return-value]
-
-
-def judge(cases: list[CaseTransition], not_comparable: str | None = None) -> tuple[Verdict, list[str]]:
-    """SWE-bench-style grading over the case transitions.
-
-    Regression: a guard case is a bug at head, or a bug case went clean -> bug. Inconclusive: base
-    and head not comparable (``not_comparable`` says why: probe versions or judges differ), or any
-    case errored or timed out on either side (a harness gap is never read as a behaviour). Fix
-    observed: at least one bug case went bug -> clean, none stayed a bug.
-    """
-    if not_comparable:
-        return "inconclusive", [f"base and head {not_comparable}: not comparable"]
-    reasons: list[str] = []
-    regressions = [c for c in cases if (c.role == "guard" and c.head == "bug") or c.transition == "clean -> bug"]
-    if regressions:
-        return "regression", [f"{c.case}: {c.base} at base, {c.head} at head ({c.role} case)" for c in regressions]
-    unsure = [c for c in cases if c.transition == "inconclusive"]
-    if unsure:
-        return "inconclusive", [f"{c.case}: {c.base} at base, {c.head} at head" for c in unsure]
-    for c in cases:
-        if c.transition == "not comparable":
-            reasons.append(f"{c.case}: not comparable ({c.base} at base, {c.head} at head); left out")
-    bug_cases = [c for c in cases if c.role == "bug" and c.transition != "not comparable"]
-    fixed = [c for c in bug_cases if c.transition == "bug -> clean"]
-    still = [c for c in bug_cases if c.transition == "bug -> bug"]
-    if fixed and not still:
-        return "fix observed", reasons + [f"{c.case}: bug -> clean" for c in fixed]
-    if still:
-        reasons += [f"{c.case}: the bug signature is still observed at head" for c in still]
-    elif not fixed:
-        reasons.append("no bug case showed the bug signature at base: nothing for the fix to change")
-    return "fix not observed", reasons
-
-
 def differential(
     fix: int, title: str, probes: list[str], base: list[tuple[str, Receipt]], head: list[tuple[str, Receipt]],
     expected: Verdict | None,
@@ -296,7 +248,7 @@ def differential(
             ref = bc or hc
             rows.append(CaseTransition(probe=probe, case=case_id, site=ref.site, role=ref.role,
                                        base=state(bc), head=state(hc), transition=transition(bc, hc)))
-    verdict, reasons = judge(rows, not_comparable)
+    judged, reasons = verdict(rows, not_comparable)
     body = {
         "schema_version": DIFFERENTIAL_SCHEMA,
         "fix": fix,
@@ -305,10 +257,10 @@ def differential(
         "base": [Side(receipt=name, receipt_digest=r.digest, source=r.source).model_dump(mode="json") for name, r in base],
         "head": [Side(receipt=name, receipt_digest=r.digest, source=r.source).model_dump(mode="json") for name, r in head],
         "cases": [r.model_dump(mode="json") for r in rows],
-        "verdict": verdict,
+        "verdict": judged,
         "reasons": reasons,
         "expected": expected,
-        "as_expected": None if expected is None else verdict == expected,
+        "as_expected": None if expected is None else judged == expected,
     }
     body["digest"] = seal(body)
     return Differential.model_validate(body)

@@ -24,7 +24,8 @@ from typing import Any, Literal
 
 import orjson
 
-from runner.evidence.receipts import Differential, Receipt, Source, source_key, state
+from runner.evidence.judging import state
+from runner.evidence.receipts import Differential, Receipt, Source, source_key
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 TEST_RESULT = "https://in-toto.io/attestation/test-result/v0.1"

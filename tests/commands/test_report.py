@@ -298,7 +298,7 @@ def test_sweep_bundle_renders_a_matrix_of_sources_by_fixes(tmp_path):
     assert_self_contained(p)
     matrix = page[page.index('id="matrix"'):page.index('id="limits"')]
     assert [m for m in re.findall(r'<span class="st ([a-z-]+)">', matrix)] == [
-        "fixed", "not-fixed", "not-probed", "fixed", "not-probed", "guard-broken", "not-probed", "inconclusive"]
+        "fixed", "not-fixed", "not-probed", "fixed", "not-probed", "regression", "not-probed", "inconclusive"]
     assert "at prefill-door (1 bug, 3 clean)" in matrix and "at prefill-door (2 clean, 1 bug)" in matrix
     assert "No base/head differential in this bundle" in page and set(levels(page).values()) <= {"not covered", "vendor disclosure"}
 
