@@ -25,7 +25,8 @@ from runner.errors import DIFFERS, BadInput, DiffprobeError
 from runner.files import sha256_bytes, sha256_file
 from runner.evidence import attest, dsse
 from runner.evidence.catalog import judge_digest
-from runner.evidence.receipts import Differential, Receipt, Source, seal, source_key
+from runner.evidence import catalog, judging
+from runner.evidence.receipts import Differential, Receipt, Source, differential, seal, source_key
 
 INDEX = "bundle.json"
 PARTIAL = ".partial-"  # prefix of a bundle being assembled; never a bundle, even when complete
@@ -259,6 +260,7 @@ def verify(root: Path, keys: dict[str, dsse.Ed25519PublicKey] | None = None) -> 
         return problems
     index = _load(root / INDEX, Index, problems)
     receipts: dict[str, Receipt] = {}
+    diffs: dict[str, Differential] = {}
     for name in sorted(entries):
         if name.startswith("receipts/"):
             r = _load(root / name, Receipt, problems)
@@ -271,14 +273,31 @@ def verify(root: Path, keys: dict[str, dsse.Ed25519PublicKey] | None = None) -> 
                     problems.append(f"{name}: names {side.receipt}, which is not in the bundle")
                 elif side.receipt in receipts and receipts[side.receipt].digest != side.receipt_digest:
                     problems.append(f"{name}: {side.receipt} digest differs from the one it was judged on")
+            if d is not None:
+                diffs[name] = d
     if index is not None:
         for name in index.receipts + index.differentials:
             if name not in entries:
                 problems.append(f"{INDEX}: lists {name}, which is not in {MANIFEST}")
     if problems:
         return problems
+    # Judged again: every classification from its effects, summaries, digests, differentials.
+    for name, receipt in receipts.items():
+        version = catalog.probe_digest(receipt.probe.id) if receipt.probe.id in catalog.PROBES else None
+        problems += [f"{name}: {p}" for p in judging.rederive(receipt, version)]
+    for name, d in diffs.items():
+        problems += [f"{name}: {p}" for p in _rederive_differential(d, receipts)]
     signed, files = _contents(root)
-    return attest.check(_statements(files), signed, keys or {})
+    return problems + attest.check(_statements(files), signed, keys or {})
+
+
+def _rederive_differential(d: Differential, receipts: dict[str, Receipt]) -> list[str]:
+    """A differential judged again from the receipts it names: its transitions and verdict must follow."""
+    sides = [[(side.receipt, receipts[side.receipt]) for side in group if side.receipt in receipts]
+             for group in (d.base, d.head)]
+    again = differential(d.fix, d.title, d.probes, sides[0], sides[1], d.expected)
+    return [f"{what} does not follow from its receipts" for what in ("cases", "verdict", "reasons", "as_expected")
+            if getattr(again, what) != getattr(d, what)]
 
 
 def signers(root: Path) -> list[str]:

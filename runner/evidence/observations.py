@@ -51,6 +51,8 @@ class Case(_Model):
     error: CaseError | None = None
     missing: str | None = None
     duration_ms: int = Field(ge=0)
+    duties: dict[str, bool] | None = Field(
+        None, description="each duty the case checks -> whether it held (probes/duties.py), judged on the host")
 
     _check_effects = field_validator("effects")(classmethod(lambda cls, v: reject_floats(v)))
 
@@ -65,6 +67,11 @@ class Case(_Model):
             raise ValueError(f"case {self.id}: not_applicable must name what is missing")
         if (self.outcome == "observed") == (self.classification == "inconclusive"):
             raise ValueError(f"case {self.id}: only an observed case can be classified bug or clean")
+        if self.duties is not None:
+            if self.outcome != "observed" or not self.duties:
+                raise ValueError(f"case {self.id}: duties are judged only for an observed case")
+            if (self.classification == "bug") == all(self.duties.values()):
+                raise ValueError(f"case {self.id}: a case is a bug exactly when one of its duties failed")
         return self
 
 

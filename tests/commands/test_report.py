@@ -303,12 +303,14 @@ def test_sweep_bundle_renders_a_matrix_of_sources_by_fixes(tmp_path):
     assert "No base/head differential in this bundle" in page and set(levels(page).values()) <= {"not covered", "vendor disclosure"}
 
 
-def test_a_differential_that_does_not_follow_from_its_receipts_is_shown_rejudged(tmp_path):
+def test_a_differential_that_does_not_follow_from_its_receipts_is_refused(tmp_path, capsys):
+    """verify re-derives every differential (issue #11): a resealed one with another verdict does not verify."""
     base, head = receipt("admission", pypi("0.5.20"), admission()), receipt("admission", pypi("0.5.21"), admission("clean", "clean"))
     body = fix_diff(38935, "admission", base, head).model_dump(mode="json") | {"verdict": "regression"}
     forged = Differential.model_validate(body | {"digest": seal(body)})
-    page = html_of(write(tmp_path / "bundle", "run", [base, head], [forged]), tmp_path / "r.html")
-    assert "the stored differential says regression; its receipts, re-judged here, say fix observed" in page
+    root = write(tmp_path / "bundle", "run", [base, head], [forged])
+    assert cli.main(["report", str(root), "--html", str(tmp_path / "r.html")]) == 1
+    assert not (tmp_path / "r.html").exists()
 
 
 def test_the_page_is_written_atomically_and_replaces_an_old_one(run_bundle, tmp_path):
