@@ -13,10 +13,11 @@ from rich.markup import escape
 
 from runner import errors, ui
 from runner.commands.options import ProbeOptions
-from runner.evidence import catalog, pins, receipts
+from runner.evidence import catalog, judging, pins, receipts
 from runner.sandbox import execute
 from runner.store import envs, sources, specs
 from runner.store.cache import Cache
+from runner.store.sources import TreeIdentity
 from runner.files import sha256_file
 from runner.evidence.receipts import ProbeRef, Receipt
 
@@ -42,6 +43,18 @@ def probe_ref(probe: str, fix: int) -> ProbeRef:
 def resolve(text: str, opts: Options, extra_refs: list[str] = ()) -> sources.Tree:
     return sources.resolve(specs.parse(text), opts.cache, package_dir=opts.package_dir,
                            pinned_sha256=opts.pinned_sha256, extra_refs=extra_refs)
+
+
+def receipt_of(probe: ProbeRef, identity: TreeIdentity, environment: envs.Env, run: execute.Run) -> Receipt:
+    """The receipt of one probe run in one tree's environment."""
+    obs = run.observations
+    if obs.probe != probe.id:
+        raise ValueError(f"observations are for probe {obs.probe}, not {probe.id}")
+    env = receipts.tree_environment(environment, python=obs.python, implementation=obs.implementation, platform=obs.platform,
+                                    standins_used=obs.standins, network_isolated=run.network_isolated)
+    cases = [judging.rejudge(probe.id, case) for case in obs.cases]  # the host's own judgement, from the effects
+    return receipts.make(probe, identity, env, cases, started_at=run.started_at, finished_at=run.finished_at,
+                         materials=obs.materials, import_result=obs.import_)
 
 
 def workers_for_memory(requested: int) -> int:
@@ -91,7 +104,7 @@ def probe_sources(
             _same_or_fail(text, runs, execute.run_probes(environment, plan[text], case_timeout=opts.probe.case_timeout), attempt)
         got = {}
         for probe, run in runs.items():
-            receipt = receipts.build(probe_ref(probe, run.observations.fix), trees[text].identity, environment, run)
+            receipt = receipt_of(probe_ref(probe, run.observations.fix), trees[text].identity, environment, run)
             counts = receipt.summary.classifications
             ui.err.print(f"[green]✓[/] {probe} on {escape(text)}: {counts['bug']} bug, {counts['clean']} clean, "
                          f"{counts['inconclusive']} inconclusive")

@@ -17,11 +17,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from runner import __version__
 from runner.store.envs import Env
-from runner.sandbox.execute import Run
 from runner.files import sha256_bytes
 from runner.evidence.catalog import judge_digest
 from runner.evidence.observations import Case, Classification, ImportResult, Outcome, reject_floats
-from runner.evidence.judging import Transition, Verdict, rejudge, state, transition, verdict
+from runner.evidence.judging import Transition, Verdict, state, transition, verdict
 from runner.store.sources import TreeIdentity
 
 RECEIPT_SCHEMA = "diffprobe.receipt/1"
@@ -163,18 +162,6 @@ def host_environment() -> Environment:
     return Environment(python=platform.python_version(), implementation=platform.python_implementation(),
                        platform=platform.platform(), diffprobe=__version__,
                        diffprobe_sha256=judge_digest())
-
-
-def build(probe: ProbeRef, identity: TreeIdentity, environment: Env, run: Run) -> Receipt:
-    """The receipt of one probe run in one tree's environment."""
-    obs = run.observations
-    if obs.probe != probe.id:
-        raise ValueError(f"observations are for probe {obs.probe}, not {probe.id}")
-    env = tree_environment(environment, python=obs.python, implementation=obs.implementation, platform=obs.platform,
-                           standins_used=obs.standins, network_isolated=run.network_isolated)
-    cases = [rejudge(probe.id, case) for case in obs.cases]  # the host's own judgement, from the effects
-    return make(probe, identity, env, cases, started_at=run.started_at, finished_at=run.finished_at,
-                materials=obs.materials, import_result=obs.import_)
 
 
 def tree_environment(

@@ -1,0 +1,107 @@
+"""The layering that README "Architecture" declares, checked on the imports themselves.
+
+Every import of every module is read with ``ast`` (``import``, ``from ... import``, relative
+imports, and module names given as string literals to ``importlib.import_module``, ``__import__``
+or ``importlib.util.find_spec``), so an import hidden in a function or loaded by name counts too.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+# Lowest first: a module may import its own layer and the ones before it, never one after it.
+LAYERS = ["bottom", "store", "evidence", "sandbox", "views", "commands", "cli"]
+PACKAGES = {"store", "evidence", "sandbox", "views", "commands"}
+LOADERS = {"import_module", "__import__", "find_spec"}
+
+
+def layer(module: str) -> str | None:
+    """The layer of a ``runner`` module; None outside runner. ``runner.standins`` is its own
+    island: it is copied into every probe environment and imports nothing of runner."""
+    parts = module.split(".")
+    if parts[0] != "runner":
+        return None
+    if module == "runner.cli":
+        return "cli"
+    if len(parts) > 1 and parts[1] == "standins":
+        return "standins"
+    return parts[1] if len(parts) > 1 and parts[1] in PACKAGES else "bottom"
+
+
+def module_name(path: Path) -> str:
+    rel = path.relative_to(ROOT).with_suffix("")
+    parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+    return ".".join(parts)
+
+
+def imported(path: Path) -> list[tuple[int, str]]:
+    """(line, module) for every import in ``path``; ``from a import b`` yields ``a.b`` (b may be a
+    submodule), relative imports are resolved against the module's package."""
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            out += [(node.lineno, f"{base}.{a.name}" if a.name != "*" else base) for a in node.names]
+        elif isinstance(node, ast.Call):
+            func = node.func
+            called = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+            if called in LOADERS and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
+                out.append((node.lineno, node.args[0].value))
+    return out
+
+
+def sources(folder: str) -> list[Path]:
+    return sorted(p for p in (ROOT / folder).rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def violations() -> list[str]:
+    found = []
+    for path in sources("runner"):
+        mine = layer(module_name(path))
+        for line, target in imported(path):
+            where = f"{path.relative_to(ROOT)}:{line} imports {target}"
+            if target.split(".")[0] == "sglang":
+                found.append(f"{where}: runner never imports SGLang")
+            theirs = layer(target)
+            if theirs is None or theirs == mine:
+                continue
+            if mine == "standins" or (theirs == "standins" and mine not in ("store",)):
+                found.append(f"{where}: runner.standins is copied into probe environments; only the store reads it")
+            elif theirs != "standins" and LAYERS.index(theirs) > LAYERS.index(mine):
+                found.append(f"{where}: {mine} sits below {theirs}")
+    for path in sources("probes"):
+        for line, target in imported(path):
+            if target.split(".")[0] == "runner":
+                found.append(f"{path.relative_to(ROOT)}:{line} imports {target}: probes never import the host")
+    return found
+
+
+def test_imports_follow_the_declared_layers():
+    assert violations() == []
+
+
+@pytest.mark.parametrize("source, expected", [
+    ("from runner.commands import run\n", "runner.commands.run"),
+    ("import importlib\nimportlib.import_module('runner.commands.run')\n", "runner.commands.run"),
+    ("from ..commands import run\n", "runner.commands.run"),
+    ("def f():\n    from runner import cli\n", "runner.cli"),
+])
+def test_every_form_of_import_is_seen(tmp_path, monkeypatch, source, expected):
+    """The checker itself: an import the layering forbids is found whatever its form."""
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    path = tmp_path / "runner" / "store" / "x.py"
+    path.parent.mkdir(parents=True)
+    path.write_text(source)
+    assert expected in [m for _, m in imported(path)]
