@@ -97,6 +97,13 @@ class ResultScene:
             send_kv_chunk=journal.method("scheduler", "send_kv_chunk"),
             maybe_send_health_check_signal=journal.method("scheduler", "maybe_send_health_check_signal"),
             **{_inflight_queue(prefill): []},
+            # with overlap scheduling, trees before 0.5.4 take the forward's tokens from the worker
+            tp_worker=Double(
+                journal,
+                "tp_worker",
+                resolve_batch_result=lambda bid: (self.result.logits_output, [NEXT_TOKEN]),
+                resolve_last_batch_result=lambda launch_done=None: (self.result.logits_output, [NEXT_TOKEN], False),
+            ),
             # where a yielded optimistic request would be re-queued
             waiting_queue=[],
             disagg_prefill_bootstrap_queue=Double(journal, "prefill_bootstrap_queue", queue=[]),
@@ -171,7 +178,7 @@ class ResultScene:
     def drive(self) -> None:
         for in_flight in self.shape.chunks_in_flight:
             self.scheduler.chunked_req = self.req if in_flight else None
-            result = tree.batch_result(self.result_cls, tree.torch().tensor([NEXT_TOKEN]))
+            self.result = result = tree.batch_result(self.result_cls, tree.torch().tensor([NEXT_TOKEN]))
             self.scheduler.process_batch_result_disagg_prefill(self.batch, result)
             self.snapshots.append(self._snapshot())
 

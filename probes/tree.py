@@ -163,7 +163,16 @@ def batch_result(cls: Any, next_token_ids: Any) -> Any:
         for name, param in inspect.signature(cls).parameters.items()
         if param.default is inspect.Parameter.empty and name != "next_token_ids"
     }
+    if "logits_output" in required:  # read unconditionally by those trees: a forward's output, no extras
+        required["logits_output"] = logits_output()
     return cls(next_token_ids=next_token_ids, **required)
+
+
+def logits_output() -> Any:
+    """A real ``LogitsProcessorOutput`` that carries nothing (no hidden states, no logprobs)."""
+    cls = resolve("sglang.srt.layers.logits_processor.LogitsProcessorOutput")
+    required = [n for n, p in inspect.signature(cls).parameters.items() if p.default is inspect.Parameter.empty]
+    return cls(**dict.fromkeys(required))
 
 
 def set_middle_chunks(req: Any, count: int) -> None:
