@@ -119,10 +119,36 @@ class _NoDriver:
         raise RuntimeError("0 active drivers ([]). There should only be one.")
 
 
-def _decorator(*args, **kwargs):
+# triton's kernel classes, one class per name wherever triton exports it, so that isinstance()
+# answers as with real triton (0.5.3's CachedKernel asserts isinstance(fn, triton.runtime.jit.JITFunction)).
+class KernelInterface(_Kernel):
+    pass
+
+
+class JITFunction(KernelInterface):
+    """What ``@triton.jit`` returns."""
+
+
+class Autotuner(KernelInterface):
+    """What ``@triton.autotune(...)`` returns."""
+
+
+class Heuristics(KernelInterface):
+    """What ``@triton.heuristics(...)`` returns."""
+
+
+def jit(*args, **kwargs):
     if len(args) == 1 and callable(args[0]) and not kwargs:
-        return _Kernel(args[0])
-    return _Kernel
+        return JITFunction(args[0])
+    return JITFunction  # @triton.jit(**options)
+
+
+def autotune(*_args, **_kwargs):
+    return Autotuner
+
+
+def heuristics(*_args, **_kwargs):
+    return Heuristics
 
 
 class _Config:
@@ -134,20 +160,24 @@ class _Config:
 # is the runtime package (whose ``driver`` raises without a GPU), not a placeholder value.
 _SUBMODULES = {
     "triton": {"runtime", "compiler", "errors", "language", "testing", "tools"},
+    "triton.runtime": {"jit", "autotuner"},
 }
+
+_KERNELS = {"jit": jit, "autotune": autotune, "heuristics": heuristics, "JITFunction": JITFunction,
+            "KernelInterface": KernelInterface, "Autotuner": Autotuner, "Heuristics": Heuristics, "Config": _Config}
 
 # Attributes that must be more specific than the generic fallback.
 _SPECIFIC = {
     "triton": {
         "__version__": "0.0.0+diffprobe.standin",
-        "jit": _decorator,
-        "autotune": lambda *a, **k: _decorator,
-        "heuristics": lambda *a, **k: _decorator,
+        **_KERNELS,
         "Config": _Config,
         "cdiv": lambda a, b: -(-a // b),
         "next_power_of_2": lambda n: 1 if n <= 1 else 1 << (int(n) - 1).bit_length(),
     },
-    "triton.runtime": {"driver": _NoDriver()},
+    "triton.runtime": {"driver": _NoDriver(), **_KERNELS, "Config": _Config},
+    "triton.runtime.jit": {name: _KERNELS[name] for name in ("jit", "JITFunction", "KernelInterface")},
+    "triton.runtime.autotuner": {name: _KERNELS[name] for name in ("autotune", "heuristics", "Autotuner", "Heuristics", "Config")},
     "triton.runtime.driver": {"active": property(lambda self: _NoDriver().active)},
     "torchvision": {"__version__": "0.0.0+diffprobe.standin"},
 }

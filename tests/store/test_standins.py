@@ -54,18 +54,30 @@ def test_triton_answers_like_a_machine_without_gpu():
     assert {"triton", "triton.runtime"} <= set(out["marked"])
 
 
-def test_triton_decorators_and_classes_stay_importable():
+def test_triton_decorators_and_classes_answer_isinstance_like_triton():
     out = run(
         "import triton, triton.language as tl\n"
+        "from triton.runtime.jit import JITFunction\n"
         "@triton.jit\n"
         "def k(x): pass\n"
-        "out['isinstance'] = isinstance(k, triton.JITFunction) or type(k).__name__\n"
+        "@triton.jit(do_not_specialize=['x'])\n"
+        "def k2(x): pass\n"
+        "@triton.autotune(configs=[triton.Config({})], key=[])\n"
+        "@triton.jit\n"
+        "def k3(x): pass\n"
+        "out['jit'] = [isinstance(f, JITFunction) and isinstance(f, triton.runtime.KernelInterface) for f in (k, k2)]\n"
+        "out['same_class'] = triton.JITFunction is triton.runtime.JITFunction is JITFunction\n"
+        "out['autotuned'] = [isinstance(k3, triton.runtime.autotuner.Autotuner), isinstance(k3, JITFunction)]\n"
+        "out['wrapped'] = k.fn.__name__\n"
         "try:\n"
         "    k[(1,)](0)\n"
         "except diffprobe_standins.Unavailable:\n"
         "    out['launch'] = 'unavailable'\n"
         "out['cdiv'] = triton.cdiv(7, 2)\n"
     )
+    assert out["jit"] == [True, True] and out["same_class"] is True
+    assert out["autotuned"] == [True, False]  # as with triton: autotune wraps the JITFunction
+    assert out["wrapped"] == "k"
     assert out["launch"] == "unavailable"
     assert out["cdiv"] == 4
 
