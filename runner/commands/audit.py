@@ -14,9 +14,9 @@ def cmd_audit(args) -> int:
     opts = pipeline.options(args, pins.load(options.path(args.pins)), options.probe(args))
     target = bundle.out_path(args.out, "audit")
     started = execute.now()
-    probed = survey.probe([args.source], opts)
+    probed, runs = survey.counted([args.source], opts)
     rows = [p.row for p in probed]
-    record = SweepRecord(order=[args.source], shard=None, rows=rows, first_fixed=survey.first_fixed(rows))
+    record = SweepRecord(order=[args.source], shard=None, rows=rows, first_fixed=survey.first_fixed(rows), probe_runs=runs)
     out = survey.write(target, "audit", started, probed, record)
     status.print_audit(rows[0])
     ui.out.print(f"bundle: {out}")

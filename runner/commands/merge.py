@@ -6,42 +6,46 @@ from pathlib import Path
 
 from runner import errors, ui
 from runner.commands import survey
-from runner.evidence import bundle
-from runner.evidence.receipts import Receipt
+from runner.evidence import bundle, pins
 from runner.evidence.records import SweepRecord
 from runner.sandbox import execute
 from runner.views import status
 
 
 def cmd_merge(args) -> int:
+    """Receipts are matched to rows by tree digest (a row may rest on a receipt observed through
+    another source with the same tree), and rows of one tree from different shards are marked
+    "same tree as" the first in sweep order."""
     target = bundle.out_path(args.out, "sweep")
-    records, probed = [], {}
+    records, rows, by_tree = [], {}, {}
     for path in args.bundles:
         index, receipts, _ = bundle.load(Path(path))
         if index.kind != "sweep":
             raise errors.BadInput(f"{path}: not a sweep bundle (kind {index.kind})")
         record = SweepRecord.model_validate(index.extra)
         records.append(record)
-        by_source: dict[str, list[Receipt]] = {}
         for r in receipts.values():
-            by_source.setdefault(r.source.source, []).append(r)
+            by_tree.setdefault(r.source.tree_digest, {})[r.probe.id] = r
         for row in record.rows:
-            if row.source in probed:
+            if row.source in rows:
                 raise errors.BadInput(f"{path}: {row.source} was already probed by another shard")
-            probed[row.source] = survey.Probed(row=row, receipts=by_source.get(row.source, []))
+            rows[row.source] = row
     order = records[0].order
     if any(r.order != order for r in records):
         raise errors.BadInput("these bundles are shards of different sweeps (their source lists differ)")
-    missing = [s for s in order if s not in probed]
+    missing = [s for s in order if s not in rows]
     if missing:
         ui.warn(f"{len(missing)} source(s) of the sweep are in none of these shards, e.g. {missing[0]}")
-    rows_in_order = [probed[s] for s in order if s in probed]
-    rows = [p.row for p in rows_in_order]
-    record = SweepRecord(order=order, shard=None, rows=rows, first_fixed=survey.first_fixed(rows))
-    out = survey.write(target, "sweep", execute.now(), rows_in_order, record)
+    probed = survey.same_trees([survey.Probed(row=rows[s].model_copy(update={"same_tree_as": None}),
+                                              receipts=list(by_tree.get(rows[s].tree_digest, {}).values()))
+                                for s in order if s in rows])
+    merged = [p.row for p in probed]
+    record = SweepRecord(order=order, shard=None, rows=merged, first_fixed=survey.first_fixed(merged),
+                         probe_runs=sum(r.probe_runs for r in records))
+    out = survey.write(target, "sweep", execute.now(), probed, record, survey.differentials(probed, pins.load(None)))
     status.print_matrix(record)
     ui.out.print(f"bundle: {out}")
-    return errors.OK
+    return survey.exit_code(merged)
 
 
 def register(sub) -> None:

@@ -20,6 +20,7 @@ class ProbeOptions:
     jobs: int = 1
     case_timeout: int = DEFAULT_CASE_TIMEOUT
     repeat: int = 1  # run each tree's probes this many times; any difference in observations fails
+    reuse: bool = True  # take receipts already observed from the receipts store (runner/store/results.py)
     torch_index: str | None = None  # where a new dependency layer gets CPU torch (runner/store/torch_source.py)
     torch_wheel: str | None = None
 
@@ -57,11 +58,13 @@ def probe_options(p: argparse.ArgumentParser, *, parallel: str | None = "probe r
                    help=f"seconds before a probe case is killed (default {DEFAULT_CASE_TIMEOUT})")
     p.add_argument("--repeat", type=errors.positive_int, default=1, metavar="N",
                    help="run each tree's probes N times; exit 1 if any observation differs")
+    p.add_argument("--no-reuse", dest="reuse", action="store_false",
+                   help="probe every tree even when the receipts store holds its receipts (a new observation)")
 
 
 def probe(args: argparse.Namespace) -> ProbeOptions:
     """The values of ``probe_options``."""
-    return ProbeOptions(python=args.python, jobs=args.jobs, case_timeout=args.case_timeout, repeat=args.repeat,
+    return ProbeOptions(python=args.python, jobs=args.jobs, case_timeout=args.case_timeout, repeat=args.repeat, reuse=args.reuse,
                         torch_index=args.torch_index, torch_wheel=args.torch_wheel)
 
 

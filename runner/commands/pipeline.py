@@ -15,8 +15,8 @@ from runner import errors, ui
 from runner.commands.options import ProbeOptions
 from runner.evidence import catalog, judging, pins, receipts
 from runner.sandbox import execute
-from runner.store import envs, sources, specs
-from runner.store.cache import Cache
+from runner.store import envs, results, sources, specs
+from runner.store.cache import Store
 from runner.store.sources import TreeIdentity
 from runner.files import sha256_file
 from runner.evidence.receipts import ProbeRef, Receipt
@@ -24,7 +24,7 @@ from runner.evidence.receipts import ProbeRef, Receipt
 
 @dataclass(frozen=True)
 class Options:
-    cache: Cache
+    cache: Store
     probe: ProbeOptions = ProbeOptions()
     package_dir: str = "python/sglang"
     pinned_sha256: dict[str, str] = field(default_factory=dict)
@@ -32,7 +32,7 @@ class Options:
 
 def options(args, p: pins.Pins, probe: ProbeOptions = ProbeOptions()) -> Options:
     """Options from a command's --cache-dir, its pins and its probe options."""
-    return Options(cache=Cache.at(args.cache_dir), probe=probe, package_dir=p.package_dir, pinned_sha256=p.pinned_sha256)
+    return Options(cache=Store.at(args.cache_dir), probe=probe, package_dir=p.package_dir, pinned_sha256=p.pinned_sha256)
 
 
 def probe_ref(probe: str, fix: int) -> ProbeRef:
@@ -88,44 +88,99 @@ def probe_sources(
     plan: dict[str, list[str]], opts: Options, extra_refs: dict[str, list[str]] | None = None,
     on_tree: Callable[[str, sources.Tree], None] | None = None,
 ) -> tuple[dict[str, sources.Tree], dict[tuple[str, str], Receipt]]:
-    """Receipts for every (source, probe) in ``plan`` (source text -> probe ids).
+    """``probe`` for callers that need not know what was reused (it is printed either way)."""
+    done = probe(plan, opts, extra_refs, on_tree)
+    return done.trees, done.receipts
+
+
+@dataclass(frozen=True)
+class Probing:
+    trees: dict[str, sources.Tree]
+    receipts: dict[tuple[str, str], Receipt]
+    reused: set[tuple[str, str]]  # (source, probe) pairs not observed by this call
+
+    @property
+    def runs(self) -> int:
+        """Probe processes started: one per source with anything left to observe."""
+        return len({text for text, probe in self.receipts if (text, probe) not in self.reused})
+
+
+def probe(
+    plan: dict[str, list[str]], opts: Options, extra_refs: dict[str, list[str]] | None = None,
+    on_tree: Callable[[str, sources.Tree], None] | None = None,
+) -> Probing:
+    """Receipts for every (source, probe) in ``plan`` (source text -> probe ids), and which of them
+    were reused rather than observed by this call.
 
     Sources are resolved and their environments built in order on this thread, and each tree's
     probes start on the pool as soon as it is ready, so downloads overlap with probe runs;
-    ``on_tree`` (host-side reading of a tree, say) runs here too, while the pool works.
+    ``on_tree`` (host-side reading of a tree, say) runs here too, while the pool works. A tree is
+    probed once: a source whose tree digest an earlier source of the plan has shares its receipts,
+    and a receipt in the receipts store (runner/store/results.py) is reused unless
+    ``opts.probe.reuse`` is off or runs are repeated.
     """
     interp = envs.interpreter(opts.probe.python)
     torch = opts.probe.torch()
+    reuse = opts.probe.reuse and opts.probe.repeat == 1
     trees: dict[str, sources.Tree] = {}
+    got: dict[tuple[str, str], Receipt] = {}
+    reused: set[tuple[str, str]] = set()
+    first_of: dict[str, str] = {}  # tree digest -> the first source of the plan with that tree
+    same: dict[str, str] = {}  # source -> the earlier source with its tree, whose receipts it shares
 
-    def one(text: str, environment: envs.Env) -> dict[tuple[str, str], Receipt]:
-        runs = execute.run_probes(environment, plan[text], case_timeout=opts.probe.case_timeout)
+    def one(text: str, environment: envs.Env, probes: list[str], key: str) -> dict[tuple[str, str], Receipt]:
+        runs = execute.run_probes(environment, probes, case_timeout=opts.probe.case_timeout)
         for attempt in range(2, opts.probe.repeat + 1):
-            _same_or_fail(text, runs, execute.run_probes(environment, plan[text], case_timeout=opts.probe.case_timeout), attempt)
-        got = {}
+            _same_or_fail(text, runs, execute.run_probes(environment, probes, case_timeout=opts.probe.case_timeout), attempt)
+        fresh = {}
         for probe, run in runs.items():
             receipt = receipt_of(probe_ref(probe, run.observations.fix), trees[text].identity, environment, run)
+            results.record(opts.cache, receipt, key)
             counts = receipt.summary.classifications
             ui.err.print(f"[green]✓[/] {probe} on {escape(text)}: {counts['bug']} bug, {counts['clean']} clean, "
                          f"{counts['inconclusive']} inconclusive")
-            got[(text, probe)] = receipt
-        return got
+            fresh[(text, probe)] = receipt
+        return fresh
+
+    def reuse_one(text: str, probe: str, receipt: Receipt, why: str) -> None:
+        got[(text, probe)] = receipt
+        reused.add((text, probe))
+        ui.err.print(f"[green]↺[/] {probe} on {escape(text)}: reused {why} (receipt {receipt.digest[:12]}, "
+                     f"observed {receipt.started_at} via {escape(receipt.source.source)})")
 
     pool = ThreadPoolExecutor(max_workers=workers_for_memory(opts.probe.jobs))
     futures = []
     try:
         for text in plan:
             trees[text] = resolve(text, opts, (extra_refs or {}).get(text, []))
+            digest = trees[text].identity.tree_digest
+            if on_tree:
+                on_tree(text, trees[text])
+            earlier = first_of.setdefault(digest, text)
+            if earlier != text and set(plan[text]) <= set(plan[earlier]):  # the same bytes: one probe run serves both
+                same[text] = earlier
+                continue
             environment = envs.env(trees[text], opts.cache, interp, torch)
             for note in environment.stamp.notes:
                 ui.warn(f"{text}: {note}")
-            futures.append(pool.submit(one, text, environment))
-            if on_tree:
-                on_tree(text, trees[text])
-        results = [f.result() for f in futures]
+            key = results.env_key(environment)
+            todo = []
+            for probe in plan[text]:
+                stored = results.lookup(opts.cache, digest, probe, catalog.probe_digest(probe), key) if reuse else None
+                if stored:
+                    reuse_one(text, probe, stored, "from the receipts store")
+                else:
+                    todo.append(probe)
+            if todo:
+                futures.append(pool.submit(one, text, environment, todo, key))
+        for f in futures:
+            got.update(f.result())
     except BaseException:
         pool.shutdown(wait=False, cancel_futures=True)
         execute.kill_all()
         raise
     pool.shutdown()
-    return trees, {pair: receipt for got in results for pair, receipt in got.items()}
+    for text, earlier in same.items():
+        for probe in plan[text]:
+            reuse_one(text, probe, got[(earlier, probe)], f"the receipt of {escape(earlier)}, the same tree")
+    return Probing(trees, got, reused)

@@ -11,28 +11,59 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from runner import errors
 from runner.commands import pipeline
-from runner.evidence import bundle, catalog, judging, static
-from runner.evidence.records import Row, SweepRecord
-from runner.evidence.receipts import Receipt
+from runner.evidence import bundle, catalog, judging, pins, receipts, static
+from runner.evidence.records import Row, SweepRecord, inconclusive_sites
+from runner.evidence.receipts import Differential, Receipt
+from runner.store import specs
 
 
 class Probed(BaseModel):
     row: Row
-    receipts: list[Receipt]
+    receipts: list[Receipt]  # empty for a row whose tree an earlier row holds (row.same_tree_as)
 
 
 def probe(texts: list[str], opts: pipeline.Options) -> list[Probed]:
+    return counted(texts, opts)[0]
+
+
+def counted(texts: list[str], opts: pipeline.Options, twins: dict[str, str] | None = None) -> tuple[list[Probed], int]:
+    """One row per source, in order, and the number of probe runs it took. ``twins`` maps a source
+    to an earlier one known to hold the same tree (a commit that did not touch the package, by its
+    git tree id): it is neither resolved nor probed."""
+    twins = twins or {}
     probes = list(catalog.PROBES)
     findings: dict[str, list[static.Finding]] = {}
-    trees, got = pipeline.probe_sources({t: probes for t in texts}, opts,
-                                        on_tree=lambda text, tree: findings.__setitem__(text, static.scan(tree.root)))
-    out = []
+    done = pipeline.probe({t: probes for t in texts if t not in twins}, opts,
+                          on_tree=lambda text, tree: findings.__setitem__(text, static.scan(tree.root)))
+    out: dict[str, Probed] = {}
     for t in texts:
-        receipts = [got[(t, p)] for p in probes]
-        row = Row(source=t, label=bundle.label(trees[t].identity), tree_digest=trees[t].identity.tree_digest,
-                  fixes=judging.fixes(receipts), static=findings[t])
-        out.append(Probed(row=row, receipts=receipts))
+        if t in twins:
+            out[t] = twin(out[twins[t]], t)
+            continue
+        receipts = [done.receipts[(t, p)] for p in probes]
+        row = Row(source=t, label=bundle.label(done.trees[t].identity), tree_digest=done.trees[t].identity.tree_digest,
+                  fixes=judging.fixes(receipts), static=findings[t], reused=all((t, p) in done.reused for p in probes))
+        out[t] = Probed(row=row, receipts=receipts)
+    return same_trees([out[t] for t in texts]), done.runs
+
+
+def twin(of: Probed, text: str) -> Probed:
+    """The row of ``text``, a source with the same tree as ``of``'s."""
+    spec = specs.parse(text)
+    label = f"git-{spec.rev[:12]}" if isinstance(spec, specs.GitSpec) else text
+    return Probed(row=of.row.model_copy(update={"source": text, "label": label, "reused": True}), receipts=of.receipts)
+
+
+def same_trees(probed: list[Probed]) -> list[Probed]:
+    """Rows in order; a row whose tree an earlier row has names it and carries no receipts of its own."""
+    first: dict[str, str] = {}
+    out = []
+    for p in probed:
+        earlier = first.setdefault(p.row.tree_digest, p.row.source)
+        out.append(p if earlier == p.row.source else
+                   Probed(row=p.row.model_copy(update={"same_tree_as": earlier}), receipts=[]))
     return out
 
 
@@ -45,9 +76,33 @@ def status_of(row: Row, fix: int) -> str:
     return next((f.status for f in row.fixes if f.fix == fix), "not applicable")
 
 
-def write(target: Path, kind: str, started: str, probed: list[Probed], record: SweepRecord) -> Path:
-    receipts = [r for p in probed for r in p.receipts]
-    return bundle.write(target, kind=kind, created_at=started, receipts=receipts, differentials=[],
+def exit_code(rows: list[Row]) -> int:
+    """1 when any site of any source is inconclusive: a matrix with a gap is not a result, even
+    when another site of the same fix already shows the bug."""
+    return errors.DIFFERS if inconclusive_sites(rows) else errors.OK
+
+
+def differentials(probed: list[Probed], p: pins.Pins) -> list[Differential]:
+    """For each fix, the first row where it is observed against the last row before it where it is
+    not: the pair a sweep names, as a differential a report can back incident steps with."""
+    by_tree = {pr.row.tree_digest: pr.receipts for pr in probed if pr.receipts}
+    rows = [pr.row for pr in probed]
+    out = []
+    for fix, source in first_fixed(rows).items():
+        i = next(i for i, r in enumerate(rows) if r.source == source) if source else 0
+        before = [r for r in rows[:i] if status_of(r, fix) != "fixed"]
+        if not source or not before or fix not in p.fixes:
+            continue
+        pinned = p.fix(fix)
+        base, head = ([(bundle.receipt_name(r), r) for r in by_tree[row.tree_digest] if r.probe.id in pinned.probes]
+                      for row in (before[-1], rows[i]))
+        title = f"{pinned.title} (sweep: {before[-1].label} -> {rows[i].label})"
+        out.append(receipts.differential(fix, title, pinned.probes, base, head, None))
+    return out
+
+
+def write(target: Path, kind: str, started: str, probed: list[Probed], record: SweepRecord,
+          diffs: list[Differential] = ()) -> Path:
+    unique = {bundle.receipt_name(r): r for p in probed for r in p.receipts}
+    return bundle.write(target, kind=kind, created_at=started, receipts=list(unique.values()), differentials=list(diffs),
                         pins_sha256=None, extra=record.model_dump(mode="json"))
-
-

@@ -3,16 +3,17 @@ matrix of fix status, the first tree with each fix, optionally bisected, optiona
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 
 from runner import errors, ui
-from runner.commands import options, pipeline, survey
+from runner.commands import options, pipeline, shards, survey
 from runner.evidence import bundle, pins
 from runner.evidence.records import Row, SweepRecord
 from runner.sandbox import execute
 from runner.store import mirrors, specs
-from runner.store.cache import Cache
+from runner.store.cache import Store
 from runner.store.procs import run_logged
 from runner.views import status
 
@@ -23,9 +24,9 @@ def version_key(version: str) -> tuple:
     return tuple((0, int(p)) if p.isdigit() else (1 if p == "post" else -1, p) for p in parts)
 
 
-def releases_between(first: str, last: str, cache: Cache) -> list[str]:
+def releases_between(first: str, last: str, cache: Store) -> list[str]:
     out = run_logged([sys.executable, "-m", "pip", "index", "versions", specs.PACKAGE, "--disable-pip-version-check"],
-                     step="list releases on the package index", log=cache.dir("logs", "pip-index.log"))
+                     step="list releases on the package index", log=cache.log("pip-index.log"))
     listed = re.search(r"Available versions:\s*(.+)", out)
     if not listed:
         raise errors.Infrastructure("the package index did not list any sglang release")
@@ -48,32 +49,54 @@ def commits_between(repo: str, base: str, head: str, opts: pipeline.Options) -> 
     return [base_sha, *mirror.lines("rev-list", "--first-parent", "--reverse", f"{base_sha}..{head_sha}")]
 
 
-def bisect(texts: list[str], opts: pipeline.Options) -> tuple[list[survey.Probed], dict[int, list[str]]]:
-    """First source where each fix is observed, in O(log n) probe runs per fix.
+def bisect(texts: list[str], keys: list[str], opts: pipeline.Options) -> tuple[list[survey.Probed], dict[int, list[str]], int]:
+    """First source where each fix is observed, in O(log n) probe runs per fix over distinct trees.
 
-    Assumes the sources are ordered and a fix, once in, stays in (what a commit range of one
-    branch gives). Every tree actually probed is kept, so the matrix shows the evidence.
+    ``keys`` name each source's tree where it is known before resolving (a commit's package tree
+    id; else the source itself): consecutive sources with one key are one step of the bisection,
+    and a key probed once is never probed again. Assumes a fix, once in, stays in (what a commit
+    range of one branch gives). Rows: every source whose tree was probed, so the matrix shows the
+    evidence. Returns rows, fix -> sources whose status the search read, and probe runs.
     """
-    probed: dict[int, survey.Probed] = {}
+    units = [i for i in range(len(texts)) if i == 0 or keys[i] != keys[i - 1]]  # first source of each step
+    probed: dict[str, survey.Probed] = {}
+    runs = 0
 
-    def row(i: int) -> Row:
-        if i not in probed:
-            probed[i] = survey.probe([texts[i]], opts)[0]
-        return probed[i].row
+    def row(u: int) -> Row:
+        nonlocal runs
+        key = keys[units[u]]
+        if key not in probed:
+            [probed[key]], n = survey.counted([texts[units[u]]], opts)
+            runs += n
+        return probed[key].row
 
     path: dict[int, list[str]] = {}
-    for fix in sorted(f.fix for f in row(len(texts) - 1).fixes):  # the fixes the probes observe
-        before = set(probed)
-        lo, hi = 0, len(texts) - 1
+    for fix in sorted(f.fix for f in row(len(units) - 1).fixes):  # the fixes the probes observe
+        read = {0, len(units) - 1}
+        lo, hi = 0, len(units) - 1
         if survey.status_of(row(hi), fix) == "fixed" and survey.status_of(row(lo), fix) != "fixed":
             while hi - lo > 1:
                 mid = (lo + hi) // 2
+                read.add(mid)
                 if survey.status_of(row(mid), fix) == "fixed":
                     hi = mid
                 else:
                     lo = mid
-        path[fix] = [texts[i] for i in sorted(set(probed) - before | {lo, hi})]
-    return [probed[i] for i in sorted(probed)], path
+        path[fix] = [texts[units[u]] for u in sorted(read)]
+    rows = [probed[k] if probed[k].row.source == t else survey.twin(probed[k], t)
+            for t, k in zip(texts, keys) if k in probed]
+    return survey.same_trees(rows), path, runs
+
+
+def _tree_keys(order: list[str], opts: pipeline.Options) -> list[str]:
+    """Each source's tree as far as it is known without resolving it: for commits of one repository,
+    the package's git tree id (one git call for all of them); otherwise the source itself."""
+    parsed = [specs.parse(t) for t in order]
+    repos = {s.url for s in parsed if isinstance(s, specs.GitSpec)}
+    if len(repos) != 1 or not all(isinstance(s, specs.GitSpec) and mirrors.FULL_SHA.fullmatch(s.rev) for s in parsed):
+        return list(order)
+    ids = mirrors.package_trees(mirrors.mirror(repos.pop(), opts.cache), [s.rev for s in parsed], opts.package_dir)
+    return [f"git-tree:{i}" if i else t for t, i in zip(order, ids)]
 
 
 def _sweep_sources(args, opts: pipeline.Options) -> list[str]:
@@ -94,34 +117,35 @@ def _sweep_sources(args, opts: pipeline.Options) -> list[str]:
     return given
 
 
-def _shard(order: list[str], text: str | None) -> list[str]:
-    if not text:
-        return order
-    m = re.fullmatch(r"(\d+)/(\d+)", text)
-    if not m or not 1 <= int(m.group(1)) <= int(m.group(2)):
-        raise errors.BadInput(f"--shard {text!r}: expected I/N with 1 <= I <= N")
-    i, n = int(m.group(1)), int(m.group(2))
-    return order[i - 1 :: n]
-
-
 def cmd_sweep(args) -> int:
-    opts = pipeline.options(args, pins.load(options.path(args.pins)), options.probe(args))
+    p = pins.load(options.path(args.pins))
+    opts = pipeline.options(args, p, options.probe(args))
     target = bundle.out_path(args.out, "sweep")
     started = execute.now()
     order = _sweep_sources(args, opts)
-    mine = _shard(order, args.shard)
+    shard = None
+    if args.shard:
+        index, count, engine = shards.parse(args.shard, os.environ)
+        shard = f"{index}/{count}"
+        if engine:
+            ui.err.print(f"shard {shard} of the sweep, from the {engine}")
+    mine = shards.select(order, index, count) if shard else order
+    keys = _tree_keys(mine, opts)
     if args.bisect:
-        if args.shard:
+        if shard:
             raise errors.BadInput("--bisect and --shard do not combine: bisection is sequential")
-        probed, path = bisect(mine, opts)
+        probed, path, runs = bisect(mine, keys, opts)
     else:
-        probed, path = survey.probe(mine, opts), None
-    rows = [p.row for p in probed]
-    record = SweepRecord(order=order, shard=args.shard, rows=rows, first_fixed=survey.first_fixed(rows), bisect=path)
-    out = survey.write(target, "sweep", started, probed, record)
+        first = {}
+        twins = {t: first[k] for t, k in zip(mine, keys) if first.setdefault(k, t) != t}
+        (probed, runs), path = survey.counted(mine, opts, twins), None
+    rows = [pr.row for pr in probed]
+    record = SweepRecord(order=order, shard=shard, rows=rows, first_fixed=survey.first_fixed(rows), bisect=path,
+                         probe_runs=runs)
+    out = survey.write(target, "sweep", started, probed, record, survey.differentials(probed, p))
     status.print_matrix(record)
     ui.out.print(f"bundle: {out}")
-    return errors.DIFFERS if any(f.status == "inconclusive" for r in rows for f in r.fixes) else errors.OK
+    return survey.exit_code(rows)
 
 
 def register(sub) -> None:
@@ -131,7 +155,8 @@ def register(sub) -> None:
     p.add_argument("--commits", metavar="BASE..HEAD", help="BASE and every first-parent commit up to HEAD (needs --repo)")
     p.add_argument("--repo", metavar="URL|PATH")
     p.add_argument("--bisect", action="store_true", help="find the first tree with each fix in log(n) probe runs")
-    p.add_argument("--shard", metavar="I/N", help="probe only slice I of N (join the shards with `diffprobe merge`)")
+    p.add_argument("--shard", metavar="I/N|auto", help="probe only slice I of N (join the shards with `diffprobe merge`); "
+                   "auto: from a Kubernetes Indexed Job, a Slurm array or a CI matrix (docs/deploy/)")
     p.add_argument("--out", metavar="DIR", help="bundle directory to create")
     options.probe_options(p, parallel="trees probed in parallel (memory-bounded)")
     options.common(p)

@@ -1,5 +1,5 @@
 """What audit, sweep and merge bundles record beside their receipts (``bundle.json`` ``extra``):
-one row per tree with each fix's status by door and the static findings."""
+one row per source with each fix's status by door and the static findings."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ class Row(BaseModel):
     tree_digest: str
     fixes: list[judging.FixStatus]
     static: list[static.Finding]
+    same_tree_as: str | None = None  # an earlier source of this sweep with the same tree: its receipts stand for both
+    reused: bool = False  # every receipt behind the row was observed before this command (receipts store or a twin)
 
 
 class SweepRecord(BaseModel):
@@ -23,4 +25,10 @@ class SweepRecord(BaseModel):
     shard: str | None
     rows: list[Row]
     first_fixed: dict[int, str | None]
-    bisect: dict[int, list[str]] | None = None  # fix -> sources probed while bisecting
+    bisect: dict[int, list[str]] | None = None  # fix -> sources whose status the bisection read
+    probe_runs: int = 0  # probe processes this sweep started (a merge adds its shards'); the rest was reused
+
+
+def inconclusive_sites(rows: list[Row]) -> list[str]:
+    """Every source and site whose status is inconclusive: one is enough for a sweep to fail."""
+    return [f"{r.label} {s.site}" for r in rows for f in r.fixes for s in f.sites if s.status == "inconclusive"]

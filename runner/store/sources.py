@@ -6,7 +6,6 @@ whatever was probed is exactly the bytes the identity names.
 
 from __future__ import annotations
 
-import base64
 import os
 import re
 import shutil
@@ -20,9 +19,9 @@ from pydantic import BaseModel, ConfigDict
 
 from runner import ui
 from runner.store import mirrors, specs
-from runner.store.cache import Cache, read_model, write_model
+from runner.store.cache import Store, read_model, write_model
 from runner.errors import BadInput, Infrastructure
-from runner.files import building_dir, dirhash1, is_bytecode, scratch_dir, sha256_bytes, sha256_file, tree_files
+from runner.files import building_dir, dirhash1, is_bytecode, scratch_dir, sha256_file, tree_files
 from runner.store.mirrors import RemoteState
 from runner.store.procs import run_logged
 
@@ -78,7 +77,7 @@ class _Index(BaseModel):
 
 def resolve(
     spec: specs.GitSpec | specs.PypiSpec | specs.PathSpec,
-    cache: Cache,
+    cache: Store,
     *,
     package_dir: str = "python/sglang",
     pinned_sha256: dict[str, str] | None = None,
@@ -94,18 +93,14 @@ def resolve(
 # --- the tree store -------------------------------------------------------------------------
 
 
-def _digest_dirname(digest: str) -> str:
-    return base64.b64decode(digest.removeprefix("h1:")).hex()
-
-
-def _load_tree(cache: Cache, digest: str) -> tuple[Path, _TreeStamp] | None:
+def _load_tree(cache: Store, digest: str) -> tuple[Path, _TreeStamp] | None:
     """The stored tree for ``digest`` if present and intact; a damaged entry is dropped.
 
     Byte-code counts as damage: Python would run it in place of the source and the digest leaves
     it out. None is ever stored, and environments cache theirs in their own overlay of the tree,
     so any found here was planted.
     """
-    root = cache.dir("trees", _digest_dirname(digest))
+    root = cache.tree(digest)
     if not root.exists():
         return None
     stamp = read_model(root / "tree.json", _TreeStamp)
@@ -118,9 +113,9 @@ def _load_tree(cache: Cache, digest: str) -> tuple[Path, _TreeStamp] | None:
     return root, stamp
 
 
-def _store_tree(cache: Cache, fill: Callable[[Path], None]) -> tuple[Path, _TreeStamp]:
+def _store_tree(cache: Store, fill: Callable[[Path], None]) -> tuple[Path, _TreeStamp]:
     """Let ``fill(scratch)`` write ``scratch/sglang``, then file it under its own digest."""
-    with scratch_dir(cache.dir("trees")) as scratch:
+    with scratch_dir(cache.trees()) as scratch:
         fill(scratch)
         if not (scratch / PKG / "__init__.py").is_file():
             raise BadInput(f"no {PKG} package found (expected {PKG}/__init__.py)")
@@ -130,13 +125,13 @@ def _store_tree(cache: Cache, fill: Callable[[Path], None]) -> tuple[Path, _Tree
         files = [f"{PKG}/{p}" for p in tree_files(scratch / PKG)]
         stamp = _TreeStamp(tree_digest=dirhash1(scratch, files), files=len(files))
         write_model(scratch / "tree.json", stamp)
-        final = cache.dir("trees", _digest_dirname(stamp.tree_digest))
+        final = cache.tree(stamp.tree_digest)
         if _load_tree(cache, stamp.tree_digest) is None:
             os.replace(scratch, final)
     return final, stamp
 
 
-def _from_index(cache: Cache, index_path: Path) -> tuple[_Index, Path, _TreeStamp] | None:
+def _from_index(cache: Store, index_path: Path) -> tuple[_Index, Path, _TreeStamp] | None:
     entry = read_model(index_path, _Index)
     stored = _load_tree(cache, entry.tree_digest) if entry else None
     return (entry, *stored) if stored else None
@@ -145,8 +140,8 @@ def _from_index(cache: Cache, index_path: Path) -> tuple[_Index, Path, _TreeStam
 # --- pypi -----------------------------------------------------------------------------------
 
 
-def _resolve_pypi(spec: specs.PypiSpec, cache: Cache, pinned: str | None) -> Tree:
-    index_path = cache.dir("index", "pypi", f"{spec.version}.json")
+def _resolve_pypi(spec: specs.PypiSpec, cache: Store, pinned: str | None) -> Tree:
+    index_path = cache.index("pypi", spec.version)
     hit = _from_index(cache, index_path)
     if hit is None or (pinned and hit[0].artifact_sha256 != pinned):
         wheel = _download(spec, cache, pinned)
@@ -162,13 +157,13 @@ def _resolve_pypi(spec: specs.PypiSpec, cache: Cache, pinned: str | None) -> Tre
     return Tree(identity, root)
 
 
-def _download(spec: specs.PypiSpec, cache: Cache, pinned: str | None) -> Path:
+def _download(spec: specs.PypiSpec, cache: Store, pinned: str | None) -> Path:
     """The release wheel, from the artifact cache or the package index, checked against the pin.
 
     A cached wheel counts only if it still has the sha256 its stamp recorded at download time: a
     truncated or altered wheel is downloaded again (with a warning), never unpacked.
     """
-    final = cache.dir("downloads", f"{PKG}-{spec.version}")
+    final = cache.download(f"{PKG}-{spec.version}")
     if final.exists():
         stamp = read_model(final / "download.json", _Download)
         wheel = final / Path(stamp.artifact).name if stamp else final
@@ -185,7 +180,7 @@ def _download(spec: specs.PypiSpec, cache: Cache, pinned: str | None) -> Path:
             "--platform", platform, "-d", str(scratch), f"{PKG}=={spec.version}",
         ]
         try:
-            run_logged(argv, step=f"download {spec}", log=cache.dir("logs", f"download-{spec.version}.log"),
+            run_logged(argv, step=f"download {spec}", log=cache.log(f"download-{spec.version}.log"),
                        on_line=lambda line: advance(line[:60]))
         except Infrastructure as e:
             if e.detail and re.search(r"No matching distribution|Could not find a version", e.detail):
@@ -231,7 +226,7 @@ def _copy_package(src: Path, scratch: Path) -> None:
     shutil.copytree(src, scratch / PKG, symlinks=True, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.pyo"))
 
 
-def _resolve_path(spec: specs.PathSpec, cache: Cache) -> Tree:
+def _resolve_path(spec: specs.PathSpec, cache: Store) -> Tree:
     directory = specs.local_path(spec.dir, str(spec))
     if not directory.is_dir():
         raise BadInput(f"{spec}: no such directory")
@@ -247,29 +242,29 @@ def _resolve_path(spec: specs.PathSpec, cache: Cache) -> Tree:
 # --- git (plumbing in runner/store/mirrors.py) ------------------------------------------------
 
 
-def resolve_commit(url: str, rev: str, cache: Cache) -> tuple[mirrors.Mirror, str]:
+def resolve_commit(url: str, rev: str, cache: Store) -> tuple[mirrors.Mirror, str]:
     m, sha, _ = mirrors.resolve(url, rev, cache)
     return m, sha
 
 
-def read_file(url: str, sha: str, path: str, cache: Cache) -> bytes:
+def read_file(url: str, sha: str, path: str, cache: Store) -> bytes:
     """The exact bytes of ``path`` in commit ``sha``: one blob, fetched on demand by the mirror."""
     return mirrors.read_file(*resolve_commit(url, sha, cache), path)
 
 
-def diff(url: str, base: str, head: str, package_dir: str, cache: Cache) -> bytes:
+def diff(url: str, base: str, head: str, package_dir: str, cache: Store) -> bytes:
     """``git diff --binary base head -- package_dir`` in the repository's mirror."""
     return mirrors.diff(resolve_commit(url, base, cache)[0], base, head, package_dir)
 
 
-def _resolve_git(spec: specs.GitSpec, cache: Cache, package_dir: str, extra_refs: list[str]) -> Tree:
+def _resolve_git(spec: specs.GitSpec, cache: Store, package_dir: str, extra_refs: list[str]) -> Tree:
     """Stored trees are indexed by the package's git tree id: a commit that did not touch the
     package finds its tree without reading a blob."""
     m, sha, remote = mirrors.resolve(spec.url, spec.rev, cache, extra_refs)
     tree_id = mirrors.package_trees(m, [sha], package_dir)[0]
     if tree_id is None:
         raise BadInput(f"commit {sha}: no {package_dir} in its tree")
-    index_path = cache.dir("index", "git-tree", f"{tree_id}.json")
+    index_path = cache.index("git-tree", tree_id)
     hit = _from_index(cache, index_path)
     if hit is None:
         root, stamp = _store_tree(cache, lambda scratch: mirrors.materialise(m, sha, package_dir, scratch / PKG))

@@ -6,36 +6,47 @@ from rich.markup import escape
 from rich.table import Table
 
 from runner import ui
-from runner.evidence.records import Row, SweepRecord
+from runner.evidence.records import Row, SweepRecord, inconclusive_sites
 
 _STYLE = {"fixed": "green", "clean": "green", "not fixed": "red", "regression": "bold red", "inconclusive": "yellow",
           "not applicable": "dim", "not probed": "dim"}
 
 
+def _cell(fs) -> str:
+    """A fix's status and, unless fixed, each site's own: "not fixed" at one door and
+    "inconclusive" at the other are two different facts."""
+    if fs is None:
+        return "[dim]not probed[/]"
+    sites = "" if fs.status == "fixed" else ", ".join(
+        f"{escape(s.site)} [{_STYLE.get(s.status, 'red')}]{s.status}[/]" for s in fs.sites)
+    return f"[{_STYLE.get(fs.status, 'red')}]{fs.status}[/]" + (f" ({sites})" if sites else "")
+
+
 def print_matrix(record: SweepRecord) -> None:
     fixes = sorted({f.fix for r in record.rows for f in r.fixes})
-    table = Table(title="fix status by tree (observed behaviour)", title_justify="left")
-    table.add_column("tree")
+    table = Table(title="fix status by source (observed behaviour)", title_justify="left")
+    table.add_column("source")
     for fix in fixes:
         table.add_column(f"#{fix}")
     table.add_column("static findings (not observed)")
+    labels = {r.source: r.label for r in record.rows}
     for row in record.rows:
-        cells = []
-        for fix in fixes:
-            fs = next((f for f in row.fixes if f.fix == fix), None)
-            if fs is None:
-                cells.append("[dim]not probed[/]")
-                continue
-            open_sites = [s.site for s in fs.sites if s.status != "fixed"]
-            detail = f" ({', '.join(open_sites)})" if fs.status != "fixed" and open_sites else ""
-            cells.append(f"[{_STYLE[fs.status]}]{fs.status}[/]{escape(detail)}")
+        cells = [_cell(next((f for f in row.fixes if f.fix == fix), None)) for fix in fixes]
         found = ", ".join(f"{f.id}={f.default}" if f.default else f.id for f in row.static if f.present)
-        table.add_row(escape(row.label), *cells, escape(found or "none"))
+        name = escape(row.label) + (f" [dim](same tree as {escape(labels[row.same_tree_as])})[/]" if row.same_tree_as else "")
+        table.add_row(name, *cells, escape(found or "none"))
     ui.out.print(table)
     for fix, source in record.first_fixed.items():
         ui.out.print(f"#{fix}: first observed in {escape(source) if source else '[red]none of these trees[/]'}")
-    for fix, probed in (record.bisect or {}).items():
-        ui.out.print(f"#{fix}: bisected with {len(probed)} probe run(s) over {len(record.order)} trees")
+    for fix, read in (record.bisect or {}).items():
+        ui.out.print(f"#{fix}: bisection read {len(read)} of {len(record.order)} sources")
+    distinct = len({r.tree_digest for r in record.rows})
+    reused = sum(r.reused and not r.same_tree_as for r in record.rows)
+    ui.out.print(f"{len(record.rows)} source(s), {distinct} distinct tree(s): {record.probe_runs} probe run(s); "
+                 f"receipts of {reused} tree(s) reused from the receipts store")
+    gaps = inconclusive_sites(record.rows)
+    if gaps:
+        ui.out.print(f"[yellow]inconclusive ({len(gaps)}): {escape(', '.join(gaps))}[/]")
 
 
 def print_audit(row: Row) -> None:

@@ -1,0 +1,63 @@
+"""The receipts store: a receipt is reused only under its own key and only while its digest holds."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from runner.evidence import receipts
+from runner.store import results
+from runner.store.cache import Cache
+from tests.helpers import PROBE, case, receipt
+
+
+@pytest.fixture
+def observed() -> receipts.Receipt:
+    """A tree probe's receipt: host environment plus what a tree's environment records."""
+    r = receipt("0.5.21", [case("a"), case("b", bug=True)])
+    env = r.environment.model_copy(update={
+        "interpreter_tag": "cp311", "lock_sha256": "1" * 64, "layer": "layer-1",
+        "standins": receipts.Standins(declared={"triton": "x"}, used=[], tree_lacks=[], sha256="2" * 64)})
+    return receipts.make(r.probe, r.source, env, r.cases, started_at=r.started_at, finished_at=r.finished_at,
+                         materials=r.materials)
+
+
+def _lookup(cache: Cache, r: receipts.Receipt, key: str | None = None):
+    return results.lookup(cache, r.source.tree_digest, r.probe.id, r.probe.sha256, key or results.receipt_key(r.environment))
+
+
+def test_a_recorded_receipt_is_found_under_its_key_and_nothing_else(tmp_path, observed):
+    cache = Cache.at(tmp_path)
+    key = results.receipt_key(observed.environment)
+    assert _lookup(cache, observed) is None
+    results.record(cache, observed, key)
+    assert _lookup(cache, observed) == observed
+    assert _lookup(cache, observed, key="f" * 64) is None  # another environment
+    assert results.lookup(cache, observed.source.tree_digest, PROBE.id, "e" * 64, key) is None  # another probe version
+    assert results.lookup(cache, "h1:other", PROBE.id, PROBE.sha256, key) is None  # another tree
+
+
+def test_a_tampered_entry_is_dropped_not_reused(tmp_path, observed, capsys):
+    cache = Cache.at(tmp_path)
+    key = results.receipt_key(observed.environment)
+    results.record(cache, observed, key)
+    [path] = (tmp_path / "results").rglob("*.json")
+    raw = orjson.loads(path.read_bytes())
+    raw["cases"][1]["classification"] = "clean"  # a bug rewritten as clean, digest left as it was
+    path.write_bytes(orjson.dumps(raw))
+    assert _lookup(cache, observed) is None
+    assert not path.exists() and "does not match" in capsys.readouterr().err
+
+
+def test_an_entry_filed_under_the_wrong_key_is_dropped(tmp_path, observed):
+    cache = Cache.at(tmp_path)
+    results.record(cache, observed, "9" * 64)  # filed under a key its environment does not give
+    assert _lookup(cache, observed, key="9" * 64) is None
+
+
+def test_timeouts_and_dead_harnesses_are_not_kept(tmp_path, observed):
+    cache = Cache.at(tmp_path)
+    timed_out = receipts.make(observed.probe, observed.source, observed.environment, [case("a", outcome="timeout")],
+                              started_at=observed.started_at, finished_at=observed.finished_at)
+    results.record(cache, timed_out, results.receipt_key(timed_out.environment))
+    assert not (tmp_path / "results").exists() or not list((tmp_path / "results").rglob("*.json"))
