@@ -1,0 +1,161 @@
+"""``diffprobe mutate``: how strong is the evidence that a tree is fixed? Mutants of each fix's code
+(probes/mutation.py) run against the fix's cases inside the tree's sandbox; every mutant is judged
+here, on the host, from the effects its cases recorded (evidence/judging.py)."""
+
+from __future__ import annotations
+
+import orjson
+from pydantic import BaseModel, ConfigDict
+from rich.markup import escape
+from rich.table import Table
+
+from runner import errors, ui
+from runner.commands import options, pipeline
+from runner.evidence import bundle, catalog, judging, pins
+from runner.evidence.observations import Case, ImportResult
+from runner.sandbox import execute
+from runner.store import envs
+
+# A mutant run costs the import once, then about a case's time per case until one kills it.
+MUTATE_ALLOWANCE = 3600
+MUTATION_LIMITS = [
+    "A mutation score measures the probes, not SGLang: the share of single-statement changes to the code a "
+    "fix changed (on the lines its cases execute) that some case detects.",
+    "A mutant detected proves that one change would not pass for fixed; a high score does not prove the "
+    "tree correct, nor that no other change (two statements, other functions, other inputs) would pass.",
+    "Equivalent mutants are those with identical byte-code or a stated reason; survivors are listed with "
+    "what no case covers.",
+]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Mutant(_Model):
+    id: str
+    function: str
+    file: str
+    line: int
+    operator: str
+    before: str
+    after: str
+    status: judging.MutantStatus
+    why: str  # the case and failed duty that killed it, the reason it is equivalent, what no case covers
+
+
+class Mutation(_Model):
+    """One tree, one fix: the score, and every mutant with how it ended."""
+
+    source: str
+    tree_digest: str
+    probe: str
+    probe_sha256: str
+    score: judging.MutationScore
+    targets: list[dict]
+    missing: list[str]
+    mutants: list[Mutant]
+
+
+class _Run(BaseModel):
+    """What the harness writes with ``--mutate`` (raw case results; nothing of it is trusted as judged)."""
+
+    model_config = ConfigDict(extra="forbid")
+    schema_: str
+    probe: str
+    fix: int
+    targets: list[dict]
+    missing: list[str]
+    operators: list[str]
+    baseline: list[Case]
+    mutants: list[dict]
+    import_: ImportResult
+
+
+def judge(source: str, tree_digest: str, raw: _Run) -> Mutation:
+    mutants = []
+    for m in raw.mutants:
+        status, why = judging.mutant_status(raw.probe, m)
+        mutants.append(Mutant(id=m["id"], function=m["function"], file=m["file"], line=m["line"], operator=m["operator"],
+                              before=m["before"], after=m["after"], status=status, why=why))
+    score = judging.score(raw.probe, raw.fix, raw.baseline, [m.status for m in mutants])
+    return Mutation(source=source, tree_digest=tree_digest, probe=raw.probe, probe_sha256=catalog.probe_digest(raw.probe),
+                    score=score, targets=raw.targets, missing=raw.missing, mutants=mutants)
+
+
+def run_mutants(environment: envs.Env, probe: str, case_timeout: int) -> _Run:
+    """The harness with ``--mutate`` in the tree's sandbox, as ``execute.run_probes`` runs it."""
+    with execute.run_dir() as work_dir:
+        code = execute.probes_copy(work_dir)
+        out = work_dir / "out"
+        argv = [str(environment.python), "-I", "-B", str(code / catalog.HARNESS), "--out", str(out),
+                "--case-timeout", str(case_timeout), "--probe", probe, "--mutate"]
+        run = execute.run_isolated(argv, work_dir=work_dir, timeout=MUTATE_ALLOWANCE,
+                                   read_only=[*environment.read_only, code], hidden=environment.hidden)
+        if run.code != 0:
+            raise errors.Infrastructure(f"mutation run of {probe} failed in {environment.root.name}", detail=run.log_tail)
+        raw = orjson.loads(execute.read_result(out / f"mutation-{probe}.json"))
+    raw = {("schema_" if k == "schema" else "import_" if k == "import" else k): v for k, v in raw.items()}
+    return _Run.model_validate(raw)
+
+
+def cmd_mutate(args) -> int:
+    p = pins.load(options.path(args.pins))
+    fixes = args.fix or sorted(p.fixes)
+    plan = [(args.source or f"pypi:sglang=={p.fix(n).releases.with_}", n) for n in fixes]
+    opts = pipeline.options(args, p)
+    target = bundle.out_path(args.out, "mutate")
+    started = execute.now()
+    interp = envs.interpreter(args.python)
+    found: list[tuple[str, Mutation]] = []
+    for text, n in plan:
+        tree = pipeline.resolve(text, opts)
+        environment = envs.env(tree, opts.cache, interp, options.torch(args))
+        for probe in p.fix(n).probes:
+            ui.err.print(f"mutating #{n}'s code in {escape(text)} ({probe})...")
+            raw = run_mutants(environment, probe, args.case_timeout)
+            if raw.import_.outcome != "ok":
+                raise errors.Infrastructure(f"{text}: SGLang did not import ({raw.import_.error.message if raw.import_.error else ''})")
+            found.append((bundle.label(tree.identity), judge(text, tree.identity.tree_digest, raw)))
+    files = {f"mutation/{label}.{m.probe}.json":
+             orjson.dumps(m.model_dump(mode="json"), option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n"
+             for label, m in found}
+    out = bundle.write(target, kind="mutation", created_at=started, receipts=[], differentials=[], pins_sha256=None,
+                       files=files, limits=MUTATION_LIMITS,
+                       extra={"scores": [m.score.model_dump(mode="json") | {"source": m.source} for _, m in found]})
+    found = [m for _, m in found]
+    show(found)
+    ui.out.print(f"bundle: {out}")
+    return errors.OK if all(m.score.baseline == "fixed" and not _unexplained(m) for m in found) else errors.DIFFERS
+
+
+def _unexplained(m: Mutation) -> list[Mutant]:
+    return [x for x in m.mutants if x.status == "survived" and not x.why]
+
+
+def show(found: list[Mutation]) -> None:
+    for m in found:
+        ui.out.print(f"#{m.score.fix} in {escape(m.source)} (probe {m.probe}, baseline {m.score.baseline}): "
+                     f"evidence strength: {m.score.strength()}; {m.score.survived} survived, "
+                     f"{m.score.equivalent} equivalent, {m.score.error} error", markup=False)
+        table = Table(title_justify="left")
+        for col in ("status", "where", "mutant", "why"):
+            table.add_column(col)
+        for x in m.mutants:
+            if x.status != "killed":
+                table.add_row(x.status, escape(f"{x.file}:{x.line}"), escape(f"{x.operator}: {x.before} -> {x.after}"),
+                              escape(x.why or "(not explained)"))
+        if table.row_count:
+            ui.out.print(table)
+
+
+def register(sub) -> None:
+    p = sub.add_parser("mutate", help="measure the evidence: mutants of each fix's code, and how many its cases detect")
+    p.add_argument("source", nargs="?", help="tree to mutate (default: each fix's pinned release with the fix)")
+    p.add_argument("--fix", type=int, action="append", metavar="N", help="only this fix (repeatable)")
+    p.add_argument("--out", metavar="DIR", help="bundle directory to create")
+    p.add_argument("--case-timeout", type=errors.positive_int, default=20, metavar="S",
+                   help="seconds a case may run on one mutant (default 20; a hang counts as detected)")
+    options.env_options(p)
+    options.common(p)
+    p.set_defaults(func=cmd_mutate)

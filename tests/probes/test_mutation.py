@@ -1,0 +1,120 @@
+"""Mutants as probes/mutation.py makes them: operators, slices, filters, equivalence by byte-code,
+and the patch into an already-imported function (on a hand-made module; real trees are in
+test_single_duty_mutants.py)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+
+import pytest
+
+from probes import mutation
+
+SOURCE = '''
+import logging
+logger = logging.getLogger(__name__)
+
+
+class Door:
+    def add(self, req, queue):
+        """Admit unless rejected."""
+        if req.get("rejected") and not req.get("held"):
+            self.retire(req)
+            return
+        logger.info("admitting %s", req)
+        try:
+            req["sender"] = self.sender(req)
+        except ValueError:
+            req["sender"] = None
+        queue.append(req)
+
+    def retire(self, req):
+        req["retired"] = True
+
+    def sender(self, req):
+        if req.get("bad"):
+            raise ValueError("bad")
+        return "kv_sender"
+
+    def release(self, req, cache):
+        cache.append(dict(req, is_insert=False))
+        if True:
+            return True
+'''
+
+
+@pytest.fixture()
+def door(tmp_path, monkeypatch):
+    path = tmp_path / "fake_door.py"
+    path.write_text(SOURCE)
+    spec = importlib.util.spec_from_file_location("fake_door", path)
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "fake_door", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _mutants(code):
+    targets, missing = mutation.find(code)
+    executed = {t.path: set(t.lines) for t in targets}
+    return targets, missing, mutation.generate(targets, executed)
+
+
+def test_operators_of_a_function(door):
+    targets, missing, mutants = _mutants({"fake_door.Door.add": (), "fake_door.Door.gone": ()})
+    assert missing == ["fake_door.Door.gone"] and [t.name for t in targets] == ["fake_door.Door.add"]
+    kinds = {(m.operator, m.before) for _, m in mutants}
+    assert ("delete", "self.retire(req)") in kinds and ("return", "self.retire(req)") in kinds
+    assert ("true", "req.get('rejected')") in kinds and ("false", "not req.get('held')") in kinds
+    assert any(op == "unguard" for op, _ in kinds)
+    assert not any("logger" in before for _, before in kinds)  # logging is never mutated
+    assert not any(before.startswith("'Admit") for _, before in kinds)  # nor the docstring
+
+
+def test_a_patched_mutant_changes_the_imported_function_everywhere(door):
+    targets, _, mutants = _mutants({"fake_door.Door.add": ()})
+    target, retire_deleted = next((t, m) for t, m in mutants if m.operator == "delete" and m.before == "self.retire(req)")
+    add = door.Door.add  # a reference taken before the patch, like ``from x import f``
+    original = add.__code__
+    try:
+        mutation.apply(target, retire_deleted)
+        req, queue = {"rejected": True}, []
+        add(door.Door(), req, queue)
+        assert "retired" not in req and queue == []
+    finally:
+        add.__code__ = original
+
+
+def test_a_dropped_except_lets_the_failure_escape(door):
+    targets, _, mutants = _mutants({"fake_door.Door.add": ()})
+    target, unguarded = next((t, m) for t, m in mutants if m.operator == "unguard")
+    original = door.Door.add.__code__
+    try:
+        mutation.apply(target, unguarded)
+        with pytest.raises(ValueError):
+            door.Door().add({"bad": True}, [])
+    finally:
+        door.Door.add.__code__ = original
+
+
+def test_same_byte_code_is_equivalent_by_construction(door):
+    _, _, mutants = _mutants({"fake_door.Door.release": ()})
+    constant = [m for _, m in mutants if m.before == "True" and m.operator == "true"]
+    assert not constant  # a condition that is already a constant is not mutated
+    flips = [m for _, m in mutants if m.operator == "flip"]
+    assert [m.after for m in flips] == ["is_insert=True", "return False"]
+
+
+def test_a_slice_keeps_the_statements_naming_its_names_and_their_exits(door):
+    targets, _, mutants = _mutants({"fake_door.Door.add": ("retire",)})
+    befores = {m.before for _, m in mutants}
+    assert "self.retire(req)" in befores and "return" in befores
+    assert not any("queue.append" in b or "sender" in b for b in befores)
+
+
+def test_only_executed_lines_are_mutated(door):
+    targets, _ = mutation.find({"fake_door.Door.add": ()})
+    first = targets[0].node.body[1].lineno  # the ``if``
+    mutants = mutation.generate(targets, {targets[0].path: {first}})
+    assert {m.line for _, m in mutants} == {first}
