@@ -44,8 +44,10 @@ def receipt_key(environment: Environment) -> str | None:
 
 
 def _path(cache: Cache, tree_digest: str, probe: str, probe_sha256: str, key: str) -> Path:
+    """``results/<environment>-<tree>/<probe>-<version>.json``: one entry per tree and environment,
+    the unit ``diffprobe gc`` evicts."""
     tree = sha256_bytes(tree_digest.encode())[:32]
-    return cache.dir("results", key[:32], tree, f"{probe}-{probe_sha256[:32]}.json")
+    return cache.dir("results", f"{key[:24]}-{tree}", f"{probe}-{probe_sha256[:32]}.json")
 
 
 def lookup(cache: Cache, tree_digest: str, probe: str, probe_sha256: str, key: str) -> Receipt | None:
