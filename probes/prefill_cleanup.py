@@ -112,6 +112,11 @@ class ResultScene:
             chunked_req=None,
             # without overlap, middle chunks are sent by the chunked-prefill step, not here
             enable_overlap=shape.overlap,
+            # a rank that logs no stats, for trees whose own metrics methods run here (0.5.7-0.5.12)
+            temp_prefill_info=None,
+            enable_metrics=False,
+            is_stats_logging_rank=False,
+            current_scheduler_metrics_enabled=False,
         )
         self.batch = Double(
             journal,
