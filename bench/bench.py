@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 from runner.evidence import catalog  # noqa: E402
 from runner.sandbox import execute  # noqa: E402
 from runner.store import envs, sources, specs  # noqa: E402
-from runner.store.cache import Cache  # noqa: E402
+from runner.store.cache import Store  # noqa: E402
 
 # Runs inside the tree's environment: the probes' own cases, called directly in one process.
 BARE = r"""
@@ -89,7 +89,7 @@ def main() -> None:
     parser.add_argument("--sweep", default="0.5.19,0.5.20,0.5.21,0.5.22", help="releases for (c) and (d)")
     parser.add_argument("--cold-layer", action="store_true", help="also time a build of the shared layer")
     args = parser.parse_args()
-    cache = Cache.at(args.cache_dir)
+    cache = Store.at(args.cache_dir)
     interp = envs.interpreter(None)
     tree = sources.resolve(specs.parse(args.source), cache)
     environment = envs.env(tree, cache, interp)
@@ -118,7 +118,7 @@ def main() -> None:
 
     # (b) cold and warm environment
     with tempfile.TemporaryDirectory(prefix="bench-cold-") as tmp:
-        cold = Cache.at(tmp)
+        cold = Store.at(tmp)
         os.symlink(cache.root / "layers", cold.root / "layers")  # the shared layer is reused
         wheel = cache.root / "downloads" / f"sglang-{tree.identity.version}"
         if wheel.is_dir():  # a release's downloaded wheel too: cold means unpacking, not the network
@@ -134,7 +134,7 @@ def main() -> None:
     print(f"    warm: tree re-verified {t_warm_tree:5.1f} s, env found {t_warm_env:5.2f} s, probe run as in (a) {best['run_probes']:5.1f} s")
     if args.cold_layer:
         with tempfile.TemporaryDirectory(prefix="bench-layer-") as tmp:
-            t_layer, _ = timed(lambda: envs.layer(Cache.at(tmp), interp))
+            t_layer, _ = timed(lambda: envs.layer(Store.at(tmp), interp))
             layer_mb = du(Path(tmp) / "layers") >> 10
         print(f"    shared layer build (once per lock and interpreter): {t_layer:5.1f} s, {layer_mb} MiB")
 

@@ -53,7 +53,7 @@ def building_dir(final: Path) -> Iterator[Path]:
     """
     final.parent.mkdir(parents=True, exist_ok=True)
     for stale in final.parent.glob(f".building-{final.name}-*"):
-        if not _owner_alive(stale):
+        if not owner_alive(stale):
             shutil.rmtree(stale, ignore_errors=True)
     scratch = Path(tempfile.mkdtemp(prefix=f".building-{final.name}-{os.getpid()}-", dir=final.parent))
     try:
@@ -79,7 +79,8 @@ def scratch_dir(parent: Path) -> Iterator[Path]:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _owner_alive(scratch: Path) -> bool:
+def owner_alive(scratch: Path) -> bool:
+    """Whether the process named in ``<prefix>-<pid>-<random>`` still runs."""
     try:
         pid = int(scratch.name.split("-")[-2])
         os.kill(pid, 0)
@@ -88,6 +89,11 @@ def _owner_alive(scratch: Path) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def digest_name(digest: str) -> str:
+    """The one file name a tree digest (``h1:`` + base64, which may hold ``/``) is stored under: hex."""
+    return base64.b64decode(digest.removeprefix("h1:")).hex()
 
 
 def is_bytecode(rel: str) -> bool:

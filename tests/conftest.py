@@ -13,15 +13,15 @@ from pathlib import Path
 import pytest
 
 from runner.store import envs, sources, specs
-from runner.store.cache import Cache
+from runner.store.cache import Store
 
 RELEASES = ["0.5.19", "0.5.20", "0.5.21"]
 
 
 @pytest.fixture(scope="session")
-def cache(tmp_path_factory) -> Cache:
+def cache(tmp_path_factory) -> Store:
     root = os.environ.get("DIFFPROBE_TEST_CACHE")
-    return Cache.at(root) if root else Cache.at(tmp_path_factory.mktemp("cache"))
+    return Store.at(root) if root else Store.at(tmp_path_factory.mktemp("cache"))
 
 
 @pytest.fixture(scope="session")

@@ -26,7 +26,7 @@ from runner.commands import options, pipeline
 from runner.evidence import bundle, judging, pins, receipts
 from runner.sandbox import execute
 from runner.store import sources, specs
-from runner.files import sha256_bytes
+from runner.files import digest_name, sha256_bytes
 from runner.evidence.receipts import Receipt
 
 Applied = Literal["applied cleanly", "applied by three-way merge", "already applied", "taken as applied"]
@@ -161,7 +161,7 @@ def cmd_backport(args) -> int:
                 raise errors.BadInput("--head must be a git source of the same repository unless --patch is given")
             patch = sources.diff(repo, base.identity.commit, head.identity.commit, p.package_dir, opts.cache)
         patch_sha = sha256_bytes(patch)
-        work = opts.cache.dir("backports", f"{args.pr}-{patch_sha[:12]}-{onto.identity.tree_digest[3:15].replace('/', '_')}")
+        work = opts.cache.backport(f"{args.pr}-{patch_sha[:12]}-{digest_name(onto.identity.tree_digest)[:12]}")
         shutil.rmtree(work, ignore_errors=True)
         with tempfile.TemporaryDirectory(dir=work.parent) as scratch:
             how, files = apply(onto, patch, Path(scratch) / "tree", base, head if not args.patch else None)

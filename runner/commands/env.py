@@ -10,11 +10,11 @@ from rich.table import Table
 from runner import errors, ui
 from runner.commands import options, resolve
 from runner.store import envs
-from runner.store.cache import Cache
+from runner.store.cache import Store
 
 
 def cmd_env(args) -> int:
-    cache = Cache.at(args.cache_dir)
+    cache = Store.at(args.cache_dir)
     torch = options.torch(args)  # a bad source fails before any download
     tree = resolve.tree(args, args.source)
     interp = envs.interpreter(args.python)

@@ -29,8 +29,12 @@ class ProbeOptions:
 
 
 def common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--cache-dir", metavar="DIR", help="cache root (default: $DIFFPROBE_CACHE or ~/.cache/diffprobe)")
+    cache_dir(p)
     p.add_argument("--pins", metavar="FILE", help="pins.toml to use (default: the project's own)")
+
+
+def cache_dir(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--cache-dir", metavar="DIR", help="cache root (default: $DIFFPROBE_CACHE or ~/.cache/diffprobe)")
 
 
 def env_options(p: argparse.ArgumentParser) -> None:

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from runner import __version__
 from runner.errors import DIFFERS, BadInput, DiffprobeError
-from runner.files import sha256_bytes, sha256_file
+from runner.files import digest_name, sha256_bytes, sha256_file
 from runner.evidence import attest, dsse
 from runner.evidence.catalog import judge_digest
 from runner.evidence import catalog, judging
@@ -62,7 +62,7 @@ def label(identity: Source) -> str:
     if identity.kind == "git":
         return f"git-{identity.commit[:12]}"
     if identity.kind == "path":
-        return "path-" + base64.b64decode(identity.tree_digest.removeprefix("h1:")).hex()[:12]
+        return "path-" + digest_name(identity.tree_digest)[:12]
     return f"{identity.kind}-{source_key(identity)[:12]}"
 
 

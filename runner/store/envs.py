@@ -24,9 +24,9 @@ from pydantic import BaseModel, ConfigDict
 from rich.markup import escape
 
 from runner import ui
-from runner.store.cache import Cache, read_model, write_model
+from runner.store.cache import Store, read_model, write_model
 from runner.errors import BadInput, Infrastructure
-from runner.files import building_dir, sha256_bytes, sha256_file
+from runner.files import building_dir, digest_name, sha256_bytes, sha256_file
 from runner.store.procs import run_logged
 from runner.store import torch_source
 from runner.store.torch_source import TorchRecord, TorchSource
@@ -127,7 +127,7 @@ def _torch_requirement(packages: list[str]) -> str:
     return found[0]
 
 
-def layer(cache: Cache, interp: Interpreter, torch: list[TorchSource] | None = None) -> tuple[Path, LayerStamp]:
+def _layer(cache: Store, interp: Interpreter, torch: list[TorchSource] | None = None) -> tuple[Path, LayerStamp]:
     """The shared dependency layer for this lock and interpreter, built if absent.
 
     ``torch``: where CPU torch may come from (default: ``torch_source.candidates()``). The layer is
@@ -136,8 +136,8 @@ def layer(cache: Cache, interp: Interpreter, torch: list[TorchSource] | None = N
     """
     sources = torch if torch is not None else torch_source.candidates()
     lock = lock_sha256()
-    key = sha256_bytes(f"{FORMAT}\n{lock}\n{interp.implementation}\n{interp.tag}\n{interp.machine}".encode())[:16]
-    final = cache.dir("layers", key)
+    key = layer_key(interp)
+    final = cache.layer(key)
     stamp = read_model(final / "layer.json", LayerStamp)
     if stamp and stamp.key == key and (final / stamp.site_packages).is_dir():
         named = sources[0] if sources[0].chosen_by != "default" else None
@@ -150,11 +150,11 @@ def layer(cache: Cache, interp: Interpreter, torch: list[TorchSource] | None = N
         shutil.rmtree(final)
     packages = _lock_packages()
     requirement = _torch_requirement(packages)
-    log = cache.dir("logs", f"layer-{key}.log")
+    log = cache.log(f"layer-{key}.log")
     with building_dir(final) as scratch:
         _virtualenv(interp, scratch, seed=True, log=log, step="create the dependency layer's virtualenv")
         with ui.step(f"install {requirement} from {' or '.join(torch_source.describe(s) for s in sources)}"):
-            record = torch_source.install(scratch / "bin" / "python", requirement, sources, cache.dir("logs", f"layer-{key}-torch"))
+            record = torch_source.install(scratch / "bin" / "python", requirement, sources, cache.log(f"layer-{key}-torch"))
         ui.err.print(escape(f"CPU torch {record.version} from {torch_source.describe(record.source)}: {record.url} "
                             f"(sha256 {record.sha256[:16]}…)"))
         with ui.step(f"install {len(packages)} locked packages into the shared layer", total=len(packages)) as advance:
@@ -227,12 +227,12 @@ def _overlay(tree_root: Path, dest: Path) -> None:
             (target / name).symlink_to(Path(dirpath) / name)
 
 
-def env(tree: Tree, cache: Cache, interp: Interpreter, torch: list[TorchSource] | None = None) -> Env:
+def _env(tree: Tree, cache: Store, interp: Interpreter, torch: list[TorchSource] | None = None) -> Env:
     """The environment for ``tree``: reused when its stamp is valid, built otherwise."""
     layer_root, layer_stamp = layer(cache, interp, torch)
     standins_sha = sha256_file(STANDINS)
     key = sha256_bytes(f"{ENV_FORMAT}\n{tree.identity.tree_digest}\n{layer_stamp.key}\n{standins_sha}\n{interp.executable}".encode())[:16]
-    final = cache.dir("envs", key)
+    final = cache.env(key)
     stamp = read_model(final / "env.json", EnvStamp)
     if stamp and stamp.key == key and (final / "bin" / "python").exists():
         return Env(final, stamp)
@@ -240,7 +240,7 @@ def env(tree: Tree, cache: Cache, interp: Interpreter, torch: list[TorchSource] 
         ui.warn(f"environment {final} is incomplete or damaged; rebuilding it")
         shutil.rmtree(final)
     with building_dir(final) as scratch:
-        _virtualenv(interp, scratch, seed=False, log=cache.dir("logs", f"env-{key}.log"), step="create the tree's virtualenv")
+        _virtualenv(interp, scratch, seed=False, log=cache.log(f"env-{key}.log"), step="create the tree's virtualenv")
         shutil.copytree(STANDINS.parent, scratch / "standins", ignore=shutil.ignore_patterns("__pycache__", "__init__.py"))
         site = _site_packages(scratch / "bin" / "python")
         # The venv is renamed into place, so every path it writes must point at the final name.
@@ -260,6 +260,51 @@ def env(tree: Tree, cache: Cache, interp: Interpreter, torch: list[TorchSource] 
         )
         write_model(scratch / "env.json", stamp)
     return Env(final, stamp)
+
+
+
+def layer_key(interp: Interpreter) -> str:
+    return sha256_bytes(f"{FORMAT}\n{lock_sha256()}\n{interp.implementation}\n{interp.tag}\n{interp.machine}".encode())[:16]
+
+
+def layer(cache: Store, interp: Interpreter, torch: list[TorchSource] | None = None) -> tuple[Path, LayerStamp]:
+    """The shared dependency layer for this lock and interpreter (``_layer``), built by one process
+    at a time: a second run wants the same 1.4 GiB layer waits for it instead of building it too."""
+    final = cache.layer(layer_key(interp))
+    with cache.lock(final):
+        root, stamp = _layer(cache, interp, torch)
+        if not runs(root / "bin" / "python"):
+            ui.warn(f"dependency layer {root}: its interpreter no longer runs; rebuilding it")
+            shutil.rmtree(root)
+            root, stamp = _layer(cache, interp, torch)
+    cache.used(root)
+    return root, stamp
+
+
+def env(tree: Tree, cache: Store, interp: Interpreter, torch: list[TorchSource] | None = None) -> Env:
+    """The environment for ``tree`` (``_env``), built by one process at a time and checked healthy
+    before use, as pre-commit does: its interpreter runs and what it links to (the stored tree, the
+    layer) is still there; otherwise it is rebuilt."""
+    with cache.lock(cache.env(f"tree-{digest_name(tree.identity.tree_digest)[:16]}")):
+        environment = _env(tree, cache, interp, torch)
+        if not healthy(cache, environment):
+            ui.warn(f"environment {environment.root} no longer runs (its interpreter, tree or layer is gone); rebuilding it")
+            shutil.rmtree(environment.root)
+            environment = _env(tree, cache, interp, torch)
+    cache.used(environment.root)
+    return environment
+
+
+def runs(python: Path) -> bool:
+    try:
+        return subprocess.run([str(python), "-I", "-c", ""], capture_output=True, timeout=60).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+def healthy(cache: Store, environment: Env) -> bool:
+    links = [environment.root / "tree" / PKG / "__init__.py", cache.layer(environment.stamp.layer_key)]
+    return all(p.exists() for p in links) and runs(environment.python)
 
 
 # The modules the probes drive; importing them is the environment's acceptance test.

@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict
 from runner import ui
 from runner.errors import BadInput, Infrastructure
 from runner.files import building_dir, sha256_bytes
-from runner.store.cache import Cache
+from runner.store.cache import Store
 
 GIT_ENV = {
     "GIT_TERMINAL_PROMPT": "0",  # never hang on a credential prompt
@@ -102,10 +102,10 @@ class _CloneProgress(git.RemoteProgress):
         self._advance(message or None, int(cur_count), int(max_count) if max_count else None)
 
 
-def mirror(url: str, cache: Cache) -> Mirror:
+def mirror(url: str, cache: Store) -> Mirror:
     """The blobless bare mirror of ``url`` (cloned on first use), one per canonical URL."""
     canonical = canonical_url(url)
-    path = cache.dir("git", sha256_bytes(canonical.encode())[:24] + ".git")
+    path = cache.mirror(canonical)
     if path.exists():
         try:
             git.Repo(path)
@@ -144,7 +144,7 @@ def _refspecs(extra_refs: list[str]) -> list[str]:
     return [*_HEADS_TAGS, *(f"+{ref}:refs/diffprobe/{ref.removeprefix('refs/')}" for ref in extra_refs)]
 
 
-def resolve(url: str, rev: str, cache: Cache, extra_refs: list[str] = ()) -> tuple[Mirror, str, RemoteState | None]:
+def resolve(url: str, rev: str, cache: Store, extra_refs: list[str] = ()) -> tuple[Mirror, str, RemoteState | None]:
     """Full SHA of ``rev``. A full SHA is immutable: fetched (negotiated) only when absent, and
     kept under ``refs/diffprobe/commits/`` so later negotiations count it. Any other name is
     resolved only after fetching the remote's heads and tags, and the state read is returned."""

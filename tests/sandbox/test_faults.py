@@ -18,7 +18,7 @@ from runner import cli
 from runner.evidence import bundle
 from runner.sandbox import execute
 from runner.store import envs, procs, sources, specs
-from runner.store.cache import Cache
+from runner.store.cache import Store
 from tests import forks
 from tests.helpers import ROOT
 
@@ -130,7 +130,7 @@ def _spying_fork(release_root: Path, dest: Path, port: int) -> Path:
     return forks.make(release_root, dest, [(forks.PREFILL, forks.PREFILL_GATE, spy + forks.PREFILL_GATE)])
 
 
-def _prefill_door(cache: Cache, tree_dir: Path, isolate_network: bool):
+def _prefill_door(cache: Store, tree_dir: Path, isolate_network: bool):
     tree = sources.resolve(specs.parse(f"path:{tree_dir}"), cache)
     environment = envs.env(tree, cache, envs.interpreter(None))
     runs = execute.run_probes(environment, ["admission"], cases=["prefill-door-rejected"], isolate_network=isolate_network)

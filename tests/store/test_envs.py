@@ -3,7 +3,7 @@
 import pytest
 
 from runner.store import envs, sources, specs
-from runner.store.cache import Cache
+from runner.store.cache import Store
 from runner.errors import Infrastructure
 from runner.files import sha256_file
 
@@ -44,7 +44,7 @@ def test_interrupted_env_build_leaves_nothing_valid(tmp_path, cache, interp, rel
     """Share the session's layer but build the tree env in a fresh place, and crash half-way."""
     tree = release_tree("0.5.20")
     layer_root, stamp = envs.layer(cache, interp)
-    private = Cache.at(tmp_path / "c")
+    private = Store.at(tmp_path / "c")
     (private.root / "layers").mkdir(parents=True)
     (private.root / "layers" / stamp.key).symlink_to(layer_root)
     real = envs._site_packages

@@ -6,7 +6,7 @@ import subprocess
 import pytest
 
 from runner.store import sources, specs
-from runner.store.cache import Cache
+from runner.store.cache import Store
 from runner.errors import BadInput, Infrastructure
 from runner.files import sha256_file
 from tests.conftest import git
@@ -44,7 +44,7 @@ def test_short_sha_is_recorded_in_full(upstream_repo, cache):
 
 def test_mirror_is_a_partial_clone(upstream_repo, tmp_path):
     """Served over file:// with uploadpack.allowFilter, the mirror fetches blobs only on demand."""
-    cache = Cache.at(tmp_path / "cache")
+    cache = Store.at(tmp_path / "cache")
     path, commits = upstream_repo["path"], upstream_repo["commits"]
     total = _blobs(path / ".git")
     sources.resolve(specs.parse(f"git+{path}@{commits['0.5.19']}"), cache)
@@ -79,7 +79,7 @@ def test_pypi_records_artifact_digest_and_checks_the_pin(cache, release_tree):
 
 
 def test_pypi_pin_mismatch_is_refused(tmp_path, release_tree):
-    cache = Cache.at(tmp_path / "c")
+    cache = Store.at(tmp_path / "c")
     with pytest.raises(Infrastructure, match="refusing it"):
         sources.resolve(specs.PypiSpec(version="0.5.19"), cache, pinned_sha256={"0.5.19": "0" * 64})
     assert not list((tmp_path / "c" / "downloads").glob("sglang-0.5.19*"))
@@ -112,7 +112,7 @@ def test_path_without_package_is_bad_input(tmp_path, cache):
 
 
 def test_a_damaged_tree_entry_is_detected_and_rebuilt(tmp_path, release_tree):
-    cache = Cache.at(tmp_path / "c")
+    cache = Store.at(tmp_path / "c")
     tree = sources.resolve(specs.PypiSpec(version="0.5.19"), cache)
     victim = tree.root / "sglang" / "srt" / "disaggregation" / "prefill.py"
     victim.write_text("poisoned = True\n")

@@ -1,0 +1,37 @@
+"""``diffprobe gc``: keep the store within a size budget (least recently used entries go first)
+and remove what killed runs left behind."""
+
+from __future__ import annotations
+
+from runner import errors, ui
+from runner.commands import options
+from runner.store import gc
+from runner.store.cache import Store
+
+
+def _size(n: int) -> str:
+    return f"{n / (1 << 30):.2f} GiB" if n >= 1 << 30 else f"{n / (1 << 20):.1f} MiB"
+
+
+def cmd_gc(args) -> int:
+    store = Store.at(args.cache_dir)
+    budget = gc.parse_size(args.max_size) if args.max_size else None
+    done = gc.collect(store, budget, dry_run=args.dry_run)
+    verb = "would remove" if args.dry_run else "removed"
+    for path in done.orphans:
+        ui.out.print(f"{verb} {path} (left by a process that is gone)", markup=False)
+    for entry in done.removed:
+        ui.out.print(f"{verb} {entry.path} ({entry.kind}, {_size(entry.size)}, least recently used)", markup=False)
+    for path in done.busy:
+        ui.warn(f"kept {path}: in use (being built, or used within the hour)")
+    ui.out.print(f"store {store.root}: {_size(done.kept)} kept" + (f" (budget {_size(budget)})" if budget is not None else ""),
+                 markup=False)
+    return errors.OK
+
+
+def register(sub) -> None:
+    p = sub.add_parser("gc", help="evict least recently used store entries down to a size; remove what killed runs left")
+    p.add_argument("--max-size", metavar="SIZE", help="keep at most this much (e.g. 20G, 500M); default: only remove leftovers")
+    p.add_argument("--dry-run", action="store_true", help="say what would be removed, remove nothing")
+    options.cache_dir(p)
+    p.set_defaults(func=cmd_gc)
