@@ -81,7 +81,8 @@ class _Door:
             "before": self.before,
             "queues": self.queues(),
             "kv_endpoints": self.transport.constructed,
-            "kv_calls": [e for e in self.journal.entries if str(e["actor"]).startswith("kv_")],
+            "kv_calls": [e for e in self.journal.entries if str(e["actor"]).startswith("kv_") and e["actor"] != "kv_manager"],
+            "peer_lookups": len(self.journal.calls("kv_manager", "prefill_info_table.get")),
             "retired": [e["args"][0] for e in self.journal.calls("scheduler", "retire_unadmitted_request")],
             "streamed": self.streamed,
             "released_aborted": [
@@ -154,7 +155,7 @@ class DecodeDoor(_Door):
             queue=[],
             pending_reqs=[],
             retracted_queue=[],
-            kv_manager=Double(journal, "kv_manager", prefill_info_table={_peer_address(decode, req): peer}),
+            kv_manager=Double(journal, "kv_manager", prefill_info_table=PeerTable(journal, {_peer_address(decode, req): peer})),
             **_backend(),
             token_to_kv_pool=kv_pool,
             token_to_kv_pool_allocator=allocator,
@@ -172,6 +173,19 @@ class DecodeDoor(_Door):
             "pending": [entry.req.rid for entry in self.door.pending_reqs],
             "retracted": [req.rid for req in self.door.retracted_queue],
         }
+
+
+class PeerTable(dict):
+    """The decode side's table of known prefill peers; a lookup is recorded (the door that looks its
+    peer up must initialise the receiver with it)."""
+
+    def __init__(self, journal: Journal, peers: dict) -> None:
+        super().__init__(peers)
+        self.journal = journal
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        self.journal.record("kv_manager", "prefill_info_table.get", (key,))
+        return super().get(key, default)
 
 
 def _peer_address(decode: Any, req: Any) -> str:

@@ -127,9 +127,10 @@ DOOR_DUTIES = (
     Duty(
         "door-receiver-initialised",
         38935,
-        "the admitted decode request's receiver was initialised once with its known prefill peer, or (trees "
-        "whose handshake initialises it later) not touched at the door; never parked as pending (a guard)",
-        lambda e: [c["call"] for c in e["kv_calls"]] in (["init"], []) and not e["queues"].get("pending"),
+        "a door that looked the request's known prefill peer up initialised its receiver once (a door that "
+        "leaves the peer to the handshake touches no receiver); never parked as pending (a guard)",
+        lambda e: [c["call"] for c in e["kv_calls"]] == (["init"] if e.get("peer_lookups") else [])
+        and not e["queues"].get("pending"),
     ),
     Duty(
         "door-beam-retired",
@@ -212,6 +213,11 @@ def _tree_cache(effects: Effects, call: str) -> list[Mapping[str, Any]]:
     return [c for c in _final(effects)["tree_cache_calls"] if c["call"] == call]
 
 
+def _cached_unfinished(effects: Effects) -> list[Mapping[str, Any]]:
+    """Calls keeping the request's KV in the tree cache as unfinished (``checkpoint`` in later trees)."""
+    return _tree_cache(effects, "cache_unfinished_req") + _tree_cache(effects, "checkpoint")
+
+
 def _sender_aborted(effects: Effects) -> bool:
     calls = _final(effects)["sender_calls"]
     return calls.count("abort") == 1 if effects["before"]["has_kv_sender"] else not calls
@@ -270,7 +276,7 @@ RESULT_DUTIES = (
         36988,
         "the aborted result was not re-queued (for transfer, prefill or bootstrap) nor cached as unfinished",
         lambda e: _rid(_final(e)) not in _final(e)["inflight_queue"] + _final(e)["requeued"]
-        and not _tree_cache(e, "cache_unfinished_req"),
+        and not _cached_unfinished(e),
     ),
     Duty("result-no-kv-chunk", 36988, "no KV chunk was sent for it", lambda e: not _final(e)["kv_chunks_sent"]),
     Duty("result-metadata-freed", 36988, "its metadata buffer was freed exactly once", _metadata_freed),
@@ -325,7 +331,7 @@ RESULT_DUTIES = (
         "result-queued-for-transfer",
         36988,
         "a healthy final result was cached as unfinished and queued for transfer, once (a guard)",
-        lambda e: _final(e)["inflight_queue"] == [_rid(_final(e))] and len(_tree_cache(e, "cache_unfinished_req")) == 1,
+        lambda e: _final(e)["inflight_queue"] == [_rid(_final(e))] and len(_cached_unfinished(e)) == 1,
     ),
     Duty(
         "result-last-chunk-sent",
@@ -439,9 +445,7 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
         "update_finish_state returns at once for a finished request",
 }
 EXPLAINED: dict[tuple[str, str, str], str] = {
-    ("DecodePreallocQueue.add", "delete", "decode_req.kv_receiver.init(prefill_dp_rank)"):
-        "door-receiver-initialised must also hold on 0.4.5-0.5.9, whose door leaves init to the handshake; "
-        "a door that never initialises reads like those trees",
+
     ("Scheduler.retire_unadmitted_request", "true", "req.session.streaming"):
         "no case rejects a turn of a non-streaming session: the mutant would abort such a session at the door",
 }
