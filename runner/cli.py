@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import signal
 import sys
@@ -59,13 +60,23 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt as e:
         ui.err.print("diffprobe: interrupted; completed entries are kept, partial ones were discarded", markup=False)
         return 128 + getattr(e, "signum", signal.SIGINT)
+    except OSError as e:
+        if e.errno != errno.ENAMETOOLONG:
+            return _internal(e)
+        ui.err.print(f"diffprobe: error: a path is too long for this system: {errors.one_line(str(e.filename), 120)}", markup=False)
+        return errors.BAD_INPUT
     except Exception as e:  # a bug of ours: still one line, the traceback only on request
-        if os.environ.get("DIFFPROBE_DEBUG"):
-            traceback.print_exc()
-        ui.err.print(f"diffprobe: internal error: {type(e).__name__}: {e} (set DIFFPROBE_DEBUG=1 for a traceback)", markup=False)
-        return errors.INFRASTRUCTURE
+        return _internal(e)
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def _internal(e: Exception) -> int:
+    if os.environ.get("DIFFPROBE_DEBUG"):
+        traceback.print_exc()
+    ui.err.print(f"diffprobe: internal error: {type(e).__name__}: {errors.one_line(str(e))} (set DIFFPROBE_DEBUG=1 for a traceback)",
+                 markup=False)
+    return errors.INFRASTRUCTURE
 
 
 if __name__ == "__main__":

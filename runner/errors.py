@@ -17,7 +17,8 @@ class DiffprobeError(Exception):
     def __init__(self, message: str, *, detail: str | None = None):
         super().__init__(message)
         self.message = one_line(message)
-        self.detail = detail  # extra lines (e.g. the tail of a failing build log), shown below
+        # extra lines (the tail of a failing build log, of a tree's output), shown below: escaped too
+        self.detail = "\n".join(one_line(line) for line in detail.splitlines()[-DETAIL_LINES:]) if detail else None
 
     @classmethod
     def differs(cls, message: str) -> "DiffprobeError":
@@ -27,10 +28,16 @@ class DiffprobeError(Exception):
         return error
 
 
-def one_line(text: str) -> str:
-    """The promise is one line per error: control characters from the input (a newline in a TOML
-    key, say) are shown escaped, never printed."""
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
+DETAIL_LINES = 15
+LINE_CHARS = 400
+
+
+def one_line(text: str, limit: int = LINE_CHARS) -> str:
+    """The promise is one short line per error: control characters and terminal escapes from the
+    input (a newline in a TOML key, an ANSI sequence in a tree's exception) are shown escaped,
+    never printed, and a longer text is cut at ``limit`` characters, saying how long it was."""
+    shown = "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text[: limit + 1])
+    return shown if len(text) <= limit and len(shown) <= limit else f"{shown[:limit]}… ({len(text)} characters)"
 
 
 def positive_int(text: str) -> int:

@@ -70,8 +70,11 @@ def building_dir(final: Path) -> Iterator[Path]:
 @contextmanager
 def scratch_dir(parent: Path) -> Iterator[Path]:
     """A private directory under ``parent`` (same filesystem, so it can be renamed into place);
-    whatever is left of it when the block ends is removed."""
+    whatever is left of it when the block ends is removed, and so are those a killed process left."""
     parent.mkdir(parents=True, exist_ok=True)
+    for stale in parent.glob(".scratch-*-*"):
+        if not owner_alive(stale):
+            shutil.rmtree(stale, ignore_errors=True)
     scratch = Path(tempfile.mkdtemp(prefix=f".scratch-{os.getpid()}-", dir=parent))
     try:
         yield scratch

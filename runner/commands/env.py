@@ -9,6 +9,7 @@ from rich.table import Table
 
 from runner import errors, ui
 from runner.commands import options, resolve
+from runner.sandbox.import_check import import_check
 from runner.store import envs
 from runner.store.cache import Store
 
@@ -22,7 +23,7 @@ def cmd_env(args) -> int:
     for note in environment.stamp.notes:
         ui.warn(note)
     with ui.step(f"import check in {environment.root.name}"):
-        check = envs.import_check(environment, tree)
+        check = import_check(environment, tree)
     if args.json:
         payload = {"environment": str(environment.root), "stamp": environment.stamp.model_dump(mode="json"),
                    "tree": tree.identity.model_dump(mode="json", exclude_none=True), "check": check.model_dump(mode="json")}

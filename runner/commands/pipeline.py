@@ -51,10 +51,10 @@ def receipt_of(probe: ProbeRef, identity: TreeIdentity, environment: envs.Env, r
     if obs.probe != probe.id:
         raise ValueError(f"observations are for probe {obs.probe}, not {probe.id}")
     env = receipts.tree_environment(environment, python=obs.python, implementation=obs.implementation, platform=obs.platform,
-                                    standins_used=obs.standins, network_isolated=run.network_isolated)
+                                    standins_used=obs.standins, isolation=run.isolation)
     cases = [judging.rejudge(probe.id, case) for case in obs.cases]  # the host's own judgement, from the effects
     return receipts.make(probe, identity, env, cases, started_at=run.started_at, finished_at=run.finished_at,
-                         materials=obs.materials, import_result=obs.import_)
+                         materials=run.materials, import_result=obs.import_)
 
 
 def workers_for_memory(requested: int) -> int:

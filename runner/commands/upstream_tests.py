@@ -35,7 +35,6 @@ behaviour, and its signature is its own failed assertion.
 from __future__ import annotations
 
 import argparse
-import tempfile
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -52,6 +51,7 @@ from runner.sandbox import execute
 from runner.store import envs, sources, specs
 from runner.errors import BadInput, Infrastructure
 from runner.files import sha256_bytes, sha256_file
+from runner.evidence.materials import rederive
 from runner.evidence.observations import Case, CaseError, ImportResult
 from runner.evidence.receipts import ProbeRef, Receipt
 
@@ -197,23 +197,25 @@ class Side:
         return self.run.code is None
 
 
-def run_side(name: str, text: str, tree: sources.Tree, environment: envs.Env, test: UpstreamFile, timeout: int) -> Side:
+def run_side(name: str, text: str, tree: sources.Tree, environment: envs.Env, test: UpstreamFile, timeout: int,
+             sandboxed: bool = True) -> Side:
     """pytest on ``test`` in ``environment``, from a directory holding nothing but the file, so that
-    nothing else is importable and no ini file or conftest.py from elsewhere applies."""
-    plugin = catalog.probes_dir() / PLUGIN
-    with tempfile.TemporaryDirectory(prefix="diffprobe-tests-") as work:
-        work_dir = Path(work)
-        tests_dir, out = work_dir / "tests", work_dir / "outcomes.json"
+    nothing else is importable and no ini file or conftest.py from elsewhere applies; in the
+    sandbox, that directory and a copy of the probes are read-only, the outcomes its one output."""
+    with execute.run_dir() as work_dir:
+        plugin = execute.probes_copy(work_dir) / PLUGIN
+        tests_dir, out = work_dir / "tests", work_dir / "out" / "outcomes.json"
         tests_dir.mkdir()
         (tests_dir / "pytest.ini").write_text("[pytest]\n")  # makes this directory pytest's rootdir
         (tests_dir / test.name).write_bytes(test.data)
         argv = [str(environment.python), "-I", str(plugin), "--out", str(out), str(tests_dir / test.name)]
         with ui.step(f"pytest {test.name} on {name} {text}"):
-            run = execute.run_isolated(argv, work_dir=work_dir, cwd=tests_dir, timeout=timeout)
+            run = execute.run_isolated(argv, work_dir=work_dir, cwd=tests_dir, timeout=timeout, sandboxed=sandboxed,
+                                       read_only=[*environment.read_only, tests_dir, plugin.parent], hidden=environment.hidden)
         if not out.exists():
             raise Infrastructure(f"pytest did not start on {text} ({_how(run)})", detail=run.log_tail)
         try:
-            outcomes = Outcomes.model_validate_json(out.read_bytes())
+            outcomes = Outcomes.model_validate_json(execute.read_result(out))
         except ValidationError as e:
             raise Infrastructure(f"pytest outcomes from {text} break their format: {e.errors()[0]['msg']}") from None
     if outcomes.exit_status in (3, 4):  # pytest's internal and usage errors: nothing was tested
@@ -339,12 +341,13 @@ def _collection_case(c: CollectionError, test: UpstreamFile) -> Case:
 def receipt(side: Side, environment: envs.Env, test: UpstreamFile, probe: ProbeRef) -> Receipt:
     o = side.outcomes
     env = receipts.tree_environment(environment, python=o.python, implementation=o.implementation, platform=o.platform,
-                                    standins_used=o.standins, network_isolated=side.run.network_isolated)
+                                    standins_used=o.standins, isolation=side.run.isolation)
     imported = ImportResult(outcome="ok", duration_ms=0)
     if o.collection_errors:  # the test module did not import: the nearest thing to SGLang failing to import
         imported = ImportResult(outcome="error", duration_ms=0, error=_collection_error(o.collection_errors[0]))
     return receipts.make(probe, side.tree.identity, env, cases(side, test), started_at=side.run.started_at,
-                         finished_at=side.run.finished_at, materials=o.materials, import_result=imported)
+                         finished_at=side.run.finished_at, materials=rederive(side.tree.root, o.materials),
+                         import_result=imported)
 
 
 # --- grading ---------------------------------------------------------------------------------

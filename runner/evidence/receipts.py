@@ -54,6 +54,21 @@ class Standins(_Model):
     sha256: str
 
 
+class Isolation(_Model):
+    """The isolation actually in force for one run, as recorded in its receipt."""
+
+    sandbox: Literal["bubblewrap", "none"]
+    version: str | None = None
+    namespaces: list[str] = []  # the new namespaces the process was found in
+    read_only: list[str] = []  # host paths, bound read-only at the same path
+    writable: list[str] = []  # the run's result directory, nothing else
+    private: list[str] = []  # empty tmpfs of its own
+
+    @property
+    def sandboxed(self) -> bool:
+        return self.sandbox == "bubblewrap"
+
+
 class Environment(_Model):
     """Where the observation was made. Tree probes fill every field; gates and the model, which run
     on the host, leave the probe-environment fields empty."""
@@ -69,6 +84,7 @@ class Environment(_Model):
     standins: Standins | None = None
     notes: list[str] = []
     network_isolated: bool | None = None
+    isolation: Isolation | None = Field(None, description="the sandbox in force: bubblewrap, or none (red in reports)")
 
 
 class ServerIdentity(_Model):
@@ -166,7 +182,7 @@ def host_environment() -> Environment:
 
 def tree_environment(
     environment: Env, *, python: str, implementation: str, platform: str, standins_used: list[str],
-    network_isolated: bool,
+    isolation: Isolation,
 ) -> Environment:
     """Where a run inside a tree's environment happened: its stamp plus what the run reported."""
     stamp = environment.stamp
@@ -175,7 +191,7 @@ def tree_environment(
         platform=platform, lock_sha256=stamp.lock_sha256, layer=stamp.layer_key,
         standins=Standins(declared=stamp.standins.declared, used=standins_used,
                           tree_lacks=stamp.standins.tree_lacks, sha256=stamp.standins.sha256),
-        notes=stamp.notes, network_isolated=network_isolated, diffprobe=__version__,
+        notes=stamp.notes, network_isolated="net" in isolation.namespaces, isolation=isolation, diffprobe=__version__,
         diffprobe_sha256=judge_digest(),
     )
 

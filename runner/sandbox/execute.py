@@ -1,44 +1,61 @@
-"""Run one probe inside one tree's environment, isolated, and bring back its observations.
+"""Run a probed tree's code inside the sandbox and bring back what it observed.
 
-Probing a fork runs the fork's code. Each run is a separate process group with a scrubbed
-environment, a private HOME/TMPDIR, an overall deadline on top of the harness's per-case timeouts,
-and, where the OS allows it, a new network namespace with no interfaces but a downed loopback.
-What is not isolated: the file system (the process runs as the invoking user and can read and
-write what that user can) and CPU/memory (no cgroup limits). See README, "Isolation".
+Every process of a tree (the probe harness, pytest on an upstream test file, the environment's
+import check) starts here, inside bubblewrap (``runner/sandbox/bwrap.py``): the tree's environment,
+the shared layer, the stored tree and a fresh copy of the probes bound read-only, one writable
+result directory, and an overall deadline on top of the harness's per-case timeouts. Where
+bubblewrap cannot run, only a pinned tree, or any tree with ``--unsandboxed``, runs without it
+(:func:`sandboxed_for`): its own process group, a scrubbed environment and, where the OS allows, no
+network. Receipts record which (README, "Threat model").
+
+What comes back is read as untrusted: the result file only if it is a regular file within
+``RESULT_BYTES``, the log's last ``LOG_TAIL_BYTES``, and materials hashed here from the stored tree.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import tempfile
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Iterator, Sequence
 
 from pydantic import ValidationError
 
+from runner.errors import BadInput, Infrastructure
 from runner.evidence import catalog
-from runner.store.envs import Env, scrubbed_env
-from runner.errors import Infrastructure
+from runner.evidence.materials import rederive
 from runner.evidence.observations import Observations
+from runner.files import owner_alive
+from runner.sandbox import bwrap
+from runner.evidence.receipts import Isolation
+from runner.store.envs import Env, scrubbed_env
+from runner.store.sources import TreeIdentity
 
 DEFAULT_CASE_TIMEOUT = 60
 # The overall deadline is a safety net over the per-case timeouts: an import allowance plus room
 # for every case of every probe to time out.
 IMPORT_ALLOWANCE = 600
 MAX_CASES = 50
+RESULT_BYTES = 64 << 20  # a result file larger than this is not one
+LOG_TAIL_BYTES = 64 << 10
+RUN_PREFIX = "diffprobe-run-"
 
 
 @dataclass(frozen=True)
 class Run:
     observations: Observations
+    materials: dict[str, str]  # hashed here, from the stored tree, for each file the run named
     started_at: str
     finished_at: str
-    network_isolated: bool
+    isolation: Isolation
     log_tail: str
 
 
@@ -46,9 +63,175 @@ def now() -> str:
     return datetime.now(timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
+def sandboxed_for(identity: TreeIdentity, *, unsandboxed: bool, pinned_sha256: dict[str, str],
+                  pinned_commits: Sequence[str]) -> bool:
+    """Whether this tree runs in the sandbox; fail closed where bubblewrap cannot run.
+
+    ``--unsandboxed`` is the user's explicit choice. Without it, a tree runs sandboxed, and where
+    that is impossible only a pinned release artifact or a pinned commit (full SHA) may run at all.
+    """
+    if unsandboxed:
+        return False
+    if bwrap.version():
+        return True
+    pinned = (identity.kind == "pypi" and identity.version in pinned_sha256
+              and identity.artifact_sha256 == pinned_sha256[identity.version]) or (
+              identity.kind == "git" and identity.commit in pinned_commits)
+    if not pinned:
+        raise BadInput(f"{identity.source}: bubblewrap cannot run here (not installed, or no user namespaces), and only a "
+                       "pinned release or commit runs outside its sandbox; pass --unsandboxed to run this tree's code unconfined")
+    return False
+
+
+@contextlib.contextmanager
+def run_dir() -> Iterator[Path]:
+    """A private directory for one run, named after our pid; those of runs whose diffprobe was
+    killed (SIGKILL leaves them) are swept first."""
+    parent = Path(tempfile.gettempdir())
+    for stale in parent.glob(f"{RUN_PREFIX}*-*"):
+        if not owner_alive(stale):
+            shutil.rmtree(stale, ignore_errors=True)
+    work = Path(tempfile.mkdtemp(prefix=f"{RUN_PREFIX}{os.getpid()}-", dir=parent))
+    try:
+        yield work
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def probes_copy(work_dir: Path) -> Path:
+    """The probes' source files alone: no byte-code cache of the checkout is ever run."""
+    dest = work_dir / "probes"
+    dest.mkdir()
+    for path in catalog.probes_dir().glob("*.py"):
+        shutil.copyfile(path, dest / path.name)
+    return dest
+
+
+def run_probes(
+    environment: Env,
+    probes: list[str],
+    *,
+    sandboxed: bool = True,
+    case_timeout: int = DEFAULT_CASE_TIMEOUT,
+    run_timeout: int | None = None,
+    cases: list[str] | None = None,
+) -> dict[str, Run]:
+    """Run ``probes`` in one harness process (one SGLang import) and return each probe's run."""
+    run_timeout = run_timeout or IMPORT_ALLOWANCE + case_timeout * MAX_CASES
+    with run_dir() as work_dir:
+        code = probes_copy(work_dir)
+        out = work_dir / "out"
+        argv = [str(environment.python), "-I", "-B", str(code / catalog.HARNESS), "--out", str(out),
+                "--case-timeout", str(case_timeout), *[a for p in probes for a in ("--probe", p)],
+                *[a for c in cases or () for a in ("--case", c)]]
+        run = run_isolated(argv, work_dir=work_dir, timeout=run_timeout, read_only=[*environment.read_only, code],
+                           hidden=environment.hidden, sandboxed=sandboxed)
+        if run.code is None:
+            raise Infrastructure(f"probes {', '.join(probes)} in {environment.root.name} exceeded {run_timeout} s and were killed")
+        if run.code != 0:
+            how = f"killed by {signal.Signals(-run.code).name}" if run.code < 0 else f"exit {run.code}"
+            raise Infrastructure(f"probe harness failed ({how}) in {environment.root.name}", detail=run.log_tail)
+        runs = {}
+        for probe in probes:
+            try:
+                observations = Observations.model_validate_json(read_result(out / f"{probe}.json"))
+            except ValidationError as e:
+                raise Infrastructure(f"probe {probe} returned observations that break the contract: {e.errors()[0]['msg']}") from None
+            runs[probe] = Run(observations, rederive(environment.tree, observations.materials), run.started_at,
+                              run.finished_at, run.isolation, run.log_tail)
+    return runs
+
+
+def read_result(path: Path) -> bytes:
+    """A result file the tree's process wrote: a regular file (not a link, a FIFO or a device)
+    within ``RESULT_BYTES``, else an infrastructure error."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as e:
+        raise Infrastructure(f"the probe run left no readable {path.name} ({e.strerror})") from None
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode) or info.st_size > RESULT_BYTES:
+            raise Infrastructure(f"the probe run's {path.name} is not a regular file of at most {RESULT_BYTES} bytes")
+        return handle.read(RESULT_BYTES + 1)
+
+
+@dataclass(frozen=True)
+class Isolated:
+    code: int | None  # None: killed at its deadline
+    started_at: str
+    finished_at: str
+    isolation: Isolation
+    log_tail: str
+
+
+def run_isolated(argv: list[str], *, work_dir: Path, timeout: int, read_only: Sequence[Path],
+                 hidden: Sequence[Path] = (), cwd: Path | None = None, sandboxed: bool = True) -> Isolated:
+    """Run ``argv`` (code of a tree) with ``read_only`` visible and ``work_dir/out`` its one
+    writable directory; output goes to ``work_dir/log.txt``. Sandboxed: in bubblewrap, ``cwd``
+    (default its private HOME) inside it. Otherwise: its own process group, a scrubbed
+    environment, ``work_dir/home`` as HOME, no network where the OS allows. Whatever runs is
+    killed at ``timeout`` and whenever we are interrupted."""
+    out = work_dir / "out"
+    out.mkdir(exist_ok=True)
+    log_path = work_dir / "log.txt"
+    info_read, info_write = os.pipe() if sandboxed else (-1, -1)
+    mounts = bwrap.Mounts(tuple(read_only), out, tuple(hidden))
+    if sandboxed:
+        command = bwrap.command(argv, mounts, scrubbed_env(), str(cwd) if cwd else None, info_write)
+        env, where, fds = {"PATH": "/usr/bin:/bin"}, work_dir, (info_write,)
+    else:
+        home = work_dir / "home"
+        home.mkdir(exist_ok=True)
+        command, env, where, fds = [*network_wrapper(), *argv], scrubbed_env(home), cwd or home, ()
+    started = now()
+    try:
+        with open(log_path, "wb") as log:
+            proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                    cwd=where, start_new_session=True, pass_fds=fds)
+            if sandboxed:
+                os.close(info_write)
+                info_write = -1
+            _live.add(proc)
+            try:
+                code: int | None = proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                code = None
+            finally:
+                if proc.poll() is None:  # past the deadline, or interrupted: take the whole group down
+                    _kill_group(proc)
+                _live.discard(proc)
+        isolation = bwrap.isolation(mounts, _drain(info_read)) if sandboxed else Isolation(
+            sandbox="none", namespaces=["net"] if network_wrapper() else [])
+    finally:
+        for fd in (info_read, info_write):
+            if fd >= 0:
+                os.close(fd)
+    return Isolated(code, started, now(), isolation, log_tail(log_path))
+
+
+def _drain(fd: int) -> bytes:
+    """What bubblewrap wrote on its info descriptor (every writer is gone: the sandbox ended)."""
+    os.set_blocking(fd, False)
+    chunks = []
+    with contextlib.suppress(BlockingIOError):
+        while chunk := os.read(fd, 1 << 16):
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def log_tail(path: Path, lines: int = 15) -> str:
+    """The last lines of a log a tree wrote, read from its last ``LOG_TAIL_BYTES`` only (it may be
+    huge); printing escapes them (errors.DiffprobeError)."""
+    with open(path, "rb") as handle:
+        handle.seek(max(0, os.fstat(handle.fileno()).st_size - LOG_TAIL_BYTES))
+        return "\n".join(handle.read().decode(errors="replace").splitlines()[-lines:])
+
+
 @functools.cache
 def network_wrapper() -> tuple[str, ...]:
-    """The command prefix that gives a process no network, or () when this OS will not allow it."""
+    """Outside the sandbox: the command prefix that gives a process no network, or () when this
+    OS will not allow it."""
     unshare = shutil.which("unshare")
     if not unshare:
         return ()
@@ -59,77 +242,6 @@ def network_wrapper() -> tuple[str, ...]:
         except (OSError, subprocess.SubprocessError):
             continue
     return ()
-
-
-def run_probes(
-    environment: Env,
-    probes: list[str],
-    *,
-    case_timeout: int = DEFAULT_CASE_TIMEOUT,
-    run_timeout: int | None = None,
-    cases: list[str] | None = None,
-    isolate_network: bool = True,
-) -> dict[str, Run]:
-    """Run ``probes`` in one harness process (one SGLang import) and return each probe's run."""
-    harness = catalog.probes_dir() / catalog.HARNESS
-    run_timeout = run_timeout or IMPORT_ALLOWANCE + case_timeout * MAX_CASES
-    with tempfile.TemporaryDirectory(prefix="diffprobe-run-") as work:
-        work_dir = Path(work)
-        out = work_dir / "out"
-        out.mkdir()
-        argv = [str(environment.python), "-I", str(harness), "--out", str(out),
-                "--case-timeout", str(case_timeout), *[a for p in probes for a in ("--probe", p)],
-                *[a for c in cases or () for a in ("--case", c)]]
-        run = run_isolated(argv, work_dir=work_dir, timeout=run_timeout, isolate_network=isolate_network)
-        if run.code is None:
-            raise Infrastructure(f"probes {', '.join(probes)} in {environment.root.name} exceeded {run_timeout} s and were killed")
-        files = {p: out / f"{p}.json" for p in probes}
-        if run.code != 0 or not all(f.exists() for f in files.values()):
-            how = f"killed by {signal.Signals(-run.code).name}" if run.code < 0 else f"exit {run.code}"
-            raise Infrastructure(f"probe harness failed ({how}) in {environment.root.name}", detail=run.log_tail)
-        runs = {}
-        for probe, path in files.items():
-            try:
-                observations = Observations.model_validate_json(path.read_bytes())
-            except ValidationError as e:
-                raise Infrastructure(f"probe {probe} returned observations that break the contract: {e.errors()[0]['msg']}") from None
-            runs[probe] = Run(observations, run.started_at, run.finished_at, run.network_isolated, run.log_tail)
-    return runs
-
-
-@dataclass(frozen=True)
-class Isolated:
-    code: int | None  # None: killed at its deadline
-    started_at: str
-    finished_at: str
-    network_isolated: bool
-    log_tail: str
-
-
-def run_isolated(argv: list[str], *, work_dir: Path, timeout: int, cwd: Path | None = None,
-                 isolate_network: bool = True) -> Isolated:
-    """Run ``argv`` (code of a tree) as its own process group: scrubbed environment, ``work_dir/home``
-    as HOME, TMPDIR and default cwd, no network where the OS allows it, output in ``work_dir/log.txt``.
-    The group is killed at ``timeout`` and whenever we are interrupted."""
-    home = work_dir / "home"
-    home.mkdir(exist_ok=True)
-    wrapper = network_wrapper() if isolate_network else ()
-    started = now()
-    log_path = work_dir / "log.txt"
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen([*wrapper, *argv], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=scrubbed_env(home), cwd=cwd or home, start_new_session=True)
-        _live.add(proc)
-        try:
-            code: int | None = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            code = None
-        finally:
-            if proc.poll() is None:  # past the deadline, or interrupted: take the whole group down
-                _kill_group(proc)
-            _live.discard(proc)
-    tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-15:])
-    return Isolated(code, started, now(), bool(wrapper), tail)
 
 
 _live: set[subprocess.Popen] = set()

@@ -4,13 +4,18 @@ The layer (CPU torch plus the lock in ``runner/data/cpu-lock.txt``) is a virtual
 (lock digest, interpreter) and never holds sglang. A tree's environment is a ``--no-seed``
 virtualenv whose single ``.pth`` file puts, in this order, the tree, the layer's site-packages and
 the stand-in finder on ``sys.path``: that tree's sglang is the only one importable, and a second
-tree costs a second or so (plus its byte-code, cached in the environment's overlay of the tree).
-Both are built under a scratch name and renamed when complete, then described by a stamp; an
-entry without a valid stamp does not exist.
+tree costs a few seconds (the host compiles the tree's byte-code into the environment's overlay of
+the tree when it builds it). Both are built under a scratch name and renamed when complete, then
+described by a stamp; an entry without a valid stamp does not exist. Both are read-only to every
+run (runner/sandbox/). A tree's environment is also sealed (runner/store/seal.py): a file added or
+changed in it since, a planted ``.pth`` or byte-code, makes it damaged, and it is rebuilt. The
+shared layer is not (45 000 entries, and tools run by hand may add byte-code to it): it is
+protected by being read-only to every sandboxed run.
 """
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import re
@@ -28,6 +33,7 @@ from runner.store.cache import Store, read_model, write_model
 from runner.errors import BadInput, Infrastructure
 from runner.files import building_dir, digest_name, sha256_bytes, sha256_file
 from runner.store.procs import run_logged
+from runner.store.seal import seal
 from runner.store import torch_source
 from runner.store.torch_source import TorchRecord, TorchSource
 from runner.store.sources import PKG, WHEEL_TAG, Tree
@@ -42,7 +48,8 @@ CHOICE = (
     "(2.5.1 in 0.4.5 onward); a tree's import check decides whether its code runs with it, and private torch "
     "queries renamed since are answered by this torch under their old names (runner/standins)"
 )
-ENV_FORMAT = 2  # bump when the layout of a tree's environment changes (2: byte-code overlay)
+ENV_FORMAT = 3  # bump when the layout of a tree's environment changes (2: byte-code overlay, 3: compiled by the host, sealed)
+STAMPS = ("env.json",)  # the one entry a seal leaves out: the stamp that holds it
 
 
 class Interpreter(BaseModel):
@@ -80,16 +87,41 @@ class EnvStamp(BaseModel):
     interpreter: Interpreter
     standins: StandinRecord
     notes: list[str]
+    seal: str
 
 
 @dataclass(frozen=True)
 class Env:
     root: Path
     stamp: EnvStamp
+    tree: Path  # the stored tree its overlay links to
+    layer: Path
 
     @property
     def python(self) -> Path:
         return self.root / "bin" / "python"
+
+    @property
+    def base_prefix(self) -> Path:
+        """The installation of the interpreter this virtualenv runs (``pyvenv.cfg``)."""
+        for line in (self.root / "pyvenv.cfg").read_text().splitlines():
+            key, _, value = line.partition("=")
+            if key.strip() == "base-prefix":
+                return Path(value.strip())
+        return Path(os.path.realpath(self.python)).parents[1]
+
+    @property
+    def read_only(self) -> list[Path]:
+        """What a run in this environment must see: the interpreter, the layer, the tree, itself."""
+        return [self.base_prefix, self.layer, self.tree, self.root]
+
+    @property
+    def hidden(self) -> list[Path]:
+        """Site-packages of the interpreter's installation (diffprobe itself may live there):
+        never on an environment's path, never visible to a run."""
+        prefixes = {self.base_prefix, Path("/usr"), Path("/usr/local")}
+        return sorted(Path(p) for prefix in prefixes for pattern in ("lib/python3*/site-packages", "lib/python3*/dist-packages", "lib/python3/dist-packages")
+                      for p in glob.glob(str(prefix / pattern)))
 
 
 _QUERY = (
@@ -214,9 +246,9 @@ def _tree_lacks(tree: Tree) -> list[str]:
 def _overlay(tree_root: Path, dest: Path) -> None:
     """Mirror the tree's package as directories of symlinks to its files.
 
-    Python writes byte-code next to the path it imported from, so imports through the overlay
-    leave their ``__pycache__`` in this environment and never in the verified tree (whose stored
-    copy must hold source only), and a warm environment does not recompile SGLang on every run.
+    Python looks for byte-code next to the path it imports from, so the byte-code compiled for the
+    overlay lives in this environment and never in the verified tree (whose stored copy must hold
+    source only), and no run recompiles SGLang.
     """
     src = tree_root / PKG
     for dirpath, dirnames, filenames in os.walk(src):
@@ -234,10 +266,10 @@ def _env(tree: Tree, cache: Store, interp: Interpreter, torch: list[TorchSource]
     key = sha256_bytes(f"{ENV_FORMAT}\n{tree.identity.tree_digest}\n{layer_stamp.key}\n{standins_sha}\n{interp.executable}".encode())[:16]
     final = cache.env(key)
     stamp = read_model(final / "env.json", EnvStamp)
-    if stamp and stamp.key == key and (final / "bin" / "python").exists():
-        return Env(final, stamp)
+    if stamp and stamp.key == key and (final / "bin" / "python").exists() and stamp.seal == seal(final, exclude=STAMPS):
+        return Env(final, stamp, tree.root, layer_root)
     if final.exists():
-        ui.warn(f"environment {final} is incomplete or damaged; rebuilding it")
+        ui.warn(f"environment {final} is incomplete, damaged or altered since it was sealed (a planted .pth or byte-code?); rebuilding it")
         shutil.rmtree(final)
     with building_dir(final) as scratch:
         _virtualenv(interp, scratch, seed=False, log=cache.log(f"env-{key}.log"), step="create the tree's virtualenv")
@@ -252,14 +284,25 @@ def _env(tree: Tree, cache: Store, interp: Interpreter, torch: list[TorchSource]
             f"{standins_dir}\n"
             "import diffprobe_standins; diffprobe_standins.install()\n"
         )
+        _compile(scratch, [scratch / "tree", scratch / "standins"], cache.log(f"env-{key}-compile.log"))
         stamp = EnvStamp(
             format=ENV_FORMAT, key=key, tree_digest=tree.identity.tree_digest, layer_key=layer_stamp.key,
             lock_sha256=layer_stamp.lock_sha256, interpreter=interp,
             standins=StandinRecord(declared=STANDIN_MODULES, sha256=standins_sha, tree_lacks=_tree_lacks(tree)),
-            notes=_notes(tree, interp),
+            notes=_notes(tree, interp), seal=seal(scratch, exclude=STAMPS),
         )
         write_model(scratch / "env.json", stamp)
-    return Env(final, stamp)
+    return Env(final, stamp, tree.root, layer_root)
+
+
+def _compile(venv: Path, dirs: list[Path], log: Path) -> None:
+    """Byte-code for every module of the tree and the stand-ins, compiled by the host before any
+    run: runs see the environment read-only, so nothing a tree runs can write byte-code that a
+    later run would load. ``-S``: compiling runs no ``.pth`` and no code of the tree. A file that
+    does not compile is left to the import, which reports it."""
+    with open(log, "wb") as sink:
+        subprocess.run([str(venv / "bin" / "python"), "-I", "-S", "-m", "compileall", "-q", "-j", "0", *map(str, dirs)],
+                       stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, check=False)
 
 
 
@@ -305,80 +348,6 @@ def runs(python: Path) -> bool:
 def healthy(cache: Store, environment: Env) -> bool:
     links = [environment.root / "tree" / PKG / "__init__.py", cache.layer(environment.stamp.layer_key)]
     return all(p.exists() for p in links) and runs(environment.python)
-
-
-# The modules the probes drive; importing them is the environment's acceptance test.
-PROBED_MODULES = [
-    "sglang.srt.managers.schedule_batch",
-    "sglang.srt.disaggregation.utils",
-    "sglang.srt.disaggregation.prefill",
-    "sglang.srt.disaggregation.decode",
-    "sglang.srt.managers.scheduler",
-]
-
-_CHECK = r"""
-import hashlib, importlib, json, os, sys, time, traceback
-modules = json.loads(sys.argv[1])
-result = {"modules": {}, "files": {}, "outside": [], "standins": [], "sys_path": sys.path}
-start = time.monotonic()
-for name in modules:
-    try:
-        importlib.import_module(name)
-        result["modules"][name] = "ok"
-    except BaseException as e:
-        result["modules"][name] = f"{type(e).__name__}: {e}".splitlines()[0][:300]
-result["duration_ms"] = int((time.monotonic() - start) * 1000)
-import sglang
-root = os.path.dirname(os.path.dirname(os.path.realpath(sglang.__file__)))
-for name, mod in sorted(sys.modules.items()):
-    path = getattr(mod, "__file__", None)
-    if not path or not (name == "sglang" or name.startswith("sglang.")):
-        continue
-    real = os.path.realpath(path)
-    if real.startswith(root + os.sep):
-        with open(real, "rb") as f:
-            result["files"][os.path.relpath(real, root)] = hashlib.sha256(f.read()).hexdigest()
-    else:
-        result["outside"].append(real)
-try:
-    import diffprobe_standins
-    result["standins"] = diffprobe_standins.loaded()
-except ImportError:
-    pass
-result["sglang_root"] = root
-print("\n@@DIFFPROBE@@" + json.dumps(result), flush=True)
-os._exit(0)  # the answer is out; tearing down torch and SGLang would only cost seconds
-"""
-
-
-class ImportCheck(BaseModel):
-    modules: dict[str, str]
-    files: dict[str, str]  # imported sglang file (relative to the tree) -> sha256
-    outside: list[str]  # sglang modules imported from anywhere but the tree: must be empty
-    standins: list[str]
-    sglang_root: str
-    duration_ms: int
-
-    @property
-    def ok(self) -> bool:
-        return all(v == "ok" for v in self.modules.values()) and not self.outside
-
-
-def import_check(environment: Env, tree: Tree, timeout: int = 600) -> ImportCheck:
-    """Import the probed modules in a fresh interpreter of the environment and say from where."""
-    argv = [str(environment.python), "-I", "-c", _CHECK, json.dumps(PROBED_MODULES)]
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=scrubbed_env())
-    except subprocess.TimeoutExpired:
-        raise Infrastructure(f"import check in {environment.root} did not finish in {timeout} s") from None
-    marker = proc.stdout.rfind("@@DIFFPROBE@@")
-    if proc.returncode or marker < 0:
-        tail = "\n".join(proc.stderr.strip().splitlines()[-12:])
-        raise Infrastructure(f"import check in {environment.root} crashed (exit {proc.returncode})", detail=tail)
-    check = ImportCheck.model_validate_json(proc.stdout[marker + len("@@DIFFPROBE@@"):])
-    if Path(check.sglang_root).resolve() != tree.root.resolve():
-        check.outside.append(check.sglang_root)
-    return check
 
 
 def scrubbed_env(home: Path | None = None) -> dict[str, str]:

@@ -9,6 +9,8 @@ from runner.evidence import bundle
 from runner.commands.backport import BackportRecord
 from tests import forks
 
+pytestmark = pytest.mark.slow  # real releases, environments and SGLang imports
+
 PINS = Path(__file__).resolve().parents[2] / "pins.toml"
 
 

@@ -196,6 +196,7 @@ def test_a_damaged_tree_entry_is_rebuilt_with_a_warning(tmp_path, damage):
     assert cli("resolve", source, "--cache-dir", cache).stderr == ""  # repaired for good
 
 
+@pytest.mark.slow
 def test_a_truncated_cached_wheel_is_downloaded_again(tmp_path):
     """The wheel is read only when the tree must be rebuilt: then a damaged one is never unpacked."""
     cache = tmp_path / "cache"

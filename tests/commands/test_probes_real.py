@@ -9,6 +9,8 @@ from runner.commands import options, pipeline
 from runner.evidence import bundle, compare
 from tests import forks
 
+pytestmark = pytest.mark.slow  # real releases, environments and SGLang imports
+
 EVIDENCE = Path(__file__).resolve().parents[2] / "evidence"
 
 

@@ -181,6 +181,7 @@ def assert_self_contained(p: StrictPage) -> None:
 # --- terminal --------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_terminal_summary_names_sources_transitions_verdicts_standins_and_limits(run_bundle, terminal):
     assert cli.main(["report", str(run_bundle)]) == 0
     out = terminal.getvalue()
@@ -195,6 +196,7 @@ def test_terminal_summary_names_sources_transitions_verdicts_standins_and_limits
     assert "sha256sum -c SHA256SUMS" in out and f"diffprobe verify {run_bundle}" in out
 
 
+@pytest.mark.slow
 def test_receipt_text_cannot_inject_terminal_markup(run_bundle, terminal):
     """A case id like '[/]' from an untrusted fork would otherwise crash rich or restyle the output."""
     assert cli.main(["report", str(run_bundle)]) == 0
@@ -204,6 +206,7 @@ def test_receipt_text_cannot_inject_terminal_markup(run_bundle, terminal):
 # --- refusing what does not verify ---------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_tampered_bundle_is_refused_in_one_line(run_bundle, tmp_path, capsys):
     name = next((run_bundle / "receipts").iterdir())
     name.write_bytes(name.read_bytes().replace(b'"bug"', b'"clean"', 1))
@@ -213,6 +216,7 @@ def test_a_tampered_bundle_is_refused_in_one_line(run_bundle, tmp_path, capsys):
     assert not (tmp_path / "r.html").exists()
 
 
+@pytest.mark.slow
 def test_not_a_bundle_and_html_inside_the_bundle_are_bad_input(run_bundle, tmp_path):
     assert cli.main(["report", str(tmp_path)]) == 2
     assert cli.main(["report", str(run_bundle), "--html", str(run_bundle / "report.html")]) == 2
@@ -222,6 +226,7 @@ def test_not_a_bundle_and_html_inside_the_bundle_are_bad_input(run_bundle, tmp_p
 # --- the HTML page -------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_html_is_strict_self_contained_and_every_link_resolves(run_bundle, tmp_path):
     out = tmp_path / "site" / "report.html"
     page = html_of(run_bundle, out)
@@ -238,6 +243,7 @@ def test_html_is_strict_self_contained_and_every_link_resolves(run_bundle, tmp_p
     assert HOSTILE_ID not in page and "evil [/] [bold]&lt;i&gt;&quot;" in page
 
 
+@pytest.mark.slow
 def test_steps_backed_by_the_bundle_link_the_exact_receipt_and_case(run_bundle, tmp_path):
     page = html_of(run_bundle, tmp_path / "r.html")
     assert levels(page) == {1: "CPU differential", 2: "CPU differential", 3: "vendor disclosure", 4: "CPU differential",
@@ -273,6 +279,7 @@ def test_model_receipts_are_labelled_and_never_back_a_step(tmp_path):
     assert re.findall(r'<span class="st ([a-z-]+)">', matrix) == ["bug-observed", "no-bug-observed"]  # not "fixed"
 
 
+@pytest.mark.slow
 def test_before_after_table_highlights_exactly_the_side_effects_that_changed(run_bundle, tmp_path):
     page = html_of(run_bundle, tmp_path / "r.html")
     section = page[page.index('id="fix-36988"'):page.index('id="fix-38935"')]
@@ -313,6 +320,7 @@ def test_a_differential_that_does_not_follow_from_its_receipts_is_refused(tmp_pa
     assert not (tmp_path / "r.html").exists()
 
 
+@pytest.mark.slow
 def test_the_page_is_written_atomically_and_replaces_an_old_one(run_bundle, tmp_path):
     out = tmp_path / "r.html"
     out.write_text("old")
@@ -368,6 +376,7 @@ def visible_text(dom: str) -> str:
 
 @pytest.mark.skipif(not CHROMIUM.exists(), reason="/usr/bin/chromium absent: install Debian's chromium "
                                                    "(apt-get install -y chromium; .ci/run does) to run the browser test")
+@pytest.mark.slow
 def test_chromium_renders_the_report_offline(run_bundle, tmp_path):
     out = tmp_path / "r.html"
     html_of(run_bundle, out)

@@ -2,6 +2,8 @@
 
 from pathlib import Path
 
+import pytest
+
 from runner import cli
 from runner.evidence import bundle
 from tests.conftest import git
@@ -9,6 +11,7 @@ from tests.conftest import git
 PINS = Path(__file__).resolve().parents[2] / "pins.toml"
 
 
+@pytest.mark.slow
 def test_run_via_commits_with_a_pr_head_only_under_refs_pull(upstream_repo, cache, tmp_path):
     repo, commits = upstream_repo["path"], upstream_repo["commits"]
     # A squash-merged PR's head lives only under refs/pull/N/head: put 0.5.21's tree there, on no branch.

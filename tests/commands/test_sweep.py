@@ -34,6 +34,7 @@ def test_version_order():
     assert sorted(["0.5.10", "0.5.9", "0.5.10.post1", "0.5.2"], key=version_key) == ["0.5.2", "0.5.9", "0.5.10", "0.5.10.post1"]
 
 
+@pytest.mark.slow
 def test_sweep_releases_in_two_shards_then_merge(tmp_path, cache):
     args = ["sweep", "--releases", "0.5.19..0.5.23", "--cache-dir", str(cache.root), "-j", "2"]
     for shard in ("1/2", "2/2"):
@@ -54,6 +55,7 @@ def test_sweep_releases_in_two_shards_then_merge(tmp_path, cache):
     assert static["sglang-0.5.21"]["deferred-release"] == (True, "True")
 
 
+@pytest.mark.slow
 def test_merge_refuses_shards_of_different_sweeps(tmp_path, cache):
     a, b = tmp_path / "a", tmp_path / "b"
     assert cli.main(["sweep", "pypi:sglang==0.5.21", "--out", str(a), "--cache-dir", str(cache.root)]) == 0
@@ -61,6 +63,7 @@ def test_merge_refuses_shards_of_different_sweeps(tmp_path, cache):
     assert cli.main(["merge", str(a), str(b), "--out", str(tmp_path / "m")]) == 2
 
 
+@pytest.mark.slow
 def test_bisect_finds_first_commits_in_fewer_runs(upstream_repo, cache, tmp_path):
     """Nine commits: 0.5.19's tree four times, 0.5.20's four times, then 0.5.21's."""
     repo, commits = upstream_repo["path"], upstream_repo["commits"]
@@ -91,6 +94,7 @@ def test_bisect_finds_first_commits_in_fewer_runs(upstream_repo, cache, tmp_path
     ],
     ids=["no-prefill-gate", "no-decode-gate", "no-grammar-cleanup"],
 )
+@pytest.mark.slow
 def test_audit_of_a_fork_reports_exactly_the_removed_part(tmp_path, cache, release_tree, version, edits, expected, bugs):
     root = forks.make(release_tree(version).root, tmp_path / "fork", edits)
     out = tmp_path / "audit"
@@ -102,5 +106,6 @@ def test_audit_of_a_fork_reports_exactly_the_removed_part(tmp_path, cache, relea
     assert [c for s in sites.values() for c, shown in s.cases.items() if shown == "bug"] == bugs
 
 
+@pytest.mark.slow
 def test_audit_of_a_fixed_release_exits_0(tmp_path, cache):
     assert cli.main(["audit", "pypi:sglang==0.5.22", "--out", str(tmp_path / "a"), "--cache-dir", str(cache.root)]) == 0

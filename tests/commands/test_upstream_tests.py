@@ -102,6 +102,7 @@ def _grading(out: Path) -> tuple[upstream_tests.Grading, dict]:
     return upstream_tests.Grading.model_validate(index.extra["grading"]), receipts
 
 
+@pytest.mark.slow
 def test_local_file_fail_to_pass_across_the_fix(tmp_path, cache, capsys):
     tests = tmp_path / NAME
     tests.write_text(LOCAL)
@@ -154,6 +155,7 @@ def _commit_file(repo: Path, parent: str, path: str, content: str, tmp_path: Pat
     return commit
 
 
+@pytest.mark.slow
 def test_git_path_from_head_commit_collection_error_never_passes(tmp_path, cache, upstream_repo):
     repo, commits = upstream_repo["path"], upstream_repo["commits"]
     path = f"test/registered/unit/disaggregation/{NAME}"
@@ -174,6 +176,7 @@ def test_git_path_from_head_commit_collection_error_never_passes(tmp_path, cache
     assert base.summary.classifications["clean"] == 0
 
 
+@pytest.mark.slow
 def test_a_file_missing_from_the_head_commit_is_bad_input(tmp_path, cache, upstream_repo, capsys):
     repo, commits = upstream_repo["path"], upstream_repo["commits"]
     code, out = _run(tmp_path, cache, "--tests", "test/nowhere/test_x.py", "--base", f"git+{repo}@{commits['0.5.20']}",
@@ -258,6 +261,7 @@ def mechanics(tmp_path_factory, cache, release_tree, interp):
     return side, {e.id.removeprefix("test_mechanics.py::"): e for e in upstream_tests.entries(side)}
 
 
+@pytest.mark.slow
 def test_failures_say_where_they_came_from(mechanics):
     _, got = mechanics
     kinds = {name: e.kind for name, e in got.items()}
@@ -272,6 +276,7 @@ def test_failures_say_where_they_came_from(mechanics):
     assert got["test_assertion"].detail == "assert 1 == 2"
 
 
+@pytest.mark.slow
 def test_a_deadline_is_a_timeout_and_what_follows_never_ran(mechanics):
     side, got = mechanics
     assert side.timed_out
@@ -279,6 +284,7 @@ def test_a_deadline_is_a_timeout_and_what_follows_never_ran(mechanics):
     assert (got["test_after_the_hang"].status, got["test_after_the_hang"].kind) == ("never ran", "not reached")
 
 
+@pytest.mark.slow
 def test_case_mapping_is_honest(mechanics):
     side, _ = mechanics
     test = UpstreamFile("test_mechanics.py", "local:test_mechanics.py", MECHANICS.encode())
@@ -290,6 +296,7 @@ def test_case_mapping_is_honest(mechanics):
     assert cases["test_after_the_hang"].outcome == "not_applicable"
 
 
+@pytest.mark.slow
 def test_grading_never_counts_never_ran_as_passed(mechanics):
     side, _ = mechanics
     grading = upstream_tests.grade(side, side)

@@ -1,12 +1,11 @@
-"""Faults and isolation with real SGLang releases: a failing environment build, Ctrl-C and SIGTERM
-mid-run, repeatability over runs and worker counts, no network and no secrets for a probed fork,
-and caches that a changed tree cannot poison."""
+"""Faults with real SGLang releases: a failing environment build, Ctrl-C and SIGTERM mid-run,
+repeatability over runs and worker counts, and caches that a changed tree cannot poison (a hostile
+tree against the sandbox: tests/sandbox/test_contained.py and test_hostile.py)."""
 
 from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,15 +15,13 @@ import pytest
 
 from runner import cli
 from runner.evidence import bundle
-from runner.sandbox import execute
 from runner.store import envs, procs, sources, specs
-from runner.store.cache import Store
-from tests import forks
 from tests.helpers import ROOT
 
 # --- an environment build that fails ------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_failing_layer_build_exits_3_naming_the_step_with_the_tail_of_its_output(tmp_path, monkeypatch, capsys):
     lock = tmp_path / "lock.txt"
     lock.write_text("diffprobe-no-such-package==0.0.0\n")
@@ -68,6 +65,7 @@ def _alive(pgid: int) -> bool:
     return subprocess.run(["pgrep", "-g", str(pgid)], capture_output=True).returncode == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["SIGINT", "SIGTERM"])
 def test_an_interrupted_run_leaves_nothing_half_written_and_no_probe_running(cache, tmp_path, signum, code):
     out = tmp_path / "work" / "bundle"
@@ -96,12 +94,14 @@ def test_an_interrupted_run_leaves_nothing_half_written_and_no_probe_running(cac
 # --- repeatability ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_five_runs_observe_the_same(cache, tmp_path):
     """--repeat 5 fails (exit 1) on any observation that differs between runs of one tree."""
     assert cli.main(["audit", "pypi:sglang==0.5.21", "--repeat", "5", "--out", str(tmp_path / "a"),
                      "--cache-dir", str(cache.root)]) == 0
 
 
+@pytest.mark.slow
 def test_one_worker_and_two_workers_observe_the_same(cache, tmp_path):
     trees = ["pypi:sglang==0.5.20", "pypi:sglang==0.5.21"]
     for jobs in ("1", "2"):
@@ -109,49 +109,10 @@ def test_one_worker_and_two_workers_observe_the_same(cache, tmp_path):
     assert cli.main(["compare", str(tmp_path / "1"), str(tmp_path / "2")]) == 0
 
 
-# --- isolation of a probed fork -----------------------------------------------------------------
-
-SECRET = "DIFFPROBE_SECRET_TEST"
+# --- caches -----------------------------------------------------------------------------------
 
 
-def _spying_fork(release_root: Path, dest: Path, port: int) -> Path:
-    """A fork whose prefill door fails the case if it sees our secret or reaches a host socket."""
-    spy = (
-        "        import os, socket\n"
-        f"        if {SECRET!r} in os.environ:\n"
-        "            raise RuntimeError('secret visible')\n"
-        "        try:\n"
-        f"            socket.create_connection(('127.0.0.1', {port}), timeout=2).close()\n"
-        "        except OSError:\n"
-        "            pass\n"
-        "        else:\n"
-        "            raise RuntimeError('network reachable')\n"
-    )
-    return forks.make(release_root, dest, [(forks.PREFILL, forks.PREFILL_GATE, spy + forks.PREFILL_GATE)])
-
-
-def _prefill_door(cache: Store, tree_dir: Path, isolate_network: bool):
-    tree = sources.resolve(specs.parse(f"path:{tree_dir}"), cache)
-    environment = envs.env(tree, cache, envs.interpreter(None))
-    runs = execute.run_probes(environment, ["admission"], cases=["prefill-door-rejected"], isolate_network=isolate_network)
-    return runs["admission"], runs["admission"].observations.cases[0]
-
-
-@pytest.mark.skipif(not execute.network_wrapper(), reason="this OS allows no network namespace")
-def test_a_probed_fork_sees_no_secret_and_reaches_no_network(cache, release_tree, tmp_path, monkeypatch):
-    monkeypatch.setenv(SECRET, "x")
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen()
-        fork = _spying_fork(release_tree("0.5.21").root, tmp_path / "fork", listener.getsockname()[1])
-        run, isolated = _prefill_door(cache, fork, isolate_network=True)
-        assert run.network_isolated
-        assert isolated.outcome == "observed", isolated.error  # neither the secret nor the socket
-        run, open_net = _prefill_door(cache, fork, isolate_network=False)  # the control: the spy works
-        assert not run.network_isolated
-        assert open_net.outcome == "error" and open_net.error.message == "network reachable"
-
-
+@pytest.mark.slow
 def test_a_changed_tree_under_the_same_name_gets_its_own_entries(cache, tmp_path):
     """Caches are keyed by digest: what was built for the old bytes never serves the new ones."""
     src = tmp_path / "vendor"

@@ -20,6 +20,7 @@ def _blobs(git_dir) -> int:
     return out.split().count("blob")
 
 
+@pytest.mark.slow
 def test_git_commits_resolve_to_their_own_trees(upstream_repo, cache, release_tree):
     path, commits = upstream_repo["path"], upstream_repo["commits"]
     a = sources.resolve(specs.parse(f"git+{path}@{commits['0.5.19']}"), cache)
@@ -36,12 +37,14 @@ def test_git_commits_resolve_to_their_own_trees(upstream_repo, cache, release_tr
     assert sorted(p.name for p in a.root.iterdir()) == ["sglang", "tree.json"]
 
 
+@pytest.mark.slow
 def test_short_sha_is_recorded_in_full(upstream_repo, cache):
     full = upstream_repo["commits"]["0.5.19"]
     tree = sources.resolve(specs.parse(f"git+{upstream_repo['path']}@{full[:8]}"), cache)
     assert tree.identity.commit == full and tree.identity.rev == full[:8]
 
 
+@pytest.mark.slow
 def test_mirror_is_a_partial_clone(upstream_repo, tmp_path):
     """Served over file:// with uploadpack.allowFilter, the mirror fetches blobs only on demand."""
     cache = Store.at(tmp_path / "cache")
@@ -58,6 +61,7 @@ def test_mirror_is_a_partial_clone(upstream_repo, tmp_path):
     assert held < total * 0.8
 
 
+@pytest.mark.slow
 def test_unknown_revision_is_bad_input(upstream_repo, cache):
     with pytest.raises(BadInput, match="does not resolve to a commit"):
         sources.resolve(specs.parse(f"git+{upstream_repo['path']}@no-such-branch"), cache)
@@ -68,6 +72,7 @@ def test_missing_repository_is_bad_input(tmp_path, cache):
         sources.resolve(specs.parse(f"git+{tmp_path / 'nothing'}@HEAD"), cache)
 
 
+@pytest.mark.slow
 def test_pypi_records_artifact_digest_and_checks_the_pin(cache, release_tree):
     tree = release_tree("0.5.20")
     assert tree.identity.artifact == "sglang-0.5.20-cp311-cp311-manylinux_2_34_x86_64.whl"
@@ -78,6 +83,7 @@ def test_pypi_records_artifact_digest_and_checks_the_pin(cache, release_tree):
     assert again == tree
 
 
+@pytest.mark.slow
 def test_pypi_pin_mismatch_is_refused(tmp_path, release_tree):
     cache = Store.at(tmp_path / "c")
     with pytest.raises(Infrastructure, match="refusing it"):
@@ -85,11 +91,13 @@ def test_pypi_pin_mismatch_is_refused(tmp_path, release_tree):
     assert not list((tmp_path / "c" / "downloads").glob("sglang-0.5.19*"))
 
 
+@pytest.mark.slow
 def test_unknown_release_is_bad_input(cache):
     with pytest.raises(BadInput, match="no such release"):
         sources.resolve(specs.PypiSpec(version="0.0.999"), cache)
 
 
+@pytest.mark.slow
 def test_same_bytes_from_two_sources_are_the_same_tree(tmp_path, cache, release_tree):
     wheel = release_tree("0.5.21")
     fork = tmp_path / "vendor-fork"
@@ -111,6 +119,7 @@ def test_path_without_package_is_bad_input(tmp_path, cache):
         sources.resolve(specs.parse(f"path:{tmp_path}"), cache)
 
 
+@pytest.mark.slow
 def test_a_damaged_tree_entry_is_detected_and_rebuilt(tmp_path, release_tree):
     cache = Store.at(tmp_path / "c")
     tree = sources.resolve(specs.PypiSpec(version="0.5.19"), cache)
