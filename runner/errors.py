@@ -28,6 +28,11 @@ class DiffprobeError(Exception):
         return error
 
 
+def printable(text: str) -> str:
+    """``text`` with every control character and terminal escape shown as its escape sequence."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
+
+
 DETAIL_LINES = 15
 LINE_CHARS = 400
 
@@ -36,7 +41,7 @@ def one_line(text: str, limit: int = LINE_CHARS) -> str:
     """The promise is one short line per error: control characters and terminal escapes from the
     input (a newline in a TOML key, an ANSI sequence in a tree's exception) are shown escaped,
     never printed, and a longer text is cut at ``limit`` characters, saying how long it was."""
-    shown = "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text[: limit + 1])
+    shown = printable(text[: limit + 1])
     return shown if len(text) <= limit and len(shown) <= limit else f"{shown[:limit]}… ({len(text)} characters)"
 
 

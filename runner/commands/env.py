@@ -8,7 +8,8 @@ import orjson
 from rich.table import Table
 
 from runner import errors, ui
-from runner.commands import options, resolve
+from runner.commands import options, pipeline, resolve
+from runner.evidence import pins
 from runner.sandbox.import_check import import_check
 from runner.store import envs
 from runner.store.cache import Store
@@ -18,12 +19,13 @@ def cmd_env(args) -> int:
     cache = Store.at(args.cache_dir)
     torch = options.torch(args)  # a bad source fails before any download
     tree = resolve.tree(args, args.source)
+    sandboxed = pipeline.options(args, pins.load(options.path(args.pins)), options.probe_of_env(args)).sandboxed(tree)
     interp = envs.interpreter(args.python)
     environment = envs.env(tree, cache, interp, torch)
     for note in environment.stamp.notes:
         ui.warn(note)
     with ui.step(f"import check in {environment.root.name}"):
-        check = import_check(environment, tree)
+        check = import_check(environment, tree, sandboxed=sandboxed)
     if args.json:
         payload = {"environment": str(environment.root), "stamp": environment.stamp.model_dump(mode="json"),
                    "tree": tree.identity.model_dump(mode="json", exclude_none=True), "check": check.model_dump(mode="json")}

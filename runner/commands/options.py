@@ -22,6 +22,7 @@ class ProbeOptions:
     repeat: int = 1  # run each tree's probes this many times; any difference in observations fails
     reuse: bool = True  # take receipts already observed from the receipts store (runner/store/results.py)
     torch_index: str | None = None  # where a new dependency layer gets CPU torch (runner/store/torch_source.py)
+    unsandboxed: bool = False  # run trees' code without bubblewrap: the user's explicit choice (README, "Threat model")
     torch_wheel: str | None = None
 
     def torch(self) -> list[TorchSource]:
@@ -42,6 +43,9 @@ def env_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--torch-index", metavar="URL",
                    help=f"package index of CPU torch wheels for a new dependency layer (default: ${torch_source.ENV_INDEX}, "
                         f"else this machine's pip find-links, else {torch_source.DEFAULT_INDEX})")
+    p.add_argument("--unsandboxed", action="store_true",
+                   help="run the trees' code without bubblewrap (shown in red in receipts and reports); without it, a tree "
+                        "that is not pinned is refused where bubblewrap cannot run")
     p.add_argument("--torch-wheel", metavar="PATH",
                    help=f"CPU torch wheel file for a new dependency layer, used offline (default: ${torch_source.ENV_WHEEL})")
 
@@ -49,6 +53,12 @@ def env_options(p: argparse.ArgumentParser) -> None:
 def torch(args: argparse.Namespace) -> list[TorchSource]:
     """Where a new dependency layer gets CPU torch, from ``env_options``."""
     return torch_source.candidates(args.torch_wheel, args.torch_index)
+
+
+def probe_of_env(args: argparse.Namespace) -> ProbeOptions:
+    """The probe options a command with ``env_options`` only has: the interpreter, the sandbox, torch."""
+    return ProbeOptions(python=args.python, torch_index=args.torch_index, torch_wheel=args.torch_wheel,
+                        unsandboxed=args.unsandboxed)
 
 
 def probe_options(p: argparse.ArgumentParser, *, parallel: str | None = "probe runs in parallel") -> None:
@@ -69,7 +79,7 @@ def probe_options(p: argparse.ArgumentParser, *, parallel: str | None = "probe r
 def probe(args: argparse.Namespace) -> ProbeOptions:
     """The values of ``probe_options``."""
     return ProbeOptions(python=args.python, jobs=args.jobs, case_timeout=args.case_timeout, repeat=args.repeat, reuse=args.reuse,
-                        torch_index=args.torch_index, torch_wheel=args.torch_wheel)
+                        torch_index=args.torch_index, torch_wheel=args.torch_wheel, unsandboxed=args.unsandboxed)
 
 
 def path(value: str | None) -> Path | None:

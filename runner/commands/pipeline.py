@@ -28,11 +28,18 @@ class Options:
     probe: ProbeOptions = ProbeOptions()
     package_dir: str = "python/sglang"
     pinned_sha256: dict[str, str] = field(default_factory=dict)
+    pinned_commits: tuple[str, ...] = ()
+
+    def sandboxed(self, tree: sources.Tree) -> bool:
+        """Whether ``tree`` runs in the sandbox; refuses (exit 2) an unpinned tree where it cannot."""
+        return execute.sandboxed_for(tree.identity, unsandboxed=self.probe.unsandboxed, pinned_sha256=self.pinned_sha256,
+                                     pinned_commits=self.pinned_commits)
 
 
 def options(args, p: pins.Pins, probe: ProbeOptions = ProbeOptions()) -> Options:
     """Options from a command's --cache-dir, its pins and its probe options."""
-    return Options(cache=Store.at(args.cache_dir), probe=probe, package_dir=p.package_dir, pinned_sha256=p.pinned_sha256)
+    return Options(cache=Store.at(args.cache_dir), probe=probe, package_dir=p.package_dir, pinned_sha256=p.pinned_sha256,
+                   pinned_commits=p.pinned_commits)
 
 
 def probe_ref(probe: str, fix: int) -> ProbeRef:
@@ -128,10 +135,11 @@ def probe(
     first_of: dict[str, str] = {}  # tree digest -> the first source of the plan with that tree
     same: dict[str, str] = {}  # source -> the earlier source with its tree, whose receipts it shares
 
-    def one(text: str, environment: envs.Env, probes: list[str], key: str) -> dict[tuple[str, str], Receipt]:
-        runs = execute.run_probes(environment, probes, case_timeout=opts.probe.case_timeout)
+    def one(text: str, environment: envs.Env, probes: list[str], key: str, sandboxed: bool) -> dict[tuple[str, str], Receipt]:
+        runs = execute.run_probes(environment, probes, case_timeout=opts.probe.case_timeout, sandboxed=sandboxed)
         for attempt in range(2, opts.probe.repeat + 1):
-            _same_or_fail(text, runs, execute.run_probes(environment, probes, case_timeout=opts.probe.case_timeout), attempt)
+            again = execute.run_probes(environment, probes, case_timeout=opts.probe.case_timeout, sandboxed=sandboxed)
+            _same_or_fail(text, runs, again, attempt)
         fresh = {}
         for probe, run in runs.items():
             receipt = receipt_of(probe_ref(probe, run.observations.fix), trees[text].identity, environment, run)
@@ -160,6 +168,9 @@ def probe(
             if earlier != text and set(plan[text]) <= set(plan[earlier]):  # the same bytes: one probe run serves both
                 same[text] = earlier
                 continue
+            sandboxed = opts.sandboxed(trees[text])  # before anything of the tree is built or run
+            if not sandboxed:
+                ui.err.print(f"[bold red]unsandboxed:[/] {escape(text)} runs without bubblewrap, with your rights")
             environment = envs.env(trees[text], opts.cache, interp, torch)
             for note in environment.stamp.notes:
                 ui.warn(f"{text}: {note}")
@@ -167,12 +178,12 @@ def probe(
             todo = []
             for probe in plan[text]:
                 stored = results.lookup(opts.cache, digest, probe, catalog.probe_digest(probe), key) if reuse else None
-                if stored:
+                if stored and stored.environment.isolation and stored.environment.isolation.sandboxed == sandboxed:
                     reuse_one(text, probe, stored, "from the receipts store")
                 else:
                     todo.append(probe)
             if todo:
-                futures.append(pool.submit(one, text, environment, todo, key))
+                futures.append(pool.submit(one, text, environment, todo, key, sandboxed))
         for f in futures:
             got.update(f.result())
     except BaseException:

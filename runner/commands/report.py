@@ -406,7 +406,18 @@ def evidence_kinds(ev: Evidence) -> str:
 
 
 def _t(text: object) -> str:
-    return rich_escape(str(text))
+    """Text from a bundle (a tree's words among it) for the terminal: no markup, no control character."""
+    return rich_escape(errors.printable(str(text)))
+
+
+def sandbox(r: Receipt) -> tuple[str, bool]:
+    """How the run was isolated, and whether that is the sandbox (README, \"Threat model\")."""
+    i = r.environment.isolation
+    if i is None:
+        return "not recorded (before the sandbox)", False
+    if not i.sandboxed:
+        return "UNSANDBOXED: the tree's code ran with the user's rights", False
+    return f"bubblewrap {i.version} ({', '.join(i.namespaces)} namespaces; writable: {', '.join(i.writable)})", True
 
 
 def show(ev: Evidence) -> None:
@@ -441,6 +452,8 @@ def _show_fix(ev: Evidence, fix: Fix) -> None:
             tree = f"  tree {_t(s.source.tree_digest)}" if isinstance(s.source, TreeIdentity) else ""
             o.print(f"  {label}: {_t(describe(s.source))}  [dim]{_t(s.source.kind)}{tree}  {_t(s.receipt)}[/]")
             o.print(f"        stand-ins used: {_t(', '.join(standins(ev.receipts[s.receipt])) or 'none')}")
+            said, sandboxed = sandbox(ev.receipts[s.receipt])
+            o.print(f"        sandbox: {_t(said)}" if sandboxed else f"        sandbox: [bold red]{_t(said)}[/]")
     table = Table("case", "role", "base", "head", "transition", "side effects that changed")
     for row in effect_rows(ev, fix):
         t = row.transition
@@ -615,6 +628,8 @@ class Page:
         rows = [[esc(k), *[el("code", esc(dict(identity(s.source)).get(k, ""))) for _, s in sides]] for k in labels]
         rows.append([esc("stand-ins used"), *[esc(", ".join(standins(self.ev.receipts[s.receipt])) or "none")
                                               for _, s in sides]])
+        rows.append([esc("sandbox"), *[el("span", esc(said), class_=None if ok else "st bug")
+                                       for said, ok in (sandbox(self.ev.receipts[s.receipt]) for _, s in sides)]])
         rows.append([esc("receipt"), *[el("a", esc(s.receipt), href=self.file(s.receipt)) for _, s in sides]])
         return table(["", *[esc(f"{side}: {describe(s.source)}") for side, s in sides]], rows, class_="ids")
 

@@ -479,7 +479,7 @@ def cmd_upstream_tests(args: argparse.Namespace) -> int:
     if args.timeout <= 0:
         raise BadInput(f"--timeout {args.timeout}: must be a positive number of seconds")
     read_tests = locate_tests(args.tests, args.head)
-    opts = pipeline.options(args, pins.load(options.path(args.pins)), options.ProbeOptions(python=args.python))
+    opts = pipeline.options(args, pins.load(options.path(args.pins)), options.probe_of_env(args))
     started = execute.now()
     trees = {name: pipeline.resolve(text, opts) for name, text in (("base", args.base), ("head", args.head))}
     test = read_tests(trees["head"], opts)
@@ -490,7 +490,7 @@ def cmd_upstream_tests(args: argparse.Namespace) -> int:
         environment = envs.env(trees[name], opts.cache, interp)
         for note in environment.stamp.notes:
             ui.warn(f"{text}: {note}")
-        sides[name] = run_side(name, text, trees[name], environment, test, args.timeout)
+        sides[name] = run_side(name, text, trees[name], environment, test, args.timeout, sandboxed=opts.sandboxed(trees[name]))
         got.append(receipt(sides[name], environment, test, probe))
     grading = grade(sides["base"], sides["head"])
     out = bundle.write(

@@ -88,6 +88,12 @@ class Pins(_Strict):
         return self
 
     @property
+    def pinned_commits(self) -> tuple[str, ...]:
+        """Every commit pinned by its full SHA (a short one could be forged by a crafted commit)."""
+        return tuple(sorted({sha for fix in self.fixes.values() for sha in (fix.base, fix.head, fix.merge)
+                             if sha and len(sha) == 40}))
+
+    @property
     def pinned_sha256(self) -> dict[str, str]:
         """release version -> the wheel digest a download must match"""
         return {v: r.sha256 for v, r in self.releases.items() if r.sha256}
