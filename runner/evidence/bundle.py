@@ -181,6 +181,9 @@ def sign_existing(root: Path, signers: list[dsse.Signer]) -> Path:
 # --- reading and verifying -----------------------------------------------------------------
 
 _LINE = re.compile(r"^([0-9a-f]{64}) [ *](.+)$")
+# No file diffprobe writes into a bundle comes near this; a larger entry is refused unread, so
+# verify's memory stays bounded (README, "Probes, receipts, bundles").
+MAX_ENTRY_BYTES = 64 << 20
 
 
 def _render(entries: dict[str, str]) -> str:
@@ -204,6 +207,8 @@ def _manifest(root: Path) -> dict[str, str]:
         raise NotABundle(f"{root}: not a bundle (the staging directory of an interrupted write)")
     if not root.is_dir() or not path.is_file():
         raise NotABundle(f"{root}: not a bundle (no {MANIFEST})")
+    if path.stat().st_size > MAX_ENTRY_BYTES:
+        raise NotABundle(f"{path}: over {MAX_ENTRY_BYTES} bytes, more than a bundle's manifest holds")
     entries: dict[str, str] = {}
     for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
         m = _LINE.match(line)
@@ -248,7 +253,9 @@ def verify(root: Path, keys: dict[str, dsse.Ed25519PublicKey] | None = None) -> 
             problems.append(f"{name}: refused (path outside the bundle or through a symlink)")
         elif not path.is_file():
             problems.append(f"{name}: listed but missing")
-        elif sha256_file(path) != digest:
+        elif path.stat().st_size > MAX_ENTRY_BYTES:
+            problems.append(f"{name}: {path.stat().st_size} bytes, over the {MAX_ENTRY_BYTES} a bundle entry may hold: refused")
+        elif sha256_file(path) != digest:  # streamed: memory stays bounded whatever the file
             problems.append(f"{name}: sha256 differs from {MANIFEST}")
     for path in sorted(root.rglob("*")):
         rel = path.relative_to(root).as_posix()
