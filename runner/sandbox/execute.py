@@ -47,6 +47,7 @@ MAX_CASES = 50
 RESULT_BYTES = 64 << 20  # a result file larger than this is not one
 LOG_TAIL_BYTES = 64 << 10
 RUN_PREFIX = "diffprobe-run-"
+NO_SANDBOX = "only a pinned release or commit runs outside its sandbox; pass --unsandboxed to run this tree's code unconfined"
 
 
 @dataclass(frozen=True)
@@ -78,8 +79,7 @@ def sandboxed_for(identity: TreeIdentity, *, unsandboxed: bool, pinned_sha256: d
               and identity.artifact_sha256 == pinned_sha256[identity.version]) or (
               identity.kind == "git" and identity.commit in pinned_commits)
     if not pinned:
-        raise BadInput(f"{identity.source}: bubblewrap cannot run here (not installed, or no user namespaces), and only a "
-                       "pinned release or commit runs outside its sandbox; pass --unsandboxed to run this tree's code unconfined")
+        raise BadInput(f"{identity.source}: bubblewrap cannot run here (not installed, or no user namespaces), and {NO_SANDBOX}")
     return False
 
 
@@ -172,6 +172,8 @@ def run_isolated(argv: list[str], *, work_dir: Path, timeout: int, read_only: Se
     (default its private HOME) inside it. Otherwise: its own process group, a scrubbed
     environment, ``work_dir/home`` as HOME, no network where the OS allows. Whatever runs is
     killed at ``timeout`` and whenever we are interrupted."""
+    if sandboxed and not bwrap.version():  # callers decide with sandboxed_for; one that did not fails closed here
+        raise BadInput(f"bubblewrap cannot run here (not installed, or no user namespaces): {NO_SANDBOX}")
     out = work_dir / "out"
     out.mkdir(exist_ok=True)
     log_path = work_dir / "log.txt"
