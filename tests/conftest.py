@@ -16,6 +16,15 @@ from runner.store import envs, sources, specs
 from runner.store.cache import Store
 
 RELEASES = ["0.5.19", "0.5.20", "0.5.21"]
+REAL = {"release_tree", "upstream_repo"}  # fixtures that download real SGLang releases
+
+
+def pytest_collection_modifyitems(items):
+    """A test that asks for a real release is slow wherever it is declared (files marked by hand
+    mark the tests that build environments in other ways)."""
+    for item in items:
+        if REAL & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session")

@@ -146,6 +146,7 @@ def _snapshot(root: Path) -> dict[str, str]:
             for p in sorted(root.rglob("*")) if p.is_file() and ".git" not in p.parts}
 
 
+@pytest.mark.slow  # a diffprobe process per row (~0.5 s each, ~1 min in all)
 @pytest.mark.parametrize("row", ROWS, ids=[r.id for r in ROWS])
 def test_bad_input_gives_one_line_and_its_exit_code(row, inputs, tmp_path):
     before = _snapshot(inputs)
@@ -184,6 +185,7 @@ DAMAGES = {
 }
 
 
+@pytest.mark.slow  # a diffprobe process per row (~0.5 s each, ~1 min in all)
 @pytest.mark.parametrize("damage", sorted(DAMAGES))
 def test_a_damaged_tree_entry_is_rebuilt_with_a_warning(tmp_path, damage):
     source, cache = f"path:{_fake_tree(tmp_path / 'src')}", str(tmp_path / "cache")
