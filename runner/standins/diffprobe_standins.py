@@ -8,14 +8,18 @@ so the probe harness can report exactly which stand-ins a run touched.
 Names are declared in ``STANDINS`` (top-level package -> why); ``runner.envs`` records the same
 list in the environment's stamp, so nothing here is silent.
 
-A stand-in answers as a machine without a GPU answers, or raises: GPU kernel libraries are
-importable (SGLang imports them at module level) but every kernel raises ``Unavailable`` when
-called. Private torch queries that older trees call under names torch has since moved
+A stand-in answers as a machine without a GPU answers, or raises. GPU kernel libraries that such
+a machine lacks (``_ONLY_UNGUARDED``) stay absent to an import inside ``try``, which is ready for
+that; an import that would crash its module outright (old releases on any machine without CUDA)
+is served, and every kernel raises ``Unavailable`` when called. Once served, a module is in
+``sys.modules``, so a later guarded import of that same module finds it (its submodules stay
+absent); the stand-ins a run touched are listed in its receipt. Private torch queries that older trees call under names torch has since moved
 (``TORCH_MOVED``) get torch's own answer from its new place, never a value of ours.
 """
 
 from __future__ import annotations
 
+import dis
 import importlib.abc
 import importlib.machinery
 import sys
@@ -26,14 +30,20 @@ STANDINS = {
     "torchvision": "local builds are CUDA builds that fail to load beside CPU torch",
     "sglang.srt.rust_extensions": "compiled Rust modules, present in release wheels, absent in git trees",
     "sglang.srt.mem_cache.rust_tree_core": "compiled Rust module, present in release wheels, absent in git trees",
-    "sgl_kernel": "SGLang's CUDA kernel library (sgl-kernel/sglang-kernel, required by 0.4.5-0.5.10); "
-                  "its wheels cannot load beside CPU torch: importable, every kernel raises when called",
-    "vllm": "vLLM's ROCm/CUDA custom ops, imported by 0.4.5.post2-0.4.7 on any machine without CUDA: "
-            "importable, every op raises when called",
+    "sgl_kernel": "SGLang's CUDA kernel library (sgl-kernel/sglang-kernel, required by every release); its CUDA "
+                  "build fails to import beside CPU torch: served only to imports not ready for its absence "
+                  "(0.5.5-0.5.10 kvcacheio, 0.4.5.post2 awq), every kernel raises when called",
+    "vllm": "vLLM, which 0.4.5.post2-0.4.9 import unguarded on a machine without CUDA (custom ops, activation "
+            "layers): served only to such imports, every op raises when called",
 }
 
 # Kernel libraries: their lower-case names are kernels, which raise when called (no value of ours).
 _KERNEL_LIBRARIES = ("sgl_kernel", "vllm")
+
+# Stand-ins that a CPU-only machine does not have: code that imports them inside ``try`` (or
+# ``with``) is ready for their absence and gets it (ModuleNotFoundError), as on that machine;
+# only an import that would crash the module outright is served.
+_ONLY_UNGUARDED = ("sgl_kernel", "vllm")
 
 # Old private torch CPU queries -> the capability torch now reports for the same cpuinfo bit
 # (torch 2.13 dropped ``torch._C._cpu._is_<feature>_supported`` for ``_get_cpu_capability()``).
@@ -160,6 +170,7 @@ class _Config:
 # is the runtime package (whose ``driver`` raises without a GPU), not a placeholder value.
 _SUBMODULES = {
     "triton": {"runtime", "compiler", "errors", "language", "testing", "tools"},
+    "vllm": {"_custom_ops"},
     "triton.runtime": {"jit", "autotuner"},
 }
 
@@ -221,11 +232,40 @@ class _Loader(importlib.abc.Loader):
         module.__dict__.update(_SPECIFIC.get(module.__name__, {}))
 
 
+def _importing_frame():
+    """The frame of the code whose import statement is being resolved (past importlib's own)."""
+    frame = sys._getframe(2)
+    while frame is not None and (frame.f_code.co_filename.startswith("<frozen importlib")
+                                 or frame.f_code.co_filename.endswith(("importlib/__init__.py", __file__))):
+        frame = frame.f_back
+    return frame
+
+
+def _guarded() -> bool:
+    """Whether the import being resolved sits inside a ``try`` (or ``with``) block of its code."""
+    frame = _importing_frame()
+    parse = getattr(dis, "_parse_exception_table", None)  # CPython 3.11+
+    if frame is None or parse is None:
+        return False
+    return any(entry.start <= frame.f_lasti < entry.end for entry in parse(frame.f_code))
+
+
+def _declared(fullname: str) -> str | None:
+    """The declared stand-in covering ``fullname``, or its parent package when one is declared below it."""
+    for name in STANDINS:
+        if fullname == name or fullname.startswith(name + ".") or name.startswith(fullname + "."):
+            return name
+    return None
+
+
 class _Finder(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname, path=None, target=None):
-        if any(fullname == root or fullname.startswith(root + ".") for root in STANDINS):
-            return importlib.machinery.ModuleSpec(fullname, _Loader(), is_package=True)
-        return None
+        name = _declared(fullname)
+        if name is None:
+            return None
+        if fullname.split(".", 1)[0] in _ONLY_UNGUARDED and _guarded():
+            return None
+        return importlib.machinery.ModuleSpec(fullname, _Loader(), is_package=True)
 
 
 _moved_called: set[str] = set()

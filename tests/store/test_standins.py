@@ -101,6 +101,35 @@ def test_gpu_kernel_libraries_import_but_every_kernel_raises(statement, call):
     assert "cannot run" in out["raised"]
 
 
+@pytest.mark.parametrize("guarded", [
+    "try:\n    import sgl_kernel\nexcept ImportError:\n    out['absent'] = True\n",
+    "try:\n    from sgl_kernel import fused_add_rmsnorm\nexcept ImportError:\n    out['absent'] = True\n",
+    "def f():\n    try:\n        import importlib; importlib.import_module('vllm._custom_ops')\n"
+    "    except ModuleNotFoundError:\n        out['absent'] = True\nf()\n",
+    "try:\n    from vllm.model_executor.layers.quantization.aqlm import AQLMConfig\nexcept ImportError:\n"
+    "    out['absent'] = True\n",
+])
+def test_an_import_ready_for_absence_gets_absence_as_on_a_cpu_machine(guarded):
+    # sgl-kernel's CUDA build fails to import beside CPU torch and vLLM is not installed there:
+    # code that catches the ImportError must take its own fallback, not a stand-in.
+    out = run(guarded + "out['marked'] = diffprobe_standins.loaded()\n")
+    assert out == {"absent": True, "marked": []}
+
+
+def test_an_unguarded_import_is_served_and_later_guarded_submodules_stay_absent():
+    # 0.4.9: quantization/__init__ tries vllm.model_executor (VLLM_AVAILABLE), fp8.py imports
+    # vllm._custom_ops unguarded on a CPU without AMX.
+    out = run(
+        "try:\n    from vllm.model_executor.layers.quantization.aqlm import AQLMConfig\n    out['first'] = True\n"
+        "except ImportError:\n    out['first'] = False\n"
+        "from vllm._custom_ops import scaled_fp8_quant\n"
+        "try:\n    from vllm.model_executor.layers.linear import LinearBase\n    out['after'] = True\n"
+        "except ImportError:\n    out['after'] = False\n"
+        "out['marked'] = diffprobe_standins.loaded()\n"
+    )
+    assert out == {"first": False, "after": False, "marked": ["vllm", "vllm._custom_ops"]}
+
+
 def test_every_declared_standin_is_served_and_marked(tmp_path):
     for package in ("sglang", "sglang/srt", "sglang/srt/mem_cache"):  # a tree without compiled modules
         (tmp_path / package).mkdir()
