@@ -130,7 +130,7 @@ def gather(root: Path) -> Evidence:
     if problems:
         raise Tampered(f"{root}: does not verify ({len(problems)} problem(s), first: {problems[0]}); "
                        f"run `diffprobe verify {root}` for all")
-    index, rs, ds = bundle.load(root)
+    index, rs, ds = bundle.contents(root)
     fixes = [Fix(name, d, _rejudge(d, rs)) for name, d in sorted(ds.items(), key=lambda kv: kv[1].fix)]
     return Evidence(root, index, rs, fixes, sha256_file(root / bundle.MANIFEST))
 

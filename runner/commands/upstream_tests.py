@@ -3,7 +3,7 @@
 Why: the published evidence also ran upstream unit tests, and its pre-fix "0/7" were 6
 AttributeError and 1 ValueError raised on a test stub, not 7 failed assertions. A failing count
 means nothing until it says which. So each side runs the file in its own tree's environment
-(``probes/pytest_outcomes.py``: ``python -I -B``, scrubbed environment, private HOME, no network
+(``probes/pytest_outcomes.py``: ``python -I``, scrubbed environment, private HOME, no network
 where the OS allows, a deadline), every test and subtest gets an outcome, and every failure an
 exception type, an origin (``stub``, ``test`` file, the tree's ``sglang``, ``other``) and whether
 it was the test's own assertion.

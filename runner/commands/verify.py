@@ -15,7 +15,7 @@ def cmd_verify(args) -> int:
         for line in problems:
             ui.out.print(f"[red]✗[/] {line}", markup=True)
         raise bundle.Tampered(f"{root}: tampered or damaged ({len(problems)} problem(s))")
-    _, rs, ds = bundle.load(root)
+    _, rs, ds = bundle.contents(root)
     ui.out.print(f"[green]✓[/] {root}: intact ({len(rs)} receipts, {len(ds)} differentials, every digest recomputed)")
     return errors.OK
 

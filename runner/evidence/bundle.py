@@ -331,6 +331,12 @@ def load(root: Path) -> tuple[Index, dict[str, Receipt], dict[str, Differential]
     problems = verify(root)
     if problems:
         raise Tampered(f"{root}: bundle does not verify ({len(problems)} problem(s), first: {problems[0]})")
+    return contents(root)
+
+
+def contents(root: Path) -> tuple[Index, dict[str, Receipt], dict[str, Differential]]:
+    """What a bundle holds, read without checking it again: only for one ``verify`` just passed
+    (verifying hashes every file and re-judges every receipt; once is enough)."""
     index = Index.model_validate(orjson.loads((root / INDEX).read_bytes()))
     receipts = {n: Receipt.model_validate(orjson.loads((root / n).read_bytes())) for n in index.receipts}
     diffs = {n: Differential.model_validate(orjson.loads((root / n).read_bytes())) for n in index.differentials}

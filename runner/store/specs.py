@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated, Literal, Union
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict
 
 from runner.errors import BadInput
 
@@ -49,9 +49,6 @@ class PathSpec(BaseModel):
 
     def __str__(self) -> str:
         return f"path:{self.dir}"
-
-
-SourceSpec = Annotated[Union[GitSpec, PypiSpec, PathSpec], Field(discriminator="kind")]
 
 
 def parse(text: str) -> GitSpec | PypiSpec | PathSpec:
