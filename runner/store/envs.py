@@ -20,6 +20,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -301,8 +302,14 @@ def _compile(venv: Path, dirs: list[Path], log: Path) -> None:
     later run would load. ``-S``: compiling runs no ``.pth`` and no code of the tree. A file that
     does not compile is left to the import, which reports it."""
     with open(log, "wb") as sink:
-        subprocess.run([str(venv / "bin" / "python"), "-I", "-S", "-m", "compileall", "-q", "-j", "0", *map(str, dirs)],
-                       stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, check=False)
+        proc = subprocess.Popen([str(venv / "bin" / "python"), "-I", "-S", "-m", "compileall", "-q", "-j", "0", *map(str, dirs)],
+                                stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        try:
+            proc.wait()
+        finally:  # interrupted: its pool of workers goes too, not only the process we started
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
 
 
 
