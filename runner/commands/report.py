@@ -27,6 +27,8 @@ from runner.evidence import bundle, judging, receipts
 from runner.files import sha256_file, write_atomic
 from runner.evidence.observations import Case
 from runner.evidence.receipts import CaseTransition, Differential, Receipt, Source
+from runner.evidence.records import SweepRecord
+from runner.store import specs
 from runner.store.sources import TreeIdentity
 from runner.views.summary import _STYLE as VERDICT_STYLE, _TRANSITION as TRANSITION_STYLE
 
@@ -298,9 +300,18 @@ def _counts(cases: list[Case]) -> str:
     return ", ".join(f"{v} {k}" for k, v in n.items())
 
 
-def matrix(ev: Evidence) -> tuple[list[Source], list[Column], dict[tuple[str, Column], str]]:
-    """Rows are the observed sources (trees in the bundle's order, then models and servers),
-    columns (fix, probe); each cell names the receipt behind it."""
+@dataclass(frozen=True)
+class MatrixRow:
+    source: Source  # whose receipts fill the row's cells
+    name: str
+    note: str = ""
+
+
+def matrix(ev: Evidence) -> tuple[list[MatrixRow], list[Column], dict[tuple[str, Column], str]]:
+    """Rows are the observed sources (trees in the bundle's order, then models and servers), or for
+    a sweep one row per swept source in sweep order (a commit that shares an earlier one's tree
+    says so and shows that tree's receipts); columns (fix, probe); each cell names the receipt
+    behind it."""
     order = {receipts.source_key(t): i for i, t in enumerate(ev.index.trees)}
     sources: dict[str, Source] = {}
     cells: dict[tuple[str, Column], str] = {}
@@ -309,8 +320,27 @@ def matrix(ev: Evidence) -> tuple[list[Source], list[Column], dict[tuple[str, Co
         sources.setdefault(key, r.source)
         cells[(key, Column(r.probe.fix, r.probe.id))] = name
     columns = sorted(dict.fromkeys(col for _, col in cells), key=lambda c: (c.fix is None, c.fix or 0, c.probe))
+    swept = ev.index.extra.get("rows") if ev.index.kind in ("sweep", "audit") and ev.index.extra else None
+    if swept:
+        record = SweepRecord.model_validate(ev.index.extra)
+        labels = {row.source: row.label for row in record.rows}
+        out = []
+        for row in record.rows:
+            observed = sources.get(row.tree_digest)
+            if observed is None:
+                continue
+            note = (f"same tree as {labels[row.same_tree_as]}" if row.same_tree_as else
+                    "" if observed.source == row.source else f"receipts observed via {observed.source}")
+            out.append(MatrixRow(observed, describe(observed) if observed.source == row.source else _named(row.source), note))
+        return out, columns, cells
     rows = sorted(sources.items(), key=lambda kv: (kv[1].kind not in TREE_KINDS, order.get(kv[0], len(order))))
-    return [s for _, s in rows], columns, cells
+    return [MatrixRow(s, describe(s)) for _, s in rows], columns, cells
+
+
+def _named(text: str) -> str:
+    """A swept source without a receipt of its own, as ``describe`` would name it."""
+    spec = specs.parse(text)
+    return f"{spec.url} @ {spec.rev[:12]}" if isinstance(spec, specs.GitSpec) else text
 
 
 # A model configuration or a live server is not "fixed": it shows the bug or it does not.
@@ -468,17 +498,18 @@ def _show_fix(ev: Evidence, fix: Fix) -> None:
 
 
 def _show_matrix(ev: Evidence) -> None:
-    sources, columns, cells = matrix(ev)
-    if not sources:
+    rows, columns, cells = matrix(ev)
+    if not rows:
         return
     table = Table("source", "what", *[_t(c.label) for c in columns], title="Status by source", title_justify="left")
-    for source in sources:
-        row = []
+    for mrow in rows:
+        source, row = mrow.source, []
         for col in columns:
             _, st = cell_status(ev, cells, source, col)
             row.append(f"[{_STATUS_STYLE.get(st.word, 'red')}]{_t(st.word)}[/] [dim]{_t(st.detail)}[/]")
         kind = what_it_is(source, short=True)
-        table.add_row(_t(describe(source)), kind if source.kind in TREE_KINDS else f"[yellow]{_t(kind)}[/]", *row)
+        name = _t(mrow.name) + (f" [dim]({_t(mrow.note)})[/]" if mrow.note else "")
+        table.add_row(name, kind if source.kind in TREE_KINDS else f"[yellow]{_t(kind)}[/]", *row)
     ui.out.print(table)
 
 
@@ -646,13 +677,15 @@ class Page:
         return cells
 
     def status_matrix(self) -> str:
-        sources, columns, cells = matrix(self.ev)
-        if not sources:
+        mrows, columns, cells = matrix(self.ev)
+        if not mrows:
             return ""
         rows = []
-        for source in sources:
+        for mrow in mrows:
+            source = mrow.source
             kind = "cpu" if source.kind in TREE_KINDS else "model"
-            row = [esc(describe(source)) + el("div", el("code", esc(receipts.source_key(source))), class_="note"),
+            row = [esc(mrow.name) + (el("div", esc(mrow.note), class_="note") if mrow.note else "")
+                   + el("div", el("code", esc(receipts.source_key(source))), class_="note"),
                    el("span", esc(what_it_is(source, short=True)), class_=f"level {kind}")]
             for col in columns:
                 name, st = cell_status(self.ev, cells, source, col)
