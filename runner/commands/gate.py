@@ -35,9 +35,8 @@ from runner import errors, ui
 from runner.evidence import bundle
 from runner.sandbox import execute
 from runner.errors import BadInput, Infrastructure
-from runner.commands.model import host_probe
 from runner.evidence.observations import Case, CaseError
-from runner.evidence.receipts import ServerIdentity, host_environment, make
+from runner.evidence.receipts import ServerIdentity, host_environment, host_probe, make
 
 INFO_PATHS = ("/server_info", "/get_server_info")  # the second is the older, deprecated name
 REPORTED = ("version", "model_path", "served_model_name", "context_length", "max_total_num_tokens",

@@ -23,9 +23,8 @@ from pydantic import BaseModel, ConfigDict
 from runner import errors, ui
 from runner.evidence import bundle
 from runner.sandbox import execute
-from runner.files import sha256_file
 from runner.evidence.observations import Case
-from runner.evidence.receipts import ModelIdentity, ProbeRef, Receipt, host_environment, make
+from runner.evidence.receipts import ModelIdentity, Receipt, host_environment, host_probe, make
 
 LABEL = "synthetic state machine (diffprobe runner/model.py), not SGLang code"
 LIMITS = [
@@ -508,12 +507,6 @@ def bootstrapped_then_aborted(c: Cluster):
 
 
 # --- receipts, command ---------------------------------------------------------------------
-
-
-def host_probe(probe_id: str, source: Path, fix: int | None = None) -> ProbeRef:
-    """ProbeRef for code that runs in diffprobe's own interpreter: versioned by its source file."""
-    digest = sha256_file(source)
-    return ProbeRef(id=probe_id, fix=fix, sha256=digest, files={f"runner/{source.name}": digest})
 
 
 def observe(sit: Situation, sw: Switches) -> Case:

@@ -10,6 +10,7 @@ version, the tree and each case without its duration), so runs can be compared a
 from __future__ import annotations
 
 import platform
+from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 import orjson
@@ -17,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from runner import __version__
 from runner.store.envs import Env
-from runner.files import sha256_bytes
+from runner.files import sha256_bytes, sha256_file
 from runner.evidence.catalog import judge_digest
 from runner.evidence.observations import Case, Classification, ImportResult, Outcome, reject_floats
 from runner.evidence.judging import Transition, Verdict, state, transition, verdict
@@ -178,6 +179,16 @@ def host_environment() -> Environment:
     return Environment(python=platform.python_version(), implementation=platform.python_implementation(),
                        platform=platform.platform(), diffprobe=__version__,
                        diffprobe_sha256=judge_digest())
+
+
+def host_probe(probe_id: str, source: Path, fix: int | None = None) -> ProbeRef:
+    """ProbeRef for code that runs in diffprobe's own interpreter (a gate, the model): versioned by
+    its source file, named by its path in the project."""
+    digest = sha256_file(source)
+    return ProbeRef(id=probe_id, fix=fix, sha256=digest, files={source.resolve().relative_to(PROJECT).as_posix(): digest})
+
+
+PROJECT = Path(__file__).resolve().parents[2]  # the directory that holds runner/
 
 
 def tree_environment(
