@@ -27,7 +27,7 @@ from runner.store.specs import local_path
 ENV_VAR = "DIFFPROBE_CACHE"
 USED = ".last-used"  # an entry's marker file; its mtime is when the entry was last used
 # The kinds of entry, each a directory of the store: what ``gc`` may evict, in this order on a tie.
-KINDS = ("backports", "envs", "trees", "downloads", "git", "layers")
+KINDS = ("results", "backports", "envs", "trees", "downloads", "git", "layers")
 
 
 def default_root() -> Path:
@@ -79,6 +79,10 @@ class Store:
 
     def backport(self, name: str) -> Path:
         return self.dir("backports", name)
+
+    def results(self, name: str) -> Path:
+        """The receipts store's entry for one tree in one environment (runner/store/results.py)."""
+        return self.dir("results", name)
 
     def log(self, name: str) -> Path:
         return self.dir("logs", name)

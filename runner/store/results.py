@@ -17,7 +17,7 @@ from runner import __version__, ui
 from runner.evidence.catalog import judge_digest
 from runner.evidence.receipts import Environment, Receipt, seal
 from runner.files import sha256_bytes, write_atomic
-from runner.store.cache import Cache
+from runner.store.cache import Store
 from runner.store.envs import Env
 
 
@@ -43,14 +43,16 @@ def receipt_key(environment: Environment) -> str | None:
                 environment.diffprobe, environment.diffprobe_sha256)
 
 
-def _path(cache: Cache, tree_digest: str, probe: str, probe_sha256: str, key: str) -> Path:
+def _path(cache: Store, tree_digest: str, probe: str, probe_sha256: str, key: str) -> Path:
     """``results/<environment>-<tree>/<probe>-<version>.json``: one entry per tree and environment,
     the unit ``diffprobe gc`` evicts."""
     tree = sha256_bytes(tree_digest.encode())[:32]
-    return cache.dir("results", f"{key[:24]}-{tree}", f"{probe}-{probe_sha256[:32]}.json")
+    entry = cache.results(f"{key[:24]}-{tree}")
+    entry.mkdir(exist_ok=True)
+    return entry / f"{probe}-{probe_sha256[:32]}.json"
 
 
-def lookup(cache: Cache, tree_digest: str, probe: str, probe_sha256: str, key: str) -> Receipt | None:
+def lookup(cache: Store, tree_digest: str, probe: str, probe_sha256: str, key: str) -> Receipt | None:
     """The stored receipt for this key if it checks out; a damaged or mismatched entry is dropped."""
     path = _path(cache, tree_digest, probe, probe_sha256, key)
     try:
@@ -69,10 +71,11 @@ def lookup(cache: Cache, tree_digest: str, probe: str, probe_sha256: str, key: s
         ui.warn(f"receipts store entry {path} does not match its key or digest; probing again")
         path.unlink(missing_ok=True)
         return None
+    cache.used(path.parent)
     return receipt
 
 
-def record(cache: Cache, receipt: Receipt, key: str) -> None:
+def record(cache: Store, receipt: Receipt, key: str) -> None:
     """File a fresh receipt under its key. Not kept: a receipt with a timeout or a harness that
     died, which may say more about the machine's load that day than about the tree."""
     if receipt.import_result.outcome != "ok" or any(

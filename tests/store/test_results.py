@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import orjson
 import pytest
 
@@ -61,3 +63,15 @@ def test_timeouts_and_dead_harnesses_are_not_kept(tmp_path, observed):
                               started_at=observed.started_at, finished_at=observed.finished_at)
     results.record(cache, timed_out, results.receipt_key(timed_out.environment))
     assert not (tmp_path / "results").exists() or not list((tmp_path / "results").rglob("*.json"))
+
+
+def test_gc_counts_and_evicts_receipts_store_entries(tmp_path, observed):
+    from runner.store import gc
+
+    cache = Cache.at(tmp_path)
+    results.record(cache, observed, results.receipt_key(observed.environment))
+    [entry] = [e for e in gc.entries(cache) if e.kind == "results"]
+    assert entry.path.parent == tmp_path / "results" and entry.size > 0
+    os.utime(entry.path, (0, 0))  # last used long ago
+    assert [e.path for e in gc.collect(cache, 0).removed] == [entry.path]
+    assert not entry.path.exists() and _lookup(cache, observed) is None
