@@ -20,7 +20,7 @@ class ProbeOptions:
     jobs: int = 1
     case_timeout: int = DEFAULT_CASE_TIMEOUT
     repeat: int = 1  # run each tree's probes this many times; any difference in observations fails
-    reuse: bool = True  # take receipts already observed from the receipts store (runner/store/results.py)
+    reuse: bool = True  # take receipts already observed from the receipts store (runner/evidence/results.py)
     torch_index: str | None = None  # where a new dependency layer gets CPU torch (runner/store/torch_source.py)
     unsandboxed: bool = False  # run trees' code without bubblewrap: the user's explicit choice (README, "Threat model")
     torch_wheel: str | None = None

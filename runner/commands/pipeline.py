@@ -13,9 +13,9 @@ from rich.markup import escape
 
 from runner import errors, ui
 from runner.commands.options import ProbeOptions
-from runner.evidence import catalog, judging, pins, receipts
+from runner.evidence import catalog, judging, pins, receipts, results
 from runner.sandbox import execute
-from runner.store import envs, results, sources, specs
+from runner.store import envs, sources, specs
 from runner.store.cache import Store
 from runner.store.sources import TreeIdentity
 from runner.files import sha256_file
@@ -123,7 +123,7 @@ def probe(
     probes start on the pool as soon as it is ready, so downloads overlap with probe runs;
     ``on_tree`` (host-side reading of a tree, say) runs here too, while the pool works. A tree is
     probed once: a source whose tree digest an earlier source of the plan has shares its receipts,
-    and a receipt in the receipts store (runner/store/results.py) is reused unless
+    and a receipt in the receipts store (runner/evidence/results.py) is reused unless
     ``opts.probe.reuse`` is off or runs are repeated.
     """
     interp = envs.interpreter(opts.probe.python)

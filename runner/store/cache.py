@@ -81,7 +81,7 @@ class Store:
         return self.dir("backports", name)
 
     def results(self, name: str) -> Path:
-        """The receipts store's entry for one tree in one environment (runner/store/results.py)."""
+        """The receipts store's entry for one tree in one environment (runner/evidence/results.py)."""
         return self.dir("results", name)
 
     def log(self, name: str) -> Path:

@@ -8,7 +8,7 @@ import orjson
 import pytest
 
 from runner.evidence import receipts
-from runner.store import results
+from runner.evidence import results
 from runner.store.cache import Cache
 from tests.helpers import PROBE, case, receipt
 
