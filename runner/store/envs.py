@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict
 from rich.markup import escape
 
 from runner import ui
-from runner.store.cache import Store, read_model, write_model
+from runner.store.cache import USED, Store, read_model, write_model
 from runner.errors import BadInput, Infrastructure
 from runner.files import building_dir, digest_name, sha256_bytes, sha256_file
 from runner.store.procs import run_logged
@@ -50,7 +50,9 @@ CHOICE = (
     "queries renamed since are answered by this torch under their old names (runner/standins)"
 )
 ENV_FORMAT = 3  # bump when the layout of a tree's environment changes (2: byte-code overlay, 3: compiled by the host, sealed)
-STAMPS = ("env.json",)  # the one entry a seal leaves out: the stamp that holds it
+# What a seal leaves out: the stamp that holds it, and the store's last-used marker (gc), which
+# every use touches. Neither is code a run could load.
+STAMPS = ("env.json", USED)
 
 
 class Interpreter(BaseModel):
