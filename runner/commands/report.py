@@ -30,7 +30,7 @@ from runner.evidence.receipts import CaseTransition, Differential, Receipt, Sour
 from runner.evidence.records import SweepRecord
 from runner.store import specs
 from runner.store.sources import TreeIdentity
-from runner.views.summary import _STYLE as VERDICT_STYLE, _TRANSITION as TRANSITION_STYLE
+from runner.views import styles
 
 Level = Literal["CPU differential", "vendor disclosure", "not covered"]
 
@@ -488,11 +488,11 @@ def _show_fix(ev: Evidence, fix: Fix) -> None:
     for row in effect_rows(ev, fix):
         t = row.transition
         table.add_row(_t(t.case), t.role, _t(t.base), _t(t.head),
-                      f"[{TRANSITION_STYLE.get(t.transition, 'yellow')}]{arrow(t.transition)}[/]", _t("; ".join(row.changed())))
+                      f"[{styles.TRANSITION.get(t.transition, 'yellow')}]{arrow(t.transition)}[/]", _t("; ".join(row.changed())))
     o.print(table)
     expected = "" if d.expected is None else (" (as pinned)" if d.as_expected else f" [red](pinned: {d.expected})[/]")
     kind = "CPU differential" if fix.cpu else "[yellow]not a CPU differential (model or gate receipts)[/]"
-    o.print(f"  verdict: [{VERDICT_STYLE[d.verdict]}]{d.verdict}[/]{expected}  — {kind}")
+    o.print(f"  verdict: [{styles.VERDICT[d.verdict]}]{d.verdict}[/]{expected}  — {kind}")
     if not fix.consistent:
         o.print(f"  [red]the stored differential says {_t(fix.stored.verdict)}; its receipts say {d.verdict}[/]")
 
@@ -506,15 +506,12 @@ def _show_matrix(ev: Evidence) -> None:
         source, row = mrow.source, []
         for col in columns:
             _, st = cell_status(ev, cells, source, col)
-            row.append(f"[{_STATUS_STYLE.get(st.word, 'red')}]{_t(st.word)}[/] [dim]{_t(st.detail)}[/]")
+            row.append(f"[{styles.STATUS.get(st.word, 'red')}]{_t(st.word)}[/] [dim]{_t(st.detail)}[/]")
         kind = what_it_is(source, short=True)
         name = _t(mrow.name) + (f" [dim]({_t(mrow.note)})[/]" if mrow.note else "")
         table.add_row(name, kind if source.kind in TREE_KINDS else f"[yellow]{_t(kind)}[/]", *row)
     ui.out.print(table)
 
-
-_STATUS_STYLE = {"fixed": "green", "clean": "green", "no bug observed": "green", "inconclusive": "yellow",
-                 "not applicable": "dim", "not probed": "dim", "regression": "bold red"}
 
 
 # --- HTML -----------------------------------------------------------------------------------------

@@ -7,9 +7,7 @@ from rich.table import Table
 
 from runner import ui
 from runner.evidence.records import Row, SweepRecord, inconclusive_sites
-
-_STYLE = {"fixed": "green", "clean": "green", "not fixed": "red", "regression": "bold red", "inconclusive": "yellow",
-          "not applicable": "dim", "not probed": "dim"}
+from runner.views import styles
 
 
 def _cell(fs) -> str:
@@ -18,8 +16,8 @@ def _cell(fs) -> str:
     if fs is None:
         return "[dim]not probed[/]"
     sites = "" if fs.status == "fixed" else ", ".join(
-        f"{escape(s.site)} [{_STYLE.get(s.status, 'red')}]{s.status}[/]" for s in fs.sites)
-    return f"[{_STYLE.get(fs.status, 'red')}]{fs.status}[/]" + (f" ({sites})" if sites else "")
+        f"{escape(s.site)} [{styles.STATUS.get(s.status, 'red')}]{s.status}[/]" for s in fs.sites)
+    return f"[{styles.STATUS.get(fs.status, 'red')}]{fs.status}[/]" + (f" ({sites})" if sites else "")
 
 
 def print_matrix(record: SweepRecord) -> None:
@@ -52,10 +50,10 @@ def print_matrix(record: SweepRecord) -> None:
 def print_audit(row: Row) -> None:
     ui.out.print(f"[bold]audit[/] {escape(row.source)}  {row.tree_digest}")
     for fs in row.fixes:
-        ui.out.print(f"#{fs.fix}: [{_STYLE[fs.status]}]{fs.status}[/]")
+        ui.out.print(f"#{fs.fix}: [{styles.STATUS[fs.status]}]{fs.status}[/]")
         for site in fs.sites:
             cases = ", ".join(f"{k}={v}" for k, v in site.cases.items())
-            ui.out.print(f"  {site.site}: [{_STYLE[site.status]}]{site.status}[/]  ({escape(cases)})")
+            ui.out.print(f"  {site.site}: [{styles.STATUS[site.status]}]{site.status}[/]  ({escape(cases)})")
     ui.out.print("static findings (code or option present; not behaviour observed):")
     for f in row.static:
         state = ("present" + (f", default {f.default}" if f.default else "")) if f.present else "absent"

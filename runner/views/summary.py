@@ -6,10 +6,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from runner import ui
+from runner.views import styles
 from runner.evidence.receipts import Differential
-
-_STYLE = {"fix observed": "green", "fix not observed": "red", "regression": "bold red", "inconclusive": "yellow"}
-_TRANSITION = {"bug -> clean": "green", "bug -> bug": "red", "clean -> bug": "bold red", "clean -> clean": "dim"}
 
 
 def differentials(diffs: list[Differential]) -> None:
@@ -20,11 +18,11 @@ def differentials(diffs: list[Differential]) -> None:
         for col in ("case", "site", "role", "base", "head", "transition"):
             table.add_column(col)
         for c in d.cases:
-            style = _TRANSITION.get(c.transition, "yellow")
+            style = styles.TRANSITION.get(c.transition, "yellow")
             table.add_row(*(escape(v) for v in (c.case, c.site, c.role, c.base, c.head)), f"[{style}]{c.transition}[/]")
         ui.out.print(table)
         expected = "" if d.expected is None else (" (as pinned)" if d.as_expected else f" [red](pinned: {d.expected})[/]")
-        ui.out.print(f"verdict: [{_STYLE[d.verdict]}]{d.verdict}[/]{expected}")
+        ui.out.print(f"verdict: [{styles.VERDICT[d.verdict]}]{d.verdict}[/]{expected}")
         for reason in d.reasons:
             if "bug -> clean" not in reason:
                 ui.out.print(f"  - {reason}", markup=False)

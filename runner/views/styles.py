@@ -1,0 +1,7 @@
+"""The colours of each word a view prints: one map per vocabulary of runner/evidence/judging.py."""
+
+VERDICT = {"fix observed": "green", "fix not observed": "red", "regression": "bold red", "inconclusive": "yellow"}
+TRANSITION = {"bug -> clean": "green", "bug -> bug": "red", "clean -> bug": "bold red", "clean -> clean": "dim"}
+# A status, or for a model or a server "bug observed" / "no bug observed"; anything else is red.
+STATUS = {"fixed": "green", "clean": "green", "no bug observed": "green", "not fixed": "red", "bug observed": "red",
+          "regression": "bold red", "inconclusive": "yellow", "not applicable": "dim", "not probed": "dim"}
