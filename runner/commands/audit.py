@@ -11,13 +11,14 @@ from runner.views import status
 
 
 def cmd_audit(args) -> int:
+    signers = options.signers(args)
     opts = pipeline.options(args, pins.load(options.path(args.pins)), options.probe(args))
     target = bundle.out_path(args.out, "audit")
     started = execute.now()
     probed, runs = survey.counted([args.source], opts)
     rows = [p.row for p in probed]
     record = SweepRecord(order=[args.source], shard=None, rows=rows, first_fixed=survey.first_fixed(rows), probe_runs=runs)
-    out = survey.write(target, "audit", started, probed, record)
+    out = survey.write(target, "audit", started, probed, record, signers=signers)
     status.print_audit(rows[0])
     ui.out.print(f"bundle: {out}")
     return errors.OK if all(f.status == "fixed" for f in rows[0].fixes) else errors.DIFFERS
@@ -29,4 +30,5 @@ def register(sub) -> None:
     p.add_argument("--out", metavar="DIR", help="bundle directory to create")
     options.probe_options(p, parallel=None)
     options.common(p)
+    options.signing(p)
     p.set_defaults(func=cmd_audit)

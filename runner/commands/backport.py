@@ -135,6 +135,7 @@ def compare(fix_probes: list[str], mine: dict[str, Receipt], head: dict[str, Rec
 
 
 def cmd_backport(args) -> int:
+    signers = options.signers(args)
     p = pins.load(options.path(args.pins))
     fix = p.fix(args.pr)
     repo = specs.check_git_url(args.repo) if args.repo else p.upstream
@@ -182,7 +183,8 @@ def cmd_backport(args) -> int:
         after = [(bundle.receipt_name(mine[pr]), mine[pr]) for pr in fix.probes]
         diffs.append(receipts.differential(args.pr, f"{fix.title} (backport onto {args.onto})", fix.probes, before, after, None))
     out = bundle.write(out, kind="backport", created_at=started, receipts=list({bundle.receipt_name(r): r for r in got.values()}.values()),
-                       differentials=diffs, pins_sha256=None, extra=record.model_dump(mode="json"))
+                       differentials=diffs, pins_sha256=None, extra=record.model_dump(mode="json"),
+                       signers=signers)
     _print(record)
     ui.out.print(f"bundle: {out}")
     return errors.OK if record.behaves_like_head else errors.DIFFERS
@@ -210,4 +212,5 @@ def register(sub) -> None:
     p.add_argument("--out", metavar="DIR")
     options.probe_options(p)
     options.common(p)
+    options.signing(p)
     p.set_defaults(func=cmd_backport)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from runner import errors, ui
-from runner.commands import survey
+from runner.commands import options, survey
 from runner.evidence import bundle, pins
 from runner.evidence.records import SweepRecord
 from runner.sandbox import execute
@@ -13,6 +13,7 @@ from runner.views import status
 
 
 def cmd_merge(args) -> int:
+    signers = options.signers(args)
     """Receipts are matched to rows by tree digest (a row may rest on a receipt observed through
     another source with the same tree), and rows of one tree from different shards are marked
     "same tree as" the first in sweep order."""
@@ -42,7 +43,8 @@ def cmd_merge(args) -> int:
     merged = [p.row for p in probed]
     record = SweepRecord(order=order, shard=None, rows=merged, first_fixed=survey.first_fixed(merged),
                          probe_runs=sum(r.probe_runs for r in records))
-    out = survey.write(target, "sweep", execute.now(), probed, record, survey.differentials(probed, pins.load(None)))
+    out = survey.write(target, "sweep", execute.now(), probed, record, survey.differentials(probed, pins.load(None)),
+                       signers=signers)
     status.print_matrix(record)
     ui.out.print(f"bundle: {out}")
     return survey.exit_code(merged)
@@ -52,4 +54,5 @@ def register(sub) -> None:
     p = sub.add_parser("merge", help="join the shard bundles of one sweep")
     p.add_argument("bundles", nargs="+", metavar="BUNDLE")
     p.add_argument("--out", metavar="DIR")
+    options.signing(p)
     p.set_defaults(func=cmd_merge)

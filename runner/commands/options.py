@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from runner import errors
+from runner.evidence import dsse
 from runner.sandbox.execute import DEFAULT_CASE_TIMEOUT
 from runner.store import torch_source
 from runner.store.torch_source import TorchSource
@@ -80,6 +82,18 @@ def probe(args: argparse.Namespace) -> ProbeOptions:
     """The values of ``probe_options``."""
     return ProbeOptions(python=args.python, jobs=args.jobs, case_timeout=args.case_timeout, repeat=args.repeat, reuse=args.reuse,
                         torch_index=args.torch_index, torch_wheel=args.torch_wheel, unsandboxed=args.unsandboxed)
+
+
+def signing(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--sign", metavar="KEY",
+                   help=f"sign the bundle's attestations with this Ed25519 private key (default: ${dsse.ENV_KEY})")
+
+
+def signers(args: argparse.Namespace) -> list[dsse.Signer]:
+    """The key of ``signing``, else of $DIFFPROBE_SIGNING_KEY; commands load it before any work, so a
+    bad key fails in a second, not after the probes."""
+    key = getattr(args, "sign", None) or os.environ.get(dsse.ENV_KEY)
+    return [dsse.load_signer(Path(key))] if key else []
 
 
 def path(value: str | None) -> Path | None:

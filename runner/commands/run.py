@@ -12,6 +12,7 @@ from runner.views import summary
 
 
 def cmd_run(args) -> int:
+    signers = options.signers(args)
     pins_path = options.path(args.pins) or pins.default_path()
     p = pins.load(pins_path)
     out = bundle.out_path(args.out, "run")
@@ -46,7 +47,7 @@ def cmd_run(args) -> int:
     out = bundle.write(
         out, kind="run", created_at=started,
         receipts=list({bundle.receipt_name(r): r for r in got.values()}.values()), differentials=diffs, pins_sha256=sha256_file(pins_path),
-        extra={"via": args.via, "fixes": numbers, "repo": repo if args.via == "commits" else None},
+        extra={"via": args.via, "fixes": numbers, "repo": repo if args.via == "commits" else None}, signers=signers,
     )
     summary.differentials(diffs)
     ui.out.print(f"bundle: {out}  (check with: diffprobe verify {out}  or  cd {out} && sha256sum -c {bundle.MANIFEST})")
@@ -62,4 +63,5 @@ def register(sub) -> None:
     p.add_argument("--out", metavar="DIR", help="bundle directory to create (must not exist or be empty)")
     options.probe_options(p)
     options.common(p)
+    options.signing(p)
     p.set_defaults(func=cmd_run)

@@ -13,7 +13,7 @@ from pydantic import BaseModel
 
 from runner import errors
 from runner.commands import pipeline
-from runner.evidence import bundle, catalog, judging, pins, receipts, static
+from runner.evidence import bundle, catalog, dsse, judging, pins, receipts, static
 from runner.evidence.records import Row, SweepRecord, inconclusive_sites
 from runner.evidence.receipts import Differential, Receipt
 from runner.store import specs
@@ -102,7 +102,7 @@ def differentials(probed: list[Probed], p: pins.Pins) -> list[Differential]:
 
 
 def write(target: Path, kind: str, started: str, probed: list[Probed], record: SweepRecord,
-          diffs: list[Differential] = ()) -> Path:
+          diffs: list[Differential] = (), signers: list[dsse.Signer] = ()) -> Path:
     unique = {bundle.receipt_name(r): r for p in probed for r in p.receipts}
     return bundle.write(target, kind=kind, created_at=started, receipts=list(unique.values()), differentials=list(diffs),
-                        pins_sha256=None, extra=record.model_dump(mode="json"))
+                        pins_sha256=None, extra=record.model_dump(mode="json"), signers=signers)

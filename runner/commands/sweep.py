@@ -118,6 +118,7 @@ def _sweep_sources(args, opts: pipeline.Options) -> list[str]:
 
 
 def cmd_sweep(args) -> int:
+    signers = options.signers(args)
     p = pins.load(options.path(args.pins))
     opts = pipeline.options(args, p, options.probe(args))
     target = bundle.out_path(args.out, "sweep")
@@ -142,7 +143,7 @@ def cmd_sweep(args) -> int:
     rows = [pr.row for pr in probed]
     record = SweepRecord(order=order, shard=shard, rows=rows, first_fixed=survey.first_fixed(rows), bisect=path,
                          probe_runs=runs)
-    out = survey.write(target, "sweep", started, probed, record, survey.differentials(probed, p))
+    out = survey.write(target, "sweep", started, probed, record, survey.differentials(probed, p), signers=signers)
     status.print_matrix(record)
     ui.out.print(f"bundle: {out}")
     return survey.exit_code(rows)
@@ -160,4 +161,5 @@ def register(sub) -> None:
     p.add_argument("--out", metavar="DIR", help="bundle directory to create")
     options.probe_options(p, parallel="trees probed in parallel (memory-bounded)")
     options.common(p)
+    options.signing(p)
     p.set_defaults(func=cmd_sweep)

@@ -478,6 +478,7 @@ def _cell(state: SideState) -> str:
 def cmd_upstream_tests(args: argparse.Namespace) -> int:
     if args.timeout <= 0:
         raise BadInput(f"--timeout {args.timeout}: must be a positive number of seconds")
+    signers = options.signers(args)
     read_tests = locate_tests(args.tests, args.head)
     opts = pipeline.options(args, pins.load(options.path(args.pins)), options.probe_of_env(args))
     started = execute.now()
@@ -498,6 +499,7 @@ def cmd_upstream_tests(args: argparse.Namespace) -> int:
         receipts=list({bundle.receipt_name(r): r for r in got}.values()), differentials=[], pins_sha256=None, limits=LIMITS,
         extra={"tests": {"file": test.name, "from": test.origin, "sha256": sha256_bytes(test.data)},
                "base": args.base, "head": args.head, "grading": grading.model_dump(mode="json")},
+        signers=signers,
     )
     show(grading, test)
     ui.out.print(f"bundle: {out}  (check with: diffprobe verify {out})", markup=False)
@@ -515,4 +517,5 @@ def register(sub) -> None:
                    help=f"seconds per side before pytest is killed (default {DEFAULT_TIMEOUT})")
     options.common(p)
     options.env_options(p)
+    options.signing(p)
     p.set_defaults(func=cmd_upstream_tests)

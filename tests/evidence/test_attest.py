@@ -25,6 +25,7 @@ from securesystemslib.dsse import Envelope as SslibEnvelope
 from securesystemslib.exceptions import VerificationError
 from securesystemslib.signer import SSlibKey
 
+from runner import cli
 from runner.errors import BadInput
 from runner.evidence import bundle, catalog, compare, dsse, receipts, statements
 from runner.files import dirhash1, sha256_file
@@ -375,3 +376,83 @@ def test_the_judge_is_named_by_digest_and_a_different_judge_is_not_comparable():
     base = helpers.receipt("0.5.20", [helpers.case("a", bug=True)])
     d = receipts.differential(38935, "t", ["admission"], [("b", base)], [("h", b)], "fix observed")
     assert d.verdict == "inconclusive" and "judge" in d.reasons[0]
+
+
+# --- the command line -----------------------------------------------------------------------------
+
+
+def test_verify_cli_with_key_passes_and_says_who_signed(signed, capsys):
+    root, pub = signed
+    assert cli.main(["verify", str(root), "--key", str(pub)]) == 0
+    assert "every attestation verifies with a given key" in capsys.readouterr().out
+    assert cli.main(["verify", str(root)]) == 0
+    assert "signatures not checked" in capsys.readouterr().out
+
+
+def test_verify_cli_foreign_key_is_exit_1_with_one_line_naming_the_file(signed, tmp_path, capsys):
+    root, _ = signed
+    other_pub = dsse.generate(tmp_path / "other")[1]
+    capsys.readouterr()
+    assert cli.main(["verify", str(root), "--key", str(other_pub)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "attestations/bundle.intoto.json: signed only by key(s) not given" in err[0]
+    assert cli.main(["verify", str(root), "--key", str(tmp_path / "absent.pub")]) == 2
+
+
+def test_unsigned_bundle_verifies_says_so_and_fails_with_a_key(tmp_path, keys, capsys):
+    root = _bundle(tmp_path / "u")
+    assert cli.main(["verify", str(root)]) == 0
+    assert "unsigned" in capsys.readouterr().out
+    assert cli.main(["verify", str(root), "--key", str(tmp_path / "keys" / dsse.PUBLIC_NAME)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "attestations/" in err[0] and "missing" in err[0]
+
+
+def test_attest_cli_signs_and_a_second_key_co_signs(tmp_path, keys):
+    signer, _, _ = keys
+    root = _bundle(tmp_path / "u")
+    assert cli.main(["attest", str(root), "--sign", str(signer.path)]) == 0
+    second_private, second_pub, _ = dsse.generate(tmp_path / "second")
+    assert cli.main(["attest", str(root), "--sign", str(second_private)]) == 0
+    assert _verify(root, second_pub) == [] and _verify(root, tmp_path / "keys" / dsse.PUBLIC_NAME) == []
+    assert len(json.loads((root / "attestations" / "bundle.intoto.json").read_bytes())["signatures"]) == 2
+
+
+def test_keygen_cli_and_the_signing_key_from_the_environment(tmp_path, monkeypatch, capsys):
+    assert cli.main(["keygen", str(tmp_path / "k")]) == 0
+    assert dsse.PUBLIC_NAME in capsys.readouterr().out
+    assert cli.main(["keygen", str(tmp_path / "k")]) == 2
+    root = _bundle(tmp_path / "u")
+    monkeypatch.delenv(dsse.ENV_KEY, raising=False)
+    assert cli.main(["attest", str(root)]) == 2
+    monkeypatch.setenv(dsse.ENV_KEY, str(tmp_path / "k" / dsse.PRIVATE_NAME))
+    assert cli.main(["attest", str(root)]) == 0
+    assert _verify(root, tmp_path / "k" / dsse.PUBLIC_NAME) == []
+    os.chmod(tmp_path / "k" / dsse.PRIVATE_NAME, 0o644)
+    capsys.readouterr()
+    assert cli.main(["attest", str(root)]) == 2
+    assert "group or others" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", [["run"], ["audit", "pypi:sglang==0.5.21"], ["sweep", "pypi:sglang==0.5.21"],
+                                     ["backport", "--pr", "38935", "--onto", "pypi:sglang==0.5.20"],
+                                     ["upstream-tests", "--tests", "t.py", "--base", "pypi:sglang==0.5.20",
+                                      "--head", "pypi:sglang==0.5.21"],
+                                     ["merge", "x"]])
+def test_every_bundle_command_refuses_a_key_others_can_read_before_any_work(tmp_path, keys, command, capsys):
+    signer, _, _ = keys
+    os.chmod(signer.path, 0o644)
+    assert cli.main([*command, "--out", str(tmp_path / "out"), "--sign", str(signer.path)]) == 2
+    assert "group or others" in capsys.readouterr().err and not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_a_signed_audit_of_a_real_release_verifies_here_and_with_a_third_party(tmp_path, keys, cache):
+    signer, public_pem, _ = keys
+    out = tmp_path / "audit"
+    cli.main(["audit", "pypi:sglang==0.5.21", "--out", str(out), "--sign", str(signer.path),
+              "--cache-dir", str(cache.root)])
+    assert _verify(out, tmp_path / "keys" / dsse.PUBLIC_NAME) == []
+    for envelope in (out / "attestations").iterdir():
+        statement = third_party_check(envelope.read_bytes(), public_pem)
+        assert all("dirHash" in s["digest"] and "sha256" in s["digest"] for s in statement["subject"])
