@@ -20,6 +20,7 @@ Mapping (README, "Signed attestations"):
 from __future__ import annotations
 
 import base64
+import binascii
 from typing import Any, Literal
 
 import orjson
@@ -38,9 +39,18 @@ def digests(source: Source) -> dict[str, str]:
     """Every digest that names what a receipt observed (in-toto DigestSet keys)."""
     if source.kind in ("server", "model"):
         return {"sha256": source_key(source)}  # of the identity's canonical JSON: all there is to name
-    found = {"sha256": source.artifact_sha256, "gitCommit": source.commit,
-             "dirHash": base64.b64decode(source.tree_digest.removeprefix("h1:")).hex()}
+    found = {"sha256": source.artifact_sha256, "gitCommit": source.commit, "dirHash": dirhash_hex(source.tree_digest)}
     return {k: v for k, v in found.items() if v}
+
+
+def dirhash_hex(tree_digest: str) -> str | None:
+    """in-toto's ``dirHash`` (lowercase hex) of an ``h1:`` tree digest; None for one that is not a
+    well-formed sha256 (a hand-edited receipt: its Statement then names the tree by its other digests)."""
+    try:
+        raw = base64.b64decode(tree_digest.removeprefix("h1:"), validate=True)
+    except binascii.Error:
+        return None
+    return raw.hex() if tree_digest.startswith("h1:") and len(raw) == 32 else None
 
 
 def subject(source: Source) -> dict[str, Any]:

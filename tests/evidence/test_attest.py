@@ -201,6 +201,12 @@ def test_subject_is_the_tree_by_every_digest_and_dirhash_is_the_spec_command(tmp
     assert subject["name"] == tree.source
 
 
+@pytest.mark.parametrize("digest", ["h1:!!", "h1:", "sha256:abc", "h1:" + base64.b64encode(b"short").decode()])
+def test_a_tree_digest_that_is_not_h1_sha256_leaves_dirhash_out_instead_of_failing(digest):
+    tree = helpers.tree("0.5.21").model_copy(update={"tree_digest": digest})
+    assert statements.digests(tree) == {"sha256": "c" * 64}
+
+
 def test_cases_map_to_passed_failed_and_never_to_passed_when_not_observed():
     clean = helpers.receipt("0.5.21", [helpers.case("a"), helpers.case("g", role="guard")])
     predicate = _statement(clean)["predicate"]
