@@ -39,6 +39,36 @@ SIGNATURES = [
         "cannot be told from the option alone",
     ),
     Signature(
+        id="deferred-release-timeout", prs=[41023],
+        what="how long decode holds an aborted transfer's pages before releasing them without a drain "
+        "acknowledgement (SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE_TIMEOUT, seconds)",
+        file="sglang/srt/environ.py",
+        pattern=r"(?m)^\s*SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE_TIMEOUT\s*=\s*EnvFloat\((?P<default>[\d.]+)\)",
+    ),
+    Signature(
+        id="deferred-release-backends", prs=[41023],
+        what="transfer backends whose connection implements deferred release, the only ones it applies to "
+        "(supports_deferred_decode_kv_release = True, or, before that flag, a backend reading "
+        "enable_deferred_decode_kv_release; the backend is the folder of each file listed)",
+        file="sglang/srt/disaggregation",
+        pattern=r"(?m)^\s*supports_deferred_decode_kv_release\s*(?::\s*bool\s*)?=\s*True"
+        r"|^\s*(?:if|elif)\b.*\bself\.enable_deferred_decode_kv_release\b",
+    ),
+    Signature(
+        id="mooncake-batch-limit", prs=[],
+        what="Mooncake transfer batch limit (SGLANG_MOONCAKE_MAX_TRANSFER_BATCH_INDICES; 0 sends one "
+        "synchronous all-layer batch per transfer, however long)",
+        file="sglang/srt/environ.py",
+        pattern=r"(?m)^\s*SGLANG_MOONCAKE_MAX_TRANSFER_BATCH_INDICES\s*=\s*EnvInt\((?P<default>\d+)\)",
+    ),
+    Signature(
+        id="kv-canary", prs=[],
+        what="KV cache canary option (--kv-canary none|log|raise): verifies what decode reads from the pool",
+        file="sglang/srt",  # declared in server_args.py or, in later trees, arg_groups/fields/
+        pattern=r"(?s)^\s*kv_canary\s*:\s*(?:str|A\[.*?\])\s*=\s*\"(?P<default>\w+)\"",
+        caveat="counts only where the device has the canary kernels or CUDA graphs are off for decode; logs must show it ran",
+    ),
+    Signature(
         id="drain-ack", prs=[40645, 41402],
         what="drain acknowledgement of aborted transfers (_maybe_ack_drained_abort)",
         file="sglang/srt/disaggregation",
@@ -71,10 +101,11 @@ def scan(root: Path) -> list[Finding]:
         evidence, default = [], None
         for path in _files(root, sig.file):
             text = path.read_text(errors="replace")
-            for m in pattern.finditer(text):
+            for m in pattern.finditer(text):  # the first match of each file: which files, not how often
                 line = text.count("\n", 0, m.start()) + 1
                 evidence.append(f"{path.relative_to(root).as_posix()}:{line}: {m.group(0).strip().splitlines()[0][:120]}")
                 default = default or m.groupdict().get("default")
+                break
         findings.append(Finding(id=sig.id, prs=sig.prs, what=sig.what, present=bool(evidence), default=default,
                                 evidence=evidence[:10], caveat=sig.caveat))
     return findings
