@@ -12,13 +12,13 @@ from typing import NoReturn
 
 from runner import __version__, errors, ui
 from runner.commands import (
-    attest, audit, backport, compare, env, gate, gc, keygen, merge, model, mutate, report, resolve, run, sweep,
+    accept, attest, audit, backport, compare, env, gate, gc, keygen, merge, model, mutate, report, resolve, run, sweep,
     upstream_tests, verify,
 )
 
 # One module per command, each with ``register(subparsers)``; the order is the order of ``--help``.
-COMMANDS = [resolve, env, run, verify, compare, model, gate, report, audit, sweep, merge, upstream_tests, backport, mutate, gc,
-            keygen, attest]
+COMMANDS = [resolve, env, run, verify, compare, model, gate, report, audit, sweep, merge, upstream_tests, backport, accept,
+            mutate, gc, keygen, attest]
 
 
 class _Parser(argparse.ArgumentParser):
