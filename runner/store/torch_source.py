@@ -97,7 +97,8 @@ def install(python: Path, requirement: str, sources: list[TorchSource], log_dir:
             run_logged([str(python), "-m", "pip", *argv, "--report", str(report)],
                        step=f"install {requirement} from {describe(source)}", log=log_dir / f"torch-{n}.log", env=env)
         except Infrastructure as e:
-            failures.append(f"{describe(source)}: {e.message}")
+            why = next((line.strip() for line in reversed((e.detail or "").splitlines()) if "ERROR" in line), e.message)
+            failures.append(f"{describe(source)}: {why} (log: {log_dir / f'torch-{n}.log'})")
             continue
         item = json.loads(report.read_text())["install"][0]
         version = item["metadata"]["version"]
