@@ -37,7 +37,8 @@ from runner.store.procs import run_logged
 from runner.store.seal import seal
 from runner.store import torch_source
 from runner.store.torch_source import TorchRecord, TorchSource
-from runner.store.sources import PKG, WHEEL_TAG, Tree
+from runner.store.pypi import WHEEL_TAG
+from runner.store.trees import PKG, Tree
 from runner.standins.diffprobe_standins import STANDINS as STANDIN_MODULES
 
 LOCK = Path(__file__).resolve().parents[1] / "data" / "cpu-lock.txt"

@@ -1,0 +1,101 @@
+"""``pypi:sglang==VERSION``: the release wheel, downloaded without dependencies and checked
+against its pin; only its ``sglang/`` is unpacked into the tree store."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import sys
+import zipfile
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from runner import ui
+from runner.errors import BadInput, Infrastructure
+from runner.files import building_dir, sha256_file
+from runner.store import specs, trees
+from runner.store.cache import Store, read_model, write_model
+from runner.store.procs import run_logged
+from runner.store.trees import PKG, Tree, TreeIdentity
+
+# Release wheels are the only artifacts of recent releases and are built for this tag alone.
+WHEEL_TAG = ("cp", "311", "cp311", "manylinux_2_34_x86_64")
+
+
+class _Download(BaseModel):
+    artifact: str  # the wheel's file name inside the download entry
+    sha256: str
+
+
+def resolve(spec: specs.PypiSpec, cache: Store, pinned: str | None) -> Tree:
+    index_path = cache.index("pypi", spec.version)
+    hit = trees.from_index(cache, index_path)
+    if hit is None or (pinned and hit[0].artifact_sha256 != pinned):
+        wheel = _download(spec, cache, pinned)
+        root, stamp = trees.store(cache, lambda scratch: _unpack(wheel, scratch))
+        entry = trees.Index(tree_digest=stamp.tree_digest, artifact=wheel.name, artifact_sha256=sha256_file(wheel))
+        write_model(index_path, entry)
+        hit = (entry, root, stamp)
+    entry, root, stamp = hit
+    identity = TreeIdentity(
+        kind="pypi", source=str(spec), version=spec.version, artifact=entry.artifact,
+        artifact_sha256=entry.artifact_sha256, tree_digest=stamp.tree_digest, files=stamp.files,
+    )
+    return Tree(identity, root)
+
+
+def _download(spec: specs.PypiSpec, cache: Store, pinned: str | None) -> Path:
+    """The release wheel, from the artifact cache or the package index, checked against the pin.
+
+    A cached wheel counts only if it still has the sha256 its stamp recorded at download time: a
+    truncated or altered wheel is downloaded again (with a warning), never unpacked.
+    """
+    final = cache.download(f"{PKG}-{spec.version}")
+    if final.exists():
+        stamp = read_model(final / "download.json", _Download)
+        wheel = final / Path(stamp.artifact).name if stamp else final
+        if stamp and wheel.is_file() and sha256_file(wheel) == stamp.sha256 == (pinned or stamp.sha256):
+            cache.used(final)
+            return wheel
+        why = "does not match its pinned sha256" if stamp and stamp.sha256 != (pinned or stamp.sha256) else "is damaged (stamp or sha256)"
+        ui.warn(f"cached download {final} {why}; downloading again")
+        shutil.rmtree(final)
+    with building_dir(final) as scratch, ui.step(f"download {spec}") as advance:
+        py, impl, abi, platform = WHEEL_TAG
+        argv = [
+            sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
+            "--only-binary=:all:", "--implementation", py, "--python-version", impl, "--abi", abi,
+            "--platform", platform, "-d", str(scratch), f"{PKG}=={spec.version}",
+        ]
+        try:
+            run_logged(argv, step=f"download {spec}", log=cache.log(f"download-{spec.version}.log"),
+                       on_line=lambda line: advance(line[:60]))
+        except Infrastructure as e:
+            if e.detail and re.search(r"No matching distribution|Could not find a version", e.detail):
+                raise BadInput(f"{spec}: no such release of {PKG} on the package index") from None
+            raise
+        got = sorted(scratch.glob("*.whl"))
+        if len(got) != 1:
+            raise Infrastructure(f"download {spec}: expected one wheel, got {[p.name for p in got]}")
+        actual = sha256_file(got[0])
+        if pinned and actual != pinned:
+            raise Infrastructure(f"{spec}: downloaded {got[0].name} has sha256 {actual}, pinned {pinned}; refusing it")
+        write_model(scratch / "download.json", _Download(artifact=got[0].name, sha256=actual))
+    return final / got[0].name
+
+
+def _unpack(wheel: Path, scratch: Path) -> None:
+    """Only the package directory, and never a member that would land outside it."""
+    try:
+        with zipfile.ZipFile(wheel) as zf:
+            for member in zf.infolist():
+                name = member.filename
+                if not name.startswith(f"{PKG}/") or member.is_dir():
+                    continue
+                parts = Path(name).parts
+                if Path(name).is_absolute() or ".." in parts:
+                    raise Infrastructure(f"{wheel.name}: refusing archive member {name!r} outside the package")
+                zf.extract(member, scratch)
+    except zipfile.BadZipFile as e:
+        raise Infrastructure(f"{wheel.name}: corrupt wheel ({e})") from None
