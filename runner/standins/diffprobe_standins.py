@@ -268,6 +268,13 @@ class _Finder(importlib.abc.MetaPathFinder):
         return importlib.machinery.ModuleSpec(fullname, _Loader(), is_package=True)
 
 
+# Everything this module may serve, as an environment stamp records it: modules, then moved queries.
+DECLARED = {
+    **STANDINS,
+    **{f"torch._C._cpu.{name}": f"moved in torch 2.13; answered by torch._C._cpu._get_cpu_capability()['{feature}']"
+       for name, feature in TORCH_MOVED.items()},
+}
+
 _moved_called: set[str] = set()
 
 

@@ -39,7 +39,7 @@ from runner.store import torch_source
 from runner.store.torch_source import TorchRecord, TorchSource
 from runner.store.pypi import WHEEL_TAG
 from runner.store.trees import PKG, Tree
-from runner.standins.diffprobe_standins import STANDINS as STANDIN_MODULES
+from runner.standins.diffprobe_standins import DECLARED as DECLARED_STANDINS, STANDINS as STANDIN_MODULES
 
 LOCK = Path(__file__).resolve().parents[1] / "data" / "cpu-lock.txt"
 STANDINS = Path(__file__).resolve().parents[1] / "standins" / "diffprobe_standins.py"
@@ -292,7 +292,7 @@ def _env(tree: Tree, cache: Store, interp: Interpreter, torch: list[TorchSource]
         stamp = EnvStamp(
             format=ENV_FORMAT, key=key, tree_digest=tree.identity.tree_digest, layer_key=layer_stamp.key,
             lock_sha256=layer_stamp.lock_sha256, interpreter=interp,
-            standins=StandinRecord(declared=STANDIN_MODULES, sha256=standins_sha, tree_lacks=_tree_lacks(tree)),
+            standins=StandinRecord(declared=DECLARED_STANDINS, sha256=standins_sha, tree_lacks=_tree_lacks(tree)),
             notes=_notes(tree, interp), seal=seal(scratch, exclude=STAMPS),
         )
         write_model(scratch / "env.json", stamp)
