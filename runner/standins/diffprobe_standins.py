@@ -9,12 +9,13 @@ Names are declared in ``STANDINS`` (top-level package -> why); ``runner.envs`` r
 list in the environment's stamp, so nothing here is silent.
 
 A stand-in answers as a machine without a GPU answers, or raises. GPU kernel libraries that such
-a machine lacks (``_ONLY_UNGUARDED``) stay absent to an import inside ``try``, which is ready for
+a machine lacks (``_GPU_LIBRARIES``) stay absent to an import inside ``try``, which is ready for
 that; an import that would crash its module outright (old releases on any machine without CUDA)
 is served, and every kernel raises ``Unavailable`` when called. Once served, a module is in
 ``sys.modules``, so a later guarded import of that same module finds it (its submodules stay
-absent); the stand-ins a run touched are listed in its receipt. Private torch queries that older trees call under names torch has since moved
-(``TORCH_MOVED``) get torch's own answer from its new place, never a value of ours.
+absent); the stand-ins a run touched are listed in its receipt. Private torch queries that older
+trees call under names torch has since moved (``TORCH_MOVED``) get torch's own answer from its new
+place, never a value of ours.
 """
 
 from __future__ import annotations
@@ -32,18 +33,16 @@ STANDINS = {
     "sglang.srt.mem_cache.rust_tree_core": "compiled Rust module, present in release wheels, absent in git trees",
     "sgl_kernel": "SGLang's CUDA kernel library (sgl-kernel/sglang-kernel, required by every release); its CUDA "
                   "build fails to import beside CPU torch: served only to imports not ready for its absence "
-                  "(0.5.5-0.5.10 kvcacheio, 0.4.5.post2 awq), every kernel raises when called",
+                  "(awq in 0.4.5.x, kvcacheio in 0.5.x up to 0.5.10), every kernel raises when called",
     "vllm": "vLLM, which 0.4.5.post2-0.4.9 import unguarded on a machine without CUDA (custom ops, activation "
             "layers): served only to such imports, every op raises when called",
 }
 
-# Kernel libraries: their lower-case names are kernels, which raise when called (no value of ours).
-_KERNEL_LIBRARIES = ("sgl_kernel", "vllm")
-
-# Stand-ins that a CPU-only machine does not have: code that imports them inside ``try`` (or
-# ``with``) is ready for their absence and gets it (ModuleNotFoundError), as on that machine;
-# only an import that would crash the module outright is served.
-_ONLY_UNGUARDED = ("sgl_kernel", "vllm")
+# GPU libraries a CPU-only machine does not have: code that imports them inside ``try`` (or
+# ``with``) is ready for their absence and gets it (ModuleNotFoundError), as on that machine; only
+# an import that would crash its module outright is served. Their lower-case names are kernels,
+# which raise when called (no value of ours).
+_GPU_LIBRARIES = ("sgl_kernel", "vllm")
 
 # Old private torch CPU queries -> the capability torch now reports for the same cpuinfo bit
 # (torch 2.13 dropped ``torch._C._cpu._is_<feature>_supported`` for ``_get_cpu_capability()``).
@@ -213,7 +212,7 @@ class _StandinModule(types.ModuleType):
         # isinstance(x, triton.JITFunction)), so they must be real classes.
         if attr[:1].isupper():
             value = _StandinMeta(attr, (_Kernel,), {"__module__": self.__name__})
-        elif self.__name__.split(".", 1)[0] in _KERNEL_LIBRARIES:
+        elif self.__name__.split(".", 1)[0] in _GPU_LIBRARIES:
             value = _Op(f"{self.__name__}.{attr}")
         else:
             value = _Value(f"{self.__name__}.{attr}")
@@ -263,7 +262,7 @@ class _Finder(importlib.abc.MetaPathFinder):
         name = _declared(fullname)
         if name is None:
             return None
-        if fullname.split(".", 1)[0] in _ONLY_UNGUARDED and _guarded():
+        if fullname.split(".", 1)[0] in _GPU_LIBRARIES and _guarded():
             return None
         return importlib.machinery.ModuleSpec(fullname, _Loader(), is_package=True)
 
