@@ -249,18 +249,9 @@ def _guarded() -> bool:
     return any(entry.start <= frame.f_lasti < entry.end for entry in parse(frame.f_code))
 
 
-def _declared(fullname: str) -> str | None:
-    """The declared stand-in covering ``fullname``, or its parent package when one is declared below it."""
-    for name in STANDINS:
-        if fullname == name or fullname.startswith(name + ".") or name.startswith(fullname + "."):
-            return name
-    return None
-
-
 class _Finder(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname, path=None, target=None):
-        name = _declared(fullname)
-        if name is None:
+        if not any(fullname == root or fullname.startswith(root + ".") for root in STANDINS):
             return None
         if fullname.split(".", 1)[0] in _GPU_LIBRARIES and _guarded():
             return None

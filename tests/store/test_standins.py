@@ -156,6 +156,16 @@ def test_a_real_module_always_wins(tmp_path):
     assert out == {"real": True, "marked": []}
 
 
+def test_a_missing_parent_of_a_declared_standin_stays_missing():
+    # sglang.srt.rust_extensions is declared; sglang itself must never be served (a tree that is
+    # not on the path must fail to import, not import a stand-in).
+    out = run(
+        "try:\n    import sglang\nexcept ModuleNotFoundError:\n    out['missing'] = True\n"
+        "try:\n    import sglang.srt.rust_extensions\nexcept ModuleNotFoundError:\n    out['child'] = 'missing'\n"
+    )
+    assert out == {"missing": True, "child": "missing"}
+
+
 def test_undeclared_modules_stay_missing():
     out = run(
         "try:\n"
