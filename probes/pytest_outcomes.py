@@ -1,22 +1,30 @@
 """Run one pytest file inside a tree's environment and record each test's and subtest's outcome.
 
-    <env python> -I -B /abs/probes/pytest_outcomes.py --out FILE TEST_FILE
+    <env python> -I /abs/probes/pytest_outcomes.py --out FILE [--root DIR] TEST_FILE
 
-The entry point of ``diffprobe upstream-tests``. pytest (the shared layer's) runs with
-:class:`Recorder` handed over as a plugin *object*: nothing is loaded by name, and the directory
-that holds ``probes/`` never reaches ``sys.path`` (the harness, whose helpers this reuses, is loaded
-by file location too). Standard library and pytest only; the tree's ``sglang`` is whatever the test
-file imports.
+The entry point of ``diffprobe upstream-tests``. pytest (the shared layer's) runs as a plain
+``pytest TEST_FILE`` would (same options, same verbosity, so the same outcomes and the same summary
+line), with :class:`Recorder` handed over as a plugin *object*: nothing is loaded by name, and the
+directory that holds ``probes/`` never reaches ``sys.path`` (the harness, whose helpers this reuses,
+is loaded by file location too). Standard library and pytest only; the tree's ``sglang`` is whatever
+the test file imports. Each outcome is the one pytest reports, read after pytest's own hooks had
+their say (a test whose ``subtests`` failed is turned into a failure by pytest itself; a unittest
+test whose ``subTest`` blocks failed stays passed, its subtests failed).
 
 Why attribute failures: an upstream test's stubs stand in for SGLang's collaborators, and an old
 tree can fall through to a stub the test never meant it to reach. So every exception says where it
 came from (``origin``): ``stub`` (an ``AttributeError`` on a ``SimpleNamespace``, a mock or an object
-of a class the test file defines, or anything raised inside ``unittest.mock``), else the innermost
-frame's owner: ``sglang`` (the tree's files), ``test`` (the test file), ``other``. ``assertion``
-is true only for the test's own verdict: an ``AssertionError`` or ``pytest.fail`` raised by the test
-file or a mock's ``assert_*`` -- never an ``assert`` inside SGLang.
+of a class the test's files define, or anything raised inside ``unittest.mock``); ``environment``
+(a module that is neither the tree's nor the test directory's cannot be imported: the environment
+lacks it, whoever imported it; ``module`` names it); else the innermost frame's owner: ``sglang``
+(the tree's files), ``test`` (the test file, its ``conftest.py`` files and helper modules:
+everything under the rootdir ``--root``, by default the file's directory), ``other``. A file is the
+tree's when its path as Python imported it lies under the tree's root as Python finds it (no
+symlink resolved on either side: an environment imports the tree through an overlay of symlinks).
+``assertion`` is true only for the test's own verdict: an ``AssertionError`` or ``pytest.fail``
+raised by the test's files or a mock's ``assert_*`` -- never an ``assert`` inside SGLang.
 
-The file (``diffprobe.pytest-outcomes/1``) is rewritten atomically as each test starts and ends, so
+The file (``diffprobe.pytest-outcomes/2``) is rewritten atomically as each test starts and ends, so
 a run killed at its deadline still says what finished and what was running.
 """
 
@@ -36,7 +44,7 @@ from typing import Any
 
 import pytest
 
-SCHEMA = "diffprobe.pytest-outcomes/1"
+SCHEMA = "diffprobe.pytest-outcomes/2"
 HERE = os.path.dirname(os.path.abspath(__file__))
 MOCK_FILE = os.path.abspath(unittest.mock.__file__)
 MESSAGE_LIMIT = 300
@@ -59,9 +67,10 @@ from probes.case import Places  # noqa: E402  (importable only once the harness 
 class Recorder:
     """The pytest plugin: per test and per subtest, the outcome and an attributed exception."""
 
-    def __init__(self, out: str, test_file: str) -> None:
+    def __init__(self, out: str, test_file: str, root: str | None = None) -> None:
         self.out = out
-        self.test_file = os.path.realpath(test_file)
+        self.test_file = os.path.abspath(test_file)
+        self.test_dir = os.path.abspath(root or os.path.dirname(self.test_file))
         self.places = Places(sglang_root=harness.find_sglang_root(), probes_dir=HERE)
         self.open: dict[str, dict[str, Any]] = {}  # nodeid -> the record being assembled
         self.subtest_names: Counter[str] = Counter()
@@ -78,6 +87,7 @@ class Recorder:
             "collection_errors": [],
             "running": None,
             "results": [],
+            "summary": [],
             "materials": {},
             "standins": [],
         }
@@ -119,7 +129,10 @@ class Recorder:
         self.doc["running"] = nodeid
         self.save()
 
+    @pytest.hookimpl(trylast=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """After pytest's own hooks: its terminal reporter turns a passed test with failed
+        ``subtests`` into a failure while reporting it, and that is the outcome pytest gives."""
         record = self.open.setdefault(report.nodeid, _test_record(report.nodeid))
         if getattr(report, "context", None) is not None:  # pytest's subtests and unittest's subTest
             self.subtest(record, report)
@@ -127,10 +140,10 @@ class Recorder:
         record["duration_ms"] += int(report.duration * 1000)
         if record["outcome"] not in (None, "passed", "xpassed"):
             return  # the first failing phase is the one that counts
-        # pytest may already have turned a passing body with failed subtests into a failure
-        if report.failed and (hasattr(report, "diffprobe_exception") or not record["failed_subtests"]):
+        if report.failed:
+            through_subtests = not hasattr(report, "diffprobe_exception") and record["failed_subtests"]
             record.update(outcome="failed" if report.when == "call" else "error", phase=report.when,
-                          exception=self.exception(report))
+                          exception=None if through_subtests else self.exception(report))
         elif report.skipped:
             record.update(phase=report.when, **_skipped(report))
         elif report.when == "call":
@@ -139,15 +152,15 @@ class Recorder:
     def pytest_runtest_logfinish(self, nodeid: str) -> None:
         record = self.open.pop(nodeid)
         subtests = record.pop("subtests")
-        if record["outcome"] == "passed" and record["failed_subtests"]:
-            record["outcome"] = "failed"  # as pytest reports it: "contains N failed subtests"
         self.doc["results"] += [record, *subtests]
         self.doc["running"] = None
         self.save()
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         root, modules = self.places.sglang_root, list(sys.modules)
-        self.doc.update(complete=True, exit_status=int(exitstatus),
+        terminal = session.config.pluginmanager.get_plugin("terminalreporter")
+        summary = [text for text, _ in terminal.build_summary_stats_line()[0]] if terminal else []
+        self.doc.update(complete=True, exit_status=int(exitstatus), summary=summary,
                         materials=harness.materials(root, harness.imported_files(root, modules)),
                         standins=sorted(harness.standins_among(modules)))
         self.save()
@@ -174,34 +187,71 @@ class Recorder:
         """The attributed exception, or for a failure without one (a strict XPASS) its report line."""
         return getattr(report, "diffprobe_exception", None) or {
             "type": "Failed", "message": self.clean(str(report.longrepr)), "origin": "other", "assertion": False,
-            "frame": None,
+            "frame": None, "module": None, "raised_as": None,
         }
 
     def describe(self, exc: BaseException) -> dict[str, Any]:
-        origin = self.origin(exc)
-        verdict = isinstance(exc, (AssertionError, pytest.fail.Exception)) and origin in ("test", "stub")
+        """The failure, told by the exception that started it.
+
+        An exception raised while handling another (``raise ... from e``, or any raise in an
+        ``except`` block) is a consequence unless it is the test's own verdict (``self.fail`` in
+        a handler): CustomTestCase's retry wrapper, say, turns every failure of a test body into
+        ``Exception: retry() exceed maximum number of retries.``. Then the first exception of
+        the chain is described, and ``raised_as`` keeps what pytest shows.
+        """
+        shown, raised_as = exc, None
+        origin, module = self.origin(exc)
+        while not _verdict(exc, origin) and _chained(exc) is not None:
+            exc = _chained(exc)
+            origin, module = self.origin(exc)
+        if exc is not shown:
+            raised_as = self.clean(f"{type(shown).__name__}: {shown}")
         frames = [(f.f_code.co_filename, line, f.f_code.co_name) for f, line in _frames(exc)]
         return {
             "type": type(exc).__name__,
             "message": self.clean(str(exc)) or type(exc).__name__,
             "origin": origin,
-            "assertion": verdict,
+            "assertion": _verdict(exc, origin),
             "frame": self.spot(*frames[-1]) if frames else None,
+            "module": module,
+            "raised_as": raised_as,
         }
 
-    def origin(self, exc: BaseException) -> str:
-        """``stub``, ``sglang``, ``test`` or ``other``: see the module docstring."""
+    def origin(self, exc: BaseException) -> tuple[str, str | None]:
+        """``(origin, missing module)``: see the module docstring."""
         if isinstance(exc, AttributeError) and self.is_stub(getattr(exc, "obj", None)):
-            return "stub"
+            return "stub", None
+        missing = self.missing_module(exc)
+        if missing:
+            return "environment", missing
         for frame, _ in reversed(_frames(exc)):
-            path = os.path.realpath(frame.f_code.co_filename)
+            path = os.path.abspath(frame.f_code.co_filename)
             if path == MOCK_FILE:
-                return "stub"
-            if self.places.sglang_root and path.startswith(os.path.realpath(self.places.sglang_root) + os.sep):
-                return "sglang"
-            if path == self.test_file:
-                return "test"
-        return "other"
+                return "stub", None
+            if self.in_tree(path):
+                return "sglang", None
+            if _inside(path, self.test_dir):
+                return "test", None
+        return "other", None
+
+    def in_tree(self, path: str) -> bool:
+        return bool(self.places.sglang_root) and _inside(path, os.path.abspath(self.places.sglang_root))
+
+    def missing_module(self, exc: BaseException) -> str | None:
+        """The module an ``ImportError`` could not find when it is neither the tree's (a tree
+        lacking a module of its own is the tree's business) nor one of the test directory's."""
+        name = getattr(exc, "name", None) if isinstance(exc, ImportError) else None
+        if not isinstance(name, str) or not name:
+            return None
+        top = name.split(".", 1)[0]
+        if top == "sglang" or top in sys.builtin_module_names:
+            return None
+        places = {self.test_dir, os.path.dirname(self.test_file)}
+        if any(os.path.exists(os.path.join(d, top + ".py")) or os.path.isdir(os.path.join(d, top)) for d in places):
+            return None
+        if isinstance(exc, ModuleNotFoundError) or top not in sys.modules:
+            return name
+        return None  # "cannot import name X from Y": Y imported, it lacks X (its version, not its absence)
 
     def is_stub(self, obj: Any) -> bool:
         if isinstance(obj, (types.SimpleNamespace, unittest.mock.NonCallableMock)):
@@ -209,17 +259,17 @@ class Recorder:
         cls = obj if isinstance(obj, type) else type(obj)
         module = sys.modules.get(cls.__module__)
         path = getattr(module, "__file__", None)
-        return isinstance(path, str) and os.path.realpath(path) == self.test_file
+        return isinstance(path, str) and _inside(os.path.abspath(path), self.test_dir)
 
     def spot(self, path: str, line: int, func: str) -> str:
-        if os.path.realpath(path) == self.test_file:
-            return f"{os.path.basename(path)}:{line} in {func}"
+        if _inside(os.path.abspath(path), self.test_dir):
+            return f"{os.path.relpath(os.path.abspath(path), self.test_dir)}:{line} in {func}"
         return self.places.spot(path, line, func)
 
     def clean(self, text: str) -> str:
         """First line, without what differs between runs (addresses, mock ids, where files live)."""
         line = text.strip().splitlines()[0] if text.strip() else ""
-        for root in (os.path.dirname(self.test_file), self.places.sglang_root):
+        for root in (self.test_dir, self.places.sglang_root):
             line = line.replace(root + os.sep, "") if root else line
         line = re.sub(r"0x[0-9a-fA-F]+", "0x…", line)
         line = re.sub(r"id='\d+'", "id='…'", line)
@@ -237,6 +287,20 @@ def _record(nodeid: str, parent: str | None) -> dict[str, Any]:
 def _test_record(nodeid: str) -> dict[str, Any]:
     """A test's record, with its subtests held back until the test ends (they follow it)."""
     return {**_record(nodeid, None), "subtests": []}
+
+
+def _verdict(exc: BaseException, origin: str) -> bool:
+    """The test's own assertion: raised by the test's files or a mock's ``assert_*``."""
+    return isinstance(exc, (AssertionError, pytest.fail.Exception)) and origin in ("test", "stub")
+
+
+def _chained(exc: BaseException) -> BaseException | None:
+    """The exception ``exc`` was raised while handling, unless the raise said ``from None``."""
+    return exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)
+
+
+def _inside(path: str, root: str) -> bool:
+    return path.startswith(root + os.sep)
 
 
 def _frames(exc: BaseException) -> list[tuple[types.FrameType, int]]:
@@ -268,11 +332,13 @@ def _doc_line(item: pytest.Item) -> str | None:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description="Run one pytest file and record every outcome.")
     parser.add_argument("--out", required=True)
+    parser.add_argument("--root", help="pytest's rootdir, holding the test's conftest.py files (default: its directory)")
     parser.add_argument("test_file")
     args = parser.parse_args(argv)
-    recorder = Recorder(args.out, args.test_file)
-    rootdir = os.path.dirname(os.path.abspath(args.test_file))
-    pytest.main([args.test_file, "-q", "-p", "no:cacheprovider", "--rootdir", rootdir], plugins=[recorder])
+    recorder = Recorder(args.out, args.test_file, args.root)
+    rootdir = recorder.test_dir
+    # as a plain ``pytest TEST_FILE`` run there (no -q: verbosity decides what pytest counts)
+    pytest.main([args.test_file, "-p", "no:cacheprovider", "--rootdir", rootdir], plugins=[recorder])
     return 0 if recorder.doc["complete"] else 1
 
 

@@ -23,6 +23,7 @@ from rich.markup import escape as rich_escape
 from rich.table import Table
 
 from runner import errors, ui
+from runner.commands import upstream_tests
 from runner.evidence import bundle, judging, receipts
 from runner.files import sha256_file, write_atomic
 from runner.evidence.observations import Case
@@ -456,12 +457,15 @@ def show(ev: Evidence) -> None:
             f"[green]✓ verified[/] ({len(ev.receipts)} receipts, {len(ev.fixes)} differentials)")
     for fix in ev.fixes:
         _show_fix(ev, fix)
-    steps = Table("step", "evidence", "backed by / found", title="The incident's seven steps", title_justify="left")
-    for f in (assess(s, ev.fixes) for s in STEPS):
-        refs = [f"#{b.fix.judged.fix} {b.transition.probe}/{b.transition.case}: bug → clean" for b in f.backing]
-        steps.add_row(f"{f.step.number}. {_t(f.step.text)}", f"[{_level_style(f.level)}]{f.level}[/]",
-                      _t("; ".join(refs + f.found) or f.step.beyond))
-    o.print(steps)
+    if ev.index.kind == upstream_tests.PROBE_ID:  # graded per test and subtest, not by the incident's steps
+        upstream_tests.show_bundle(ev.index.extra)
+    else:
+        steps = Table("step", "evidence", "backed by / found", title="The incident's seven steps", title_justify="left")
+        for f in (assess(s, ev.fixes) for s in STEPS):
+            refs = [f"#{b.fix.judged.fix} {b.transition.probe}/{b.transition.case}: bug → clean" for b in f.backing]
+            steps.add_row(f"{f.step.number}. {_t(f.step.text)}", f"[{_level_style(f.level)}]{f.level}[/]",
+                          _t("; ".join(refs + f.found) or f.step.beyond))
+        o.print(steps)
     _show_matrix(ev)
     o.print("[bold]not tested[/] (this bundle's limits):")
     for limit in limits(ev.index):

@@ -5,16 +5,19 @@ AttributeError and 1 ValueError raised on a test stub, not 7 failed assertions. 
 means nothing until it says which. So each side runs the file in its own tree's environment
 (``probes/pytest_outcomes.py``: ``python -I``, scrubbed environment, private HOME, no network
 where the OS allows, a deadline), every test and subtest gets an outcome, and every failure an
-exception type, an origin (``stub``, ``test`` file, the tree's ``sglang``, ``other``) and whether
-it was the test's own assertion.
+exception type, an origin (``stub``, ``test`` files, the tree's ``sglang``, ``environment``,
+``other``) and whether it was the test's own assertion.
 
 Grading, per test or subtest id, as SWE-bench's harness does: passed = pytest's passed, xpassed or
 xfailed; failed = failed or error (any phase), or killed at the deadline or by a crash while
 running; *never ran* = skipped, not collected on that side (a collection error included), or not
 reached before the deadline. ``fail-to-pass``, ``pass-to-pass``, ``pass-to-fail``, ``fail-to-fail``
 need both sides to have run; anything else is ``never ran``, which is never counted as passed.
-Exit 0 only when head collected, no test fails at head, no test that ran at base is missing at head,
-and at least one test passed at head; 1 otherwise.
+Failing grades are split by cause (the test's own assertion, or the failure's origin), and a test
+that falls through to its own stand-ins at head is inconclusive, never a regression nor a missing
+fix. Exit 0 only when head collected, no test fails at head, no test that ran at base is missing at
+head, and at least one test passed at head; 1 otherwise; 3 when a module is missing from an
+environment (the test is not at fault). Files and layout: ``upstream_layout``.
 
 Receipts use the common case vocabulary (``docs/probe-contract.md``) and never call a harness gap
 a behaviour. Each test or subtest is one case, role ``bug``: an upstream test exists to catch a
@@ -54,6 +57,8 @@ from runner.files import sha256_bytes, sha256_file
 from runner.evidence.materials import rederive
 from runner.evidence.observations import Case, CaseError, ImportResult
 from runner.evidence.receipts import ProbeRef, Receipt
+from runner.commands import upstream_layout
+from runner.commands.upstream_layout import UpstreamFile
 
 PROBE_ID, PLUGIN = catalog.UPSTREAM_TESTS
 DEFAULT_TIMEOUT = 900
@@ -62,16 +67,23 @@ LIMITS = [
     "CPU only: an upstream test file run against pinned SGLang trees, not a served model; no GPU, no RDMA",
     "the test's own stubs and mocks stand in for SGLang's collaborators: a failure raised on a stub says the "
     "test fell through to it, not how SGLang behaves",
-    "only the test file runs: conftest.py files and fixtures from its upstream directory are not used",
+    "beside the test file only what upstream loads with it: from a git commit its conftest.py chain and the "
+    "sibling modules it imports, at that commit; from a local file only what --with names",
 ]
 
-# --- what the plugin writes (diffprobe.pytest-outcomes/1) -------------------------------------
+# --- what the plugin writes (diffprobe.pytest-outcomes/2) -------------------------------------
 
-Origin = Literal["stub", "sglang", "test", "other"]
+Origin = Literal["stub", "sglang", "test", "environment", "other"]
 Status = Literal["passed", "failed", "never ran"]
 Grade = Literal["fail-to-pass", "pass-to-pass", "pass-to-fail", "fail-to-fail", "never ran"]
+# Why a test or subtest failed: its own assertion, or where the exception came from
+Cause = Literal["assertion", "sglang", "stub", "environment", "test", "other", "timeout", "crash"]
+# Causes that say nothing about how the tree behaves: the test fell through to its own stand-ins, or
+# the environment lacks a module. Such a failure at head is inconclusive, never a regression or a
+# missing fix.
+NOT_BEHAVIOUR = ("stub", "environment")
 PASSED = ("passed", "xpassed", "xfailed")
-WHERE = {"stub": "double", "sglang": "sglang", "test": "setup", "other": "setup"}
+WHERE = {"stub": "double", "sglang": "sglang", "test": "setup", "other": "setup", "environment": "setup"}
 _GRADE: dict[tuple[str, str], Grade] = {
     ("failed", "passed"): "fail-to-pass", ("passed", "passed"): "pass-to-pass",
     ("passed", "failed"): "pass-to-fail", ("failed", "failed"): "fail-to-fail",
@@ -88,6 +100,9 @@ class Raised(_Model):
     origin: Origin
     assertion: bool = Field(description="the test's own verdict failed, not code falling through")
     frame: str | None
+    module: str | None = Field(None, description="origin environment: the module that cannot be imported")
+    raised_as: str | None = Field(None, description="what pytest shows when the failure was re-raised as another "
+                                                     "exception (CustomTestCase's retry wrapper)")
 
 
 class Result(_Model):
@@ -112,7 +127,7 @@ class CollectionError(_Model):
 
 
 class Outcomes(_Model):
-    schema_: Literal["diffprobe.pytest-outcomes/1"] = Field(alias="schema")
+    schema_: Literal["diffprobe.pytest-outcomes/2"] = Field(alias="schema")
     python: str
     implementation: str
     platform: str
@@ -124,22 +139,12 @@ class Outcomes(_Model):
     collection_errors: list[CollectionError]
     running: str | None
     results: list[Result]
+    summary: list[str] = Field(description="pytest's own last line, as it prints it: '3 failed', '5 passed', ...")
     materials: dict[str, str]
     standins: list[str]
 
 
 # --- the test file ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class UpstreamFile:
-    name: str  # the file name pytest's node ids start with
-    origin: str  # where it was read from
-    data: bytes
-
-    @property
-    def key(self) -> str:
-        return f"upstream/{self.name}"
 
 
 def _checked(arg: str, name: str) -> None:
@@ -155,28 +160,42 @@ def _repo_path(path: str) -> str:
     return path
 
 
-def locate_tests(arg: str, head: str) -> Callable[[sources.Tree, pipeline.Options], UpstreamFile]:
-    """Check ``--tests`` before anything is downloaded; return how to read it once head is resolved."""
+def locate_tests(arg: str, head: str, with_paths: list[str] = ()) -> Callable[[sources.Tree, pipeline.Options], UpstreamFile]:
+    """Check ``--tests`` (and ``--with``) before anything is downloaded: a local file and its
+    helpers must exist and parse. Return how to read the file once head is resolved."""
     local = Path(arg)
     if local.is_file():
         _checked(arg, local.name)
-        data = local.read_bytes()
-        return lambda tree, opts: UpstreamFile(local.name, f"local:{local.resolve()}", data)
+        test = upstream_layout.build(f"--tests {arg}", local.name, f"local:{local.resolve()}", local.read_bytes(),
+                                     upstream_layout.local_helpers(local, list(with_paths)))
+        return lambda tree, opts: test
     path = _repo_path(arg)
     if specs.parse(head).kind != "git":
         raise BadInput(f"--tests {arg}: not a local file, and {head} has no git history to take it from; give a local file")
+    if with_paths:
+        raise BadInput(f"--with: only for a local --tests file (from git, the test's directory comes at its commit)")
 
     def from_head(tree: sources.Tree, opts: pipeline.Options) -> UpstreamFile:
         ident = tree.identity
+
+        def read(repo_path: str) -> bytes | None:
+            try:
+                return sources.read_file(ident.repo, ident.commit, repo_path, opts.cache)
+            except BadInput:  # no such file at that commit
+                return None
+
         data = sources.read_file(ident.repo, ident.commit, path, opts.cache)
-        return UpstreamFile(PurePosixPath(path).name, f"git:{ident.commit}:{path}", data)
+        return upstream_layout.build(f"--tests {arg}", path, f"git:{ident.commit}:{path}", data,
+                                     upstream_layout.git_helpers(path, data, read))
 
     return from_head
 
 
 def probe_ref(test: UpstreamFile) -> ProbeRef:
-    """Versioned by the test file's bytes and the plugin's (with the probe files it loads)."""
-    files = {p.name: sha256_file(p) for p in catalog.probe_files(PROBE_ID)} | {test.key: sha256_bytes(test.data)}
+    """Versioned by the test's files (the file, its conftest.py files and helpers) and the
+    plugin's (with the probe files it loads)."""
+    files = {p.name: sha256_file(p) for p in catalog.probe_files(PROBE_ID)}
+    files |= {f"upstream/{path}": sha256_bytes(data) for path, data in test.files().items()}
     digest = sha256_bytes("".join(f"{sha}  {name}\n" for name, sha in sorted(files.items())).encode())
     return ProbeRef(id=PROBE_ID, fix=None, sha256=digest, files=files)
 
@@ -207,9 +226,12 @@ def run_side(name: str, text: str, tree: sources.Tree, environment: envs.Env, te
         tests_dir, out = work_dir / "tests", work_dir / "out" / "outcomes.json"
         tests_dir.mkdir()
         (tests_dir / "pytest.ini").write_text("[pytest]\n")  # makes this directory pytest's rootdir
-        (tests_dir / test.name).write_bytes(test.data)
-        argv = [str(environment.python), "-I", str(plugin), "--out", str(out), str(tests_dir / test.name)]
-        with ui.step(f"pytest {test.name} on {name} {text}"):
+        for path, data in test.files().items():
+            (tests_dir / path).parent.mkdir(parents=True, exist_ok=True)
+            (tests_dir / path).write_bytes(data)
+        argv = [str(environment.python), "-I", str(plugin), "--out", str(out), "--root", str(tests_dir),
+                str(tests_dir / test.path)]
+        with ui.step(f"pytest {test.path} on {name} {text}"):
             run = execute.run_isolated(argv, work_dir=work_dir, cwd=tests_dir, timeout=timeout, sandboxed=sandboxed,
                                        read_only=[*environment.read_only, tests_dir, plugin.parent], hidden=environment.hidden)
         if not out.exists():
@@ -222,9 +244,19 @@ def run_side(name: str, text: str, tree: sources.Tree, environment: envs.Env, te
         raise Infrastructure(f"pytest failed on {text} (exit {outcomes.exit_status})", detail=run.log_tail)
     if not outcomes.complete and run.code is not None and outcomes.running is None:
         raise Infrastructure(f"pytest died on {text} outside any test ({_how(run)})", detail=run.log_tail)
+    if missing := missing_modules(outcomes):
+        raise Infrastructure(f"{text}: the environment lacks {', '.join(missing)}; the test file cannot be graded there "
+                             f"(not the test's fault: a dependency that is not installed)")
     if run.code is None:
         ui.warn(f"{name}: pytest exceeded {timeout} s and was killed; unfinished tests are graded as such")
     return Side(name, text, tree, outcomes, run)
+
+
+def missing_modules(o: Outcomes) -> list[str]:
+    """Modules the environment lacks, each with where it was imported (origin ``environment``)."""
+    raised = [c.exception for c in o.collection_errors] + [r.exception for r in o.results if r.exception]
+    found = {f"module {r.module!r} (imported at {r.frame})": None for r in raised if r.origin == "environment"}
+    return list(found)
 
 
 def _how(run: execute.Isolated) -> str:
@@ -247,6 +279,7 @@ class Entry:
     kind: str  # "passed", "AttributeError (stub)", "skipped", "timeout", ...: what counts are made of
     detail: str | None  # skip reason or the exception's message
     result: Result | None
+    cause: Cause | None = None  # why it failed, when it did
 
 
 def kind_of(r: Result) -> str:
@@ -259,17 +292,38 @@ def kind_of(r: Result) -> str:
     return f"{r.exception.type} ({where}{'' if r.phase == 'call' else f', in {r.phase}'})"
 
 
+def cause_of(raised: Raised) -> Cause:
+    return "assertion" if raised.assertion else raised.origin
+
+
+def _cause(r: Result, subtests: list[Result]) -> Cause | None:
+    """A failure's cause; a test that failed through its subtests fails for theirs: an
+    assertion only if every failed subtest failed on one."""
+    if r.outcome in PASSED or r.outcome == "skipped":
+        return None
+    if r.exception is not None:
+        return cause_of(r.exception)
+    causes = [cause_of(s.exception) for s in subtests if s.outcome == "failed" and s.exception]
+    return next((c for c in causes if c != "assertion"), "assertion" if causes else "other")
+
+
 def entries(side: Side) -> list[Entry]:
     o = side.outcomes
     titles = {c.id: c.title for c in o.collected}
+    by_parent: dict[str, list[Result]] = {}
+    for r in o.results:
+        if r.parent:
+            by_parent.setdefault(r.parent, []).append(r)
     got = []
     for r in o.results:
         status: Status = "passed" if r.outcome in PASSED else "never ran" if r.outcome == "skipped" else "failed"
         detail = r.reason if r.outcome in ("skipped", "xfailed") else r.exception.message if r.exception else None
-        got.append(Entry(r.id, r.parent, titles.get(r.id), status, kind_of(r), detail, r))
+        got.append(Entry(r.id, r.parent, titles.get(r.id), status, kind_of(r), detail, r,
+                         _cause(r, by_parent.get(r.id, []))))
     if not o.complete and o.running:
         kind = "timeout" if side.timed_out else "crashed"
-        got.append(Entry(o.running, None, titles.get(o.running), "failed", kind, _how(side.run), None))
+        got.append(Entry(o.running, None, titles.get(o.running), "failed", kind, _how(side.run), None,
+                         "timeout" if side.timed_out else "crash"))
     done = {e.id for e in got}
     for c in o.collected:
         if c.id not in done:
@@ -357,6 +411,7 @@ class SideState(_Model):
     status: Status
     kind: str
     detail: str | None = None
+    cause: Cause | None = None
 
 
 class GradedTest(_Model):
@@ -365,6 +420,19 @@ class GradedTest(_Model):
     base: SideState
     head: SideState
     grade: Grade
+    cause: Cause | None = Field(None, description="the failure the grade rests on: at base for fail-to-pass, "
+                                                  "at head otherwise")
+
+
+class PytestCount(_Model):
+    """pytest's own last line for one side, and what it is made of in diffprobe's records."""
+
+    line: list[str] = Field(description="as pytest printed it: '3 failed', '5 passed', ...")
+    failed_tests: int
+    failed_subtests: int
+    passed_tests: int
+    passed_subtests: int = Field(description="graded here; pytest's line leaves them out at default verbosity")
+    agrees: bool = Field(description="the records add up to pytest's own failed and passed counts")
 
 
 class SideSummary(_Model):
@@ -373,22 +441,26 @@ class SideSummary(_Model):
     subtests: dict[str, int]
     collection_errors: list[str] = Field(description="kind of each collection error")
     timed_out: bool
+    pytest: PytestCount | None = None
 
 
 class Grading(_Model):
     counts: dict[Grade, int]
+    by_cause: dict[Grade, dict[str, int]] = Field(default_factory=dict, description="failing grades split by cause")
     tests: list[GradedTest]
     base: SideSummary
     head: SideSummary
+    verdict: Literal["passes", "regression", "fix missing", "fails at head", "inconclusive"] | None = Field(
+        None, description="absent in bundles written before verdicts were graded by cause")
     blockers: list[str] = Field(description="why the head does not pass the file; empty when it does")
     passed: bool
 
 
-def _state(entry: Entry | None, side: Side) -> SideState:
+def _state(entry: Entry | None, side: Side, declared: bool = False) -> SideState:
     if entry is not None:
-        return SideState(status=entry.status, kind=entry.kind, detail=entry.detail)
+        return SideState(status=entry.status, kind=entry.kind, detail=entry.detail, cause=entry.cause)
     why = "collection error" if side.outcomes.collection_errors else "not collected on this side"
-    return SideState(status="never ran", kind="not collected", detail=why)
+    return SideState(status="never ran", kind="not collected", detail=f"{why}{'; listed from its source' * declared}")
 
 
 def _grade(base: SideState, head: SideState) -> Grade:
@@ -404,36 +476,104 @@ def _summary(side: Side, listed: list[Entry]) -> SideSummary:
         source=side.text, tests=count([e for e in listed if e.parent is None]),
         subtests=count([e for e in listed if e.parent is not None]),
         collection_errors=[kind_of_collection(c) for c in side.outcomes.collection_errors], timed_out=side.timed_out,
+        pytest=pytest_count(side.outcomes),
     )
+
+
+def pytest_count(o: Outcomes) -> PytestCount | None:
+    """How pytest's own line relates to the records: its "failed" counts failed tests and failed
+    subtests alike, its "passed" counts tests only (a unittest test whose subTest blocks failed is
+    "passed" there, its failed subtests are in "failed"), errors are counted apart."""
+    if not o.complete:
+        return None
+    tests = [r for r in o.results if r.parent is None]
+    subtests = [r for r in o.results if r.parent is not None]
+    failed_tests = sum(r.outcome == "failed" for r in tests)
+    failed_subtests = sum(r.outcome == "failed" for r in subtests)
+    passed_tests = sum(r.outcome == "passed" for r in tests)
+    said = {word: int(n) for n, word in (part.split(" ", 1) for part in o.summary if part.split(" ", 1)[0].isdigit())}
+    agrees = said.get("failed", 0) == failed_tests + failed_subtests and said.get("passed", 0) == passed_tests
+    return PytestCount(line=o.summary, failed_tests=failed_tests, failed_subtests=failed_subtests,
+                       passed_tests=passed_tests, passed_subtests=sum(r.outcome == "passed" for r in subtests),
+                       agrees=agrees)
 
 
 def kind_of_collection(c: CollectionError) -> str:
     return f"{c.exception.type} ({c.exception.origin})"
 
 
-def grade(base: Side, head: Side) -> Grading:
+def _covered(declared: str, ids: set[str]) -> bool:
+    return declared in ids or any(i.startswith(declared + "[") for i in ids)
+
+
+def grade(base: Side, head: Side, declared: tuple[str, ...] = ()) -> Grading:
+    """Per test and subtest id. A test listed from the file's source that neither side collected
+    never ran on either (a file that collects nowhere still shows its tests)."""
     b_entries, h_entries = entries(base), entries(head)
     b, h = {e.id: e for e in b_entries}, {e.id: e for e in h_entries}
     rows = []
     for test_id in dict.fromkeys([*h, *b]):
         ref = h.get(test_id) or b[test_id]
         bs, hs = _state(b.get(test_id), base), _state(h.get(test_id), head)
-        rows.append(GradedTest(id=test_id, parent=ref.parent, base=bs, head=hs, grade=_grade(bs, hs)))
-    blockers = [f"head: collection error {kind_of_collection(c)}: {c.exception.message}" for c in head.outcomes.collection_errors]
-    blockers += [f"{r.id}: {r.head.kind} at head" for r in rows if r.head.status == "failed"]
+        g = _grade(bs, hs)
+        rows.append(GradedTest(id=test_id, parent=ref.parent, base=bs, head=hs, grade=g,
+                               cause=bs.cause if g == "fail-to-pass" else hs.cause))
+    seen = {r.id for r in rows}
+    for test_id in declared:
+        if not _covered(test_id, seen):
+            rows.append(GradedTest(id=test_id, parent=None, base=_state(None, base, True), head=_state(None, head, True),
+                                   grade="never ran"))
+    verdict, blockers = _verdict(rows, head)
+    counts = Counter(r.grade for r in rows)
+    by_cause: dict[Grade, dict[str, int]] = {}
+    for g in ("fail-to-pass", "pass-to-fail", "fail-to-fail"):
+        split = Counter(r.cause or "other" for r in rows if r.grade == g)
+        by_cause[g] = dict(split.most_common())
+    return Grading(counts={g: counts.get(g, 0) for g in get_args(Grade)}, by_cause=by_cause, tests=rows,
+                   base=_summary(base, b_entries), head=_summary(head, h_entries), verdict=verdict, blockers=blockers,
+                   passed=not blockers)
+
+
+def _verdict(rows: list[GradedTest], head: Side) -> tuple[str, list[str]]:
+    """Why the head does not pass, each reason in the words its cause deserves: a test that fell
+    through to its own stub (or lacks a module) at head says nothing about the tree -- it is
+    inconclusive, never a regression nor a missing fix."""
+    blockers = [f"head: the file does not collect: {kind_of_collection(c)}: {c.exception.message}"
+                for c in head.outcomes.collection_errors]
+    found: set[str] = {"fails at head"} if blockers else set()
+    for r in rows:
+        if r.head.status == "failed":
+            stub = r.head.cause in NOT_BEHAVIOUR
+            if r.grade == "pass-to-fail":
+                word = "inconclusive" if stub else "regression"
+                blockers.append(f"{r.id}: passed at base, {r.head.kind} at head: "
+                                + ("it fell through to the test's own stand-ins, not a regression" if stub else "regression"))
+            elif r.grade == "fail-to-fail" and r.head.cause == "assertion":
+                word = "fix missing"
+                blockers.append(f"{r.id}: the test's assertion fails at base and at head: fix missing")
+            else:
+                word = "inconclusive" if stub else "fails at head"
+                blockers.append(f"{r.id}: {r.head.kind} at head" + (" (fell through to the test's own stand-ins: "
+                                                                      "inconclusive)" if stub else ""))
+            found.add(word)
     blockers += [f"{r.id}: ran at base ({r.base.kind}), never ran at head ({r.head.kind})"
                  for r in rows if r.base.status != "never ran" and r.head.status == "never ran"]
+    if blockers and not found:
+        found.add("fails at head")
     if not any(r.head.status == "passed" for r in rows):
         blockers.append("no test passed at head")
-    counts = Counter(r.grade for r in rows)
-    return Grading(counts={g: counts.get(g, 0) for g in get_args(Grade)}, tests=rows, base=_summary(base, b_entries),
-                   head=_summary(head, h_entries), blockers=blockers, passed=not blockers)
+        found.add("inconclusive")
+    order = ("regression", "fix missing", "fails at head", "inconclusive")
+    return next((v for v in order if v in found), "passes"), blockers
 
 
-# --- the command -----------------------------------------------------------------------------
+# --- showing a grading -----------------------------------------------------------------------
 
 _GRADE_STYLE = {"fail-to-pass": "green", "pass-to-pass": "dim", "pass-to-fail": "bold red", "fail-to-fail": "red",
                 "never ran": "yellow"}
+ORIGINS = ("origins: (assertion) the test's own assertion failed; (stub) raised on a test stub or mock, the code "
+           "fell through to it; (test) raised by the test's files; (sglang) raised in the tree's code; "
+           "(environment) a module the environment lacks")
 
 
 def counts_line(summary: SideSummary) -> str:
@@ -448,30 +588,65 @@ def counts_line(summary: SideSummary) -> str:
     return "; ".join(parts) + ("; killed at the deadline" if summary.timed_out else "")
 
 
-def show(grading: Grading, test: UpstreamFile) -> None:
-    table = Table(title=escape(f"{test.origin}: {grading.base.source} -> {grading.head.source}"), title_justify="left")
+def pytest_line(count: PytestCount) -> str:
+    """pytest's own count beside ours, so that neither reads as the other."""
+    said = ", ".join(count.line) or "nothing"
+    made = (f"its failed = {_n(count.failed_tests, 'test')} + {_n(count.failed_subtests, 'subtest')}; its passed = "
+            f"{_n(count.passed_tests, 'test')} ({_n(count.passed_subtests, 'passed subtest')} graded here, not counted there)")
+    return f"pytest's own count: {said} ({made})" + ("" if count.agrees else "; the records do NOT add up to it")
+
+
+def _n(n: int, noun: str) -> str:
+    return f"{n} {noun}{'s' * (n != 1)}"
+
+
+def grading_line(grading: Grading) -> str:
+    def grade_part(g: Grade, n: int) -> str:
+        split = grading.by_cause.get(g)
+        if not n or not split:
+            return f"{n} {g}"
+        words = ", ".join(f"{k} {c}" for c, k in split.items())
+        note = ": not a regression" if g == "pass-to-fail" and set(split) <= set(NOT_BEHAVIOUR) else ""
+        return f"{n} {g} ({words}{note})"
+
+    parts = [grade_part(g, n) for g, n in grading.counts.items()]
+    return "grading: " + ", ".join(parts) + " (never ran is never passed)"
+
+
+def show(grading: Grading, title: str) -> None:
+    table = Table(title=escape(title), title_justify="left")
     for column in ("test", "base", "head", "grade"):
         table.add_column(column)
     for row in grading.tests:
         name = f"  ↳ {row.id.removeprefix(row.parent).strip()}" if row.parent else row.id.split("::", 1)[-1]
         cells = [_cell(s) for s in (row.base, row.head)]
-        table.add_row(escape(name), *cells, f"[{_GRADE_STYLE[row.grade]}]{row.grade}[/]")
+        cause = f" ({row.cause})" if row.cause and row.grade != "pass-to-pass" else ""
+        table.add_row(escape(name), *cells, f"[{_GRADE_STYLE[row.grade]}]{row.grade}{escape(cause)}[/]")
     ui.out.print(table)
     for name, side in (("base", grading.base), ("head", grading.head)):
         ui.out.print(escape(f"{name} {side.source}: {counts_line(side)}"))
-    ui.out.print("origins: (assertion) the test's own assertion failed; (stub) raised on a test stub or mock, the code "
-                 "fell through to it; (test) raised by the test file; (sglang) raised in the tree's code", markup=False)
-    ui.out.print("grading: " + ", ".join(f"{n} {g}" for g, n in grading.counts.items()) + " (never ran is never passed)",
-                 markup=False)
+        if side.pytest:
+            ui.out.print(escape(f"  {pytest_line(side.pytest)}"))
+    ui.out.print(ORIGINS, markup=False)
+    ui.out.print(grading_line(grading), markup=False)
     if grading.passed:
-        ui.out.print("[green]every test that fails at base passes at head; nothing regressed[/]")
+        ui.out.print("[green]verdict: passes: every test that fails at base passes at head; nothing regressed[/]")
+    else:
+        ui.out.print(f"[red]verdict: {grading.verdict or 'does not pass'}[/]")
     for line in grading.blockers:
         ui.out.print(f"[red]✗[/] {escape(line)}")
 
 
+def show_bundle(extra: dict) -> None:
+    """``report`` on an upstream-tests bundle: the grading table, per test and subtest, with origins."""
+    tests = extra.get("tests", {})
+    grading = Grading.model_validate(extra["grading"])
+    show(grading, f"{tests.get('from', tests.get('file', 'upstream tests'))}: {grading.base.source} -> {grading.head.source}")
+
+
 def _cell(state: SideState) -> str:
     style = {"passed": "green", "failed": "red"}.get(state.status, "yellow")
-    text = f"{state.kind}: {state.detail}" if state.kind == "skipped" and state.detail else state.kind
+    text = f"{state.kind}: {state.detail}" if state.kind in ("skipped", "not collected") and state.detail else state.kind
     return f"[{style}]{escape(text)}[/]"
 
 
@@ -479,7 +654,7 @@ def cmd_upstream_tests(args: argparse.Namespace) -> int:
     if args.timeout <= 0:
         raise BadInput(f"--timeout {args.timeout}: must be a positive number of seconds")
     signers = options.signers(args)
-    read_tests = locate_tests(args.tests, args.head)
+    read_tests = locate_tests(args.tests, args.head, args.with_paths or [])
     opts = pipeline.options(args, pins.load(options.path(args.pins)), options.probe_of_env(args))
     started = execute.now()
     trees = {name: pipeline.resolve(text, opts) for name, text in (("base", args.base), ("head", args.head))}
@@ -493,15 +668,17 @@ def cmd_upstream_tests(args: argparse.Namespace) -> int:
             ui.warn(f"{text}: {note}")
         sides[name] = run_side(name, text, trees[name], environment, test, args.timeout, sandboxed=opts.sandboxed(trees[name]))
         got.append(receipt(sides[name], environment, test, probe))
-    grading = grade(sides["base"], sides["head"])
+    grading = grade(sides["base"], sides["head"], test.declared)
     out = bundle.write(
         bundle.out_path(args.out, PROBE_ID), kind=PROBE_ID, created_at=started,
         receipts=list({bundle.receipt_name(r): r for r in got}.values()), differentials=[], pins_sha256=None, limits=LIMITS,
-        extra={"tests": {"file": test.name, "from": test.origin, "sha256": sha256_bytes(test.data)},
+        extra={"tests": {"file": test.name, "path": test.path, "from": test.origin, "sha256": sha256_bytes(test.data),
+                         "helpers": {path: sha256_bytes(data) for path, data in test.helpers.items()},
+                         "declared": list(test.declared)},
                "base": args.base, "head": args.head, "grading": grading.model_dump(mode="json")},
         signers=signers,
     )
-    show(grading, test)
+    show(grading, f"{test.origin}: {grading.base.source} -> {grading.head.source}")
     ui.out.print(f"bundle: {out}  (check with: diffprobe verify {out})", markup=False)
     return errors.OK if grading.passed else errors.DIFFERS
 
@@ -509,7 +686,11 @@ def cmd_upstream_tests(args: argparse.Namespace) -> int:
 def register(sub) -> None:
     p = sub.add_parser("upstream-tests", help="run an upstream pytest file against base and head; grade it like SWE-bench")
     p.add_argument("--tests", required=True, metavar="PATH",
-                   help="the test file's path in HEAD's git commit, or a local file (then used for both sides)")
+                   help="the test file's path in HEAD's git commit (its conftest.py chain and the sibling modules "
+                        "it imports come with it), or a local file (then used for both sides)")
+    p.add_argument("--with", dest="with_paths", action="append", metavar="PATH",
+                   help="a local --tests file's conftest.py or helper module (a directory: a helper package), "
+                        "placed beside it; repeatable")
     p.add_argument("--base", required=True, metavar="SOURCE", help="git+URL_OR_PATH@REV | pypi:sglang==VERSION | path:DIR")
     p.add_argument("--head", required=True, metavar="SOURCE")
     p.add_argument("--out", metavar="DIR", help="bundle directory to create (must not exist or be empty)")

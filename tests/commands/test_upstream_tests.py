@@ -13,7 +13,7 @@ from runner import cli
 from runner.commands import upstream_tests
 from runner.evidence import bundle
 from runner.store import envs
-from runner.commands.upstream_tests import UpstreamFile
+from runner.commands.upstream_layout import UpstreamFile
 
 # Upstream-style and self-contained: imports only the tree's sglang, pytest and the standard library.
 # At 0.5.20 the door builds a KV sender through `self.create_sender`, which the stub lacks: an
@@ -172,7 +172,7 @@ def test_git_path_from_head_commit_collection_error_never_passes(tmp_path, cache
     assert grading.head.tests == {"passed": 4, "skipped": 1}
     base = receipts["receipts/sglang-0.5.20.upstream-tests.json"]
     assert base.import_result.outcome == "error" and base.import_result.error.where == "import"
-    assert [(c.id, c.outcome) for c in base.cases] == [(NAME, "error")]
+    assert [(c.id, c.outcome) for c in base.cases] == [(path, "error")]  # laid out at its repository path
     assert base.summary.classifications["clean"] == 0
 
 
@@ -272,7 +272,7 @@ def test_failures_say_where_they_came_from(mechanics):
     assert kinds["test_fixture_error"] == "TypeError (test, in setup)"
     assert kinds["test_expected_failure"] == "xfailed"
     assert kinds["TestSub::test_sub (i=1)"] == "AssertionError (assertion)"
-    assert kinds["TestSub::test_sub"] == "failed through its subtests"
+    assert kinds["TestSub::test_sub"] == "passed"  # as pytest says: a unittest test's failed subTest fails alone
     assert got["test_assertion"].detail == "assert 1 == 2"
 
 
@@ -290,7 +290,7 @@ def test_case_mapping_is_honest(mechanics):
     test = UpstreamFile("test_mechanics.py", "local:test_mechanics.py", MECHANICS.encode())
     cases = {c.id.removeprefix("test_mechanics.py::"): c for c in upstream_tests.cases(side, test)}
     assert (cases["test_assertion"].outcome, cases["test_assertion"].classification) == ("observed", "bug")
-    assert cases["TestSub::test_sub"].classification == "bug"  # its one failed subtest failed on an assertion
+    assert cases["TestSub::test_sub (i=1)"].classification == "bug"  # the failed subtest failed on an assertion
     assert (cases["test_stub_of_our_own_class"].error.where, cases["test_raised_by_the_test"].error.where) == ("double", "setup")
     assert cases["test_hangs"].outcome == "timeout"
     assert cases["test_after_the_hang"].outcome == "not_applicable"
