@@ -7,7 +7,7 @@ from pathlib import Path
 from runner import errors, ui
 from runner.commands import options, survey
 from runner.evidence import bundle, pins
-from runner.evidence.records import SweepRecord
+from runner.evidence.records import SweepRecord, windows
 from runner.sandbox import execute
 from runner.views import status
 
@@ -42,7 +42,7 @@ def cmd_merge(args) -> int:
                                 for s in order if s in rows])
     merged = [p.row for p in probed]
     record = SweepRecord(order=order, shard=None, rows=merged, first_fixed=survey.first_fixed(merged),
-                         probe_runs=sum(r.probe_runs for r in records))
+                         windows=windows(merged), probe_runs=sum(r.probe_runs for r in records))
     out = survey.write(target, "sweep", execute.now(), probed, record, survey.differentials(probed, pins.load(None)),
                        signers=signers)
     status.print_matrix(record)

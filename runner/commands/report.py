@@ -31,7 +31,7 @@ from runner.evidence.receipts import CaseTransition, Differential, Receipt, Sour
 from runner.evidence.records import SweepRecord
 from runner.store import specs
 from runner.store.sources import TreeIdentity
-from runner.views import styles
+from runner.views import styles, timeline
 
 Level = Literal["CPU differential", "vendor disclosure", "not covered"]
 
@@ -467,6 +467,10 @@ def show(ev: Evidence) -> None:
                           _t("; ".join(refs + f.found) or f.step.beyond))
         o.print(steps)
     _show_matrix(ev)
+    if record := timeline.of_bundle(ev.index.kind, ev.index.extra):
+        o.print("[bold]the line, oldest first[/] (one mark per tree)")
+        for text in timeline.strip(record, fix_titles(ev)):
+            o.print(text)
     o.print("[bold]not tested[/] (this bundle's limits):")
     for limit in limits(ev.index):
         o.print(f"  - {_t(limit)}")
@@ -573,7 +577,8 @@ class Page:
         body = [
             el("header", el("h1", esc(title)), el("p", esc(f"{ev.root.name} · SHA256SUMS sha256 {ev.manifest_sha256}"),
                                                   class_="sub")),
-            self.glance(), self.steps(), *[self.fix(f) for f in ev.fixes], self.status_matrix(), self.limits(), self.digests(), self.appendix(),
+            self.glance(), self.line(), self.steps(), *[self.fix(f) for f in ev.fixes], self.status_matrix(), self.limits(),
+            self.digests(), self.appendix(),
         ]
         head = el("head", '<meta charset="utf-8">', '<meta name="viewport" content="width=device-width, initial-scale=1">',
                   el("title", esc(title)), el("style", CSS))
@@ -605,6 +610,18 @@ class Page:
         return (el("a", esc(f"#{d.fix} {d.title}"), href=f"#fix-{d.fix}") + " " + verdict(fix) + " "
                 + esc(f"{sides}{where}: {len(fixed)} of {len(bugs)} bug cases bug → clean, "
                       f"{len(kept)} of {len(guards)} guard cases clean on both sides."))
+
+    def line(self) -> str:
+        """A sweep as a timeline: each cell links to its receipt, the bug window and first fixed tree marked."""
+        record = timeline.of_bundle(self.ev.index.kind, self.ev.index.extra)
+        if record is None:
+            return ""
+        picture = timeline.svg(record, timeline.receipt_finder(self.ev.receipts), self.file, fix_titles(self.ev))
+        return el("section", el("h2", "The line, tree by tree"), el("p", esc(
+            "One lane per fix, one cell per swept tree, oldest first, coloured by the fix's status observed there (each "
+            "cell links to its receipt). The dashed band is the bug window: from the first tree whose bug cases showed "
+            "the bug signature to the first fixed tree after it (green bar)."), class_="note"),
+            el("div", picture, class_="line"), el("p", timeline.legend(), class_="note"), id="line")
 
     def steps(self) -> str:
         rows = []
@@ -743,6 +760,10 @@ class Page:
                   el("table", head, el("tbody", *rows), class_="cases"), id=anchor(name), class_="receipt")
 
 
+def fix_titles(ev: Evidence) -> dict[int, str]:
+    return {f.judged.fix: f.judged.title for f in ev.fixes}
+
+
 def verdict(fix: Fix) -> str:
     d = fix.judged
     pinned = "" if d.expected is None else (" (as pinned)" if d.as_expected else f" (pinned: {d.expected})")
@@ -798,6 +819,7 @@ a { color: #0550ae; }
 .ids td:first-child { width: 10em; color: var(--muted); } .ids code { word-break: break-all; }
 .cases td:last-child { width: 60%; } .cases pre { font-size: .78em; } .manifest { background: #f6f8fa; padding: 6px; }
 a.file { font-size: .82em; }
+.line { overflow-x: auto; } .line svg { max-width: 100%; height: auto; } .key { margin-right: 10px; white-space: nowrap; }
 .limits li { font-weight: 600; }
 @page { margin: 12mm; }
 @media print {

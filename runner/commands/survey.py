@@ -14,7 +14,7 @@ from pydantic import BaseModel
 from runner import errors
 from runner.commands import pipeline
 from runner.evidence import bundle, catalog, dsse, judging, pins, receipts, static
-from runner.evidence.records import Row, SweepRecord, inconclusive_sites
+from runner.evidence.records import Row, SweepRecord, inconclusive_sites, windows
 from runner.evidence.receipts import Differential, Receipt
 from runner.store import specs
 
@@ -68,8 +68,8 @@ def same_trees(probed: list[Probed]) -> list[Probed]:
 
 
 def first_fixed(rows: list[Row]) -> dict[int, str | None]:
-    fixes = sorted({f.fix for r in rows for f in r.fixes})
-    return {fix: next((r.source for r in rows if status_of(r, fix) == "fixed"), None) for fix in fixes}
+    """Per fix, the first fixed row after the first one showing the bug (records.windows)."""
+    return {w.fix: w.first_fixed for w in windows(rows)}
 
 
 def status_of(row: Row, fix: int) -> str:
@@ -83,21 +83,25 @@ def exit_code(rows: list[Row]) -> int:
 
 
 def differentials(probed: list[Probed], p: pins.Pins) -> list[Differential]:
-    """For each fix, the first row where it is observed against the last row before it where it is
-    not: the pair a sweep names, as a differential a report can back incident steps with."""
+    """For each fix, its first fixed row against the last row before it that showed the bug (the
+    end of the bug window), else the last row before it that was not fixed: the pair a sweep names,
+    as a differential a report can back incident steps with."""
     by_tree = {pr.row.tree_digest: pr.receipts for pr in probed if pr.receipts}
     rows = [pr.row for pr in probed]
+    by_source = {r.source: r for r in rows}
     out = []
-    for fix, source in first_fixed(rows).items():
-        i = next(i for i, r in enumerate(rows) if r.source == source) if source else 0
-        before = [r for r in rows[:i] if status_of(r, fix) != "fixed"]
-        if not source or not before or fix not in p.fixes:
+    for w in windows(rows):
+        if not w.first_fixed or w.fix not in p.fixes:
             continue
-        pinned = p.fix(fix)
+        i = rows.index(by_source[w.first_fixed])
+        before = [by_source[w.last_bug]] if w.last_bug else [r for r in rows[:i] if status_of(r, w.fix) != "fixed"]
+        if not before:
+            continue
+        pinned = p.fix(w.fix)
         base, head = ([(bundle.receipt_name(r), r) for r in by_tree[row.tree_digest] if r.probe.id in pinned.probes]
                       for row in (before[-1], rows[i]))
         title = f"{pinned.title} (sweep: {before[-1].label} -> {rows[i].label})"
-        out.append(receipts.differential(fix, title, pinned.probes, base, head, None))
+        out.append(receipts.differential(w.fix, title, pinned.probes, base, head, None))
     return out
 
 

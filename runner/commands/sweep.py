@@ -10,7 +10,7 @@ import sys
 from runner import errors, ui
 from runner.commands import options, pipeline, shards, survey
 from runner.evidence import bundle, pins
-from runner.evidence.records import Row, SweepRecord
+from runner.evidence.records import Row, SweepRecord, windows
 from runner.sandbox import execute
 from runner.store import mirrors, specs
 from runner.store.cache import Store
@@ -141,8 +141,8 @@ def cmd_sweep(args) -> int:
         twins = {t: first[k] for t, k in zip(mine, keys) if first.setdefault(k, t) != t}
         (probed, runs), path = survey.counted(mine, opts, twins), None
     rows = [pr.row for pr in probed]
-    record = SweepRecord(order=order, shard=shard, rows=rows, first_fixed=survey.first_fixed(rows), bisect=path,
-                         probe_runs=runs)
+    record = SweepRecord(order=order, shard=shard, rows=rows, first_fixed=survey.first_fixed(rows), windows=windows(rows),
+                         bisect=path, probe_runs=runs)
     out = survey.write(target, "sweep", started, probed, record, survey.differentials(probed, p), signers=signers)
     status.print_matrix(record)
     ui.out.print(f"bundle: {out}")

@@ -122,6 +122,7 @@ class FixStatus(BaseModel):
     fix: int
     status: Status
     sites: list[SiteStatus]
+    bug_at: list[str] = []  # sites where a bug case showed the bug signature, whatever a guard showed beside it
 
 
 def fixes(receipts: list[Receipt]) -> list[FixStatus]:
@@ -134,10 +135,67 @@ def fixes(receipts: list[Receipt]) -> list[FixStatus]:
         for case in receipt.cases:
             by_site.setdefault((receipt.probe.fix, case.site), []).append(case)
     out: dict[int, list[SiteStatus]] = {}
+    bug_at: dict[int, list[str]] = {}
     for (fix, site), cases in by_site.items():
         out.setdefault(fix, []).append(SiteStatus(fix=fix, site=site, status=status(cases),
                                                   cases={c.id: state(c) for c in cases}))
-    return [FixStatus(fix=f, status=worst([s.status for s in sites]), sites=sites) for f, sites in sorted(out.items())]
+        if any(c.role == "bug" and state(c) == "bug" for c in cases):
+            bug_at.setdefault(fix, []).append(site)
+    return [FixStatus(fix=f, status=worst([s.status for s in sites]), sites=sites, bug_at=bug_at.get(f, []))
+            for f, sites in sorted(out.items())]
+
+
+# --- a line of trees: where each bug entered and where it left ----------------------------------
+
+
+class Window(BaseModel):
+    """One fix's bug along an ordered line of trees (a release line, a commit range), from behaviour
+    only. The bug window runs from the first tree whose bug cases showed the bug signature up to,
+    not including, the first tree after it where the fix's status is "fixed"; a tree after that
+    which shows the bug again is named, never folded into the window. With no tree showing the bug,
+    ``first_fixed`` is the first fixed tree and the window is unknown (the bug, if any, lies
+    earlier than the line)."""
+
+    fix: int
+    first_bug: str | None
+    last_bug: str | None  # the last tree showing the bug before first_fixed (the window's last tree)
+    first_fixed: str | None
+    recurred: list[str]  # after first_fixed, showing the bug again: a fix that did not stay
+    unjudged: list[str]  # from first_bug on, neither showing the bug nor fixed (harness gaps, missing API, not probed)
+
+
+Phase = Literal["before", "window", "fixed"]
+
+
+def window(fix: int, line: list[tuple[str, FixStatus | None]]) -> Window:
+    """The bug window of ``fix`` over ``line``: (source, that tree's status of the fix) in line order."""
+    shows = [src for src, fs in line if fs is not None and fs.bug_at]
+    first_bug = shows[0] if shows else None
+    start = next((i for i, (src, _) in enumerate(line) if src == first_bug), 0)
+    first_fixed = next((src for src, fs in line[start:] if fs is not None and fs.status == "fixed"), None)
+    end = next((i for i, (src, _) in enumerate(line) if src == first_fixed), len(line))
+    inside = [src for src, _ in line[start:end] if src in shows]
+    return Window(fix=fix, first_bug=first_bug, last_bug=inside[-1] if inside else None, first_fixed=first_fixed,
+                  recurred=[src for src, _ in line[end:] if src in shows],
+                  unjudged=[src for src, fs in line[start:] if first_bug and src not in shows
+                            and (fs is None or fs.status != "fixed")])
+
+
+def phase(w: Window, order: list[str], source: str) -> Phase:
+    """Where ``source`` lies against the window: before the bug was first seen, inside the window,
+    or from the first fixed tree on."""
+    i = order.index(source)
+    if w.first_fixed is not None and i >= order.index(w.first_fixed):
+        return "fixed"
+    if w.first_bug is not None and i >= order.index(w.first_bug):
+        return "window"
+    return "before"
+
+
+def line_status(st: Status, where: Phase) -> str:
+    """A tree's status as it reads on a line: a bug case observed clean before the bug entered the
+    line is "no bug observed" (there was nothing yet to fix), not "fixed"."""
+    return "no bug observed" if st == "fixed" and where == "before" else st
 
 
 # --- duties: every classification re-derived on the host ------------------------------------------

@@ -7,7 +7,7 @@ from rich.table import Table
 
 from runner import ui
 from runner.evidence.records import Row, SweepRecord, inconclusive_sites
-from runner.views import styles
+from runner.views import styles, timeline
 
 
 def _cell(fs) -> str:
@@ -34,8 +34,11 @@ def print_matrix(record: SweepRecord) -> None:
         name = escape(row.label) + (f" [dim](same tree as {escape(labels[row.same_tree_as])})[/]" if row.same_tree_as else "")
         table.add_row(name, *cells, escape(found or "none"))
     ui.out.print(table)
+    if len(record.rows) > 1:  # a line of trees: where each bug entered and left it
+        for text in timeline.strip(record):
+            ui.out.print(text)
     for fix, source in record.first_fixed.items():
-        ui.out.print(f"#{fix}: first observed in {escape(source) if source else '[red]none of these trees[/]'}")
+        ui.out.print(f"#{fix}: first fixed in {escape(source) if source else '[red]none of these trees[/]'}")
     for fix, read in (record.bisect or {}).items():
         ui.out.print(f"#{fix}: bisection read {len(read)} of {len(record.order)} sources")
     distinct = len({r.tree_digest for r in record.rows})

@@ -1,0 +1,189 @@
+"""A sweep as a line of trees: one lane per fix, one cell per swept source coloured by its status, the
+bug window and the first fixed tree marked. As inline SVG for the HTML report (no script, no external
+asset: each cell is a plain link to its receipt) and as a compact strip for the terminal.
+
+Rendering only: statuses, windows and phases come from runner/evidence/judging.py via the record.
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass
+from typing import Callable
+
+from rich.markup import escape
+
+from runner.evidence import judging, receipts
+from runner.evidence.records import SweepRecord
+from runner.views import styles
+
+
+@dataclass(frozen=True)
+class Cell:
+    source: str
+    label: str
+    word: str  # judging.line_status of the fix's status there
+    phase: judging.Phase
+    recurred: bool  # shows the bug after the first fixed tree
+    receipt: str | None  # bundle path of the receipt behind the cell
+    detail: str  # each site's status
+
+
+@dataclass(frozen=True)
+class Lane:
+    window: judging.Window
+    cells: list[Cell]
+
+    def index(self, source: str | None) -> int | None:
+        return next((i for i, c in enumerate(self.cells) if c.source == source), None) if source else None
+
+
+def lanes(record: SweepRecord, receipt_of: Callable[[str, int], str | None]) -> list[Lane]:
+    """One lane per fix of the record's windows; ``receipt_of(tree_digest, fix)`` names the receipt
+    of that fix's probe on a tree (a source sharing an earlier one's tree links that tree's)."""
+    order = [r.source for r in record.rows]
+    out = []
+    for w in record.windows:
+        cells = []
+        for row in record.rows:
+            fs = next((f for f in row.fixes if f.fix == w.fix), None)
+            where = judging.phase(w, order, row.source)
+            word = judging.line_status(fs.status, where) if fs else "not probed"
+            detail = ", ".join(f"{s.site} {s.status}" for s in fs.sites) if fs else ""
+            cells.append(Cell(row.source, row.label, word, where, row.source in w.recurred,
+                              receipt_of(row.tree_digest, w.fix), detail))
+        out.append(Lane(w, cells))
+    return out
+
+
+def of_bundle(kind: str, extra: dict | None) -> SweepRecord | None:
+    """A sweep bundle's record, when it names bug windows (a line to draw)."""
+    if kind != "sweep" or not extra:
+        return None
+    record = SweepRecord.model_validate(extra)
+    return record if record.windows and record.rows else None
+
+
+def receipt_finder(named: dict[str, receipts.Receipt]) -> Callable[[str, int], str | None]:
+    """``receipt_of`` over a bundle's receipts (bundle path -> receipt): by tree and fix."""
+    index = {(receipts.source_key(r.source), r.probe.fix): name for name, r in named.items()}
+    return lambda digest, fix: index.get((digest, fix))
+
+
+def short(label: str) -> str:
+    return label.removeprefix("sglang-")
+
+
+def window_text(lane: Lane) -> str:
+    """The window in words, as both views print it."""
+    w, by = lane.window, {c.source: short(c.label) for c in lane.cells}
+    if w.first_bug is None:
+        seen = f"first fixed {by[w.first_fixed]}" if w.first_fixed else "never fixed"
+        return f"no tree of this line shows the bug; {seen}"
+    n = lane.index(w.first_fixed) if w.first_fixed else len(lane.cells)
+    span = f"bug window {by[w.first_bug]} .. {by[w.last_bug]} ({n - lane.index(w.first_bug)} trees)"
+    fixed = f"first fixed {by[w.first_fixed]}" if w.first_fixed else "not fixed by the last tree"
+    after = (f"shows the bug again: {', '.join(by[s] for s in w.recurred)}" if w.recurred
+             else "no tree after it shows the bug" if w.first_fixed else "")
+    return "; ".join(x for x in (span, fixed, after) if x)
+
+
+# --- terminal ----------------------------------------------------------------------------------------
+
+GLYPH = {"not fixed": "█", "regression": "R", "fixed": "█", "no bug observed": "░", "clean": "░",
+         "inconclusive": "?", "not applicable": "·", "not probed": " "}
+
+
+def strip(record: SweepRecord, titles: dict[int, str] | None = None) -> list[str]:
+    """Rich markup lines: per fix one mark per tree, oldest first, the window bracketed by its
+    first tree showing the bug and its first fixed tree (``^`` under each)."""
+    out = []
+    for lane in lanes(record, lambda _digest, _fix: None):
+        w = lane.window
+        marks = "".join(f"[{styles.STATUS.get(c.word, 'red')}{' reverse' if c.recurred else ''}]{GLYPH.get(c.word, '!')}[/]"
+                        for c in lane.cells)
+        under = [" "] * len(lane.cells)
+        for i in (lane.index(w.first_bug), lane.index(w.first_fixed)):
+            if i is not None:
+                under[i] = "^"
+        title = escape((titles or {}).get(w.fix, ""))
+        out += [f"[bold]#{w.fix}[/] {title}".rstrip(), f"  {marks}", f"  {''.join(under)}  {escape(window_text(lane))}"]
+    if out:
+        cells = lanes(record, lambda _d, _f: None)[0].cells
+        first, last = short(cells[0].label), short(cells[-1].label)
+        out.append(f"  [dim]{escape(first)} → {escape(last)}: █ red not fixed, █ green fixed, ░ no bug observed "
+                   f"(before the window), R regression, ? inconclusive, · not applicable[/]")
+    return out
+
+
+# --- SVG ---------------------------------------------------------------------------------------------
+
+CELL, GAP, LANE, LEFT, TOP = 16, 2, 58, 150, 24
+
+
+def _e(text: object) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def svg(record: SweepRecord, receipt_of: Callable[[str, int], str | None], href: Callable[[str], str],
+        titles: dict[int, str] | None = None) -> str:
+    """The line as one ``<svg>`` element; ``href(receipt)`` is the link to a receipt file."""
+    ls = lanes(record, receipt_of)
+    if not ls:
+        return ""
+    n = len(ls[0].cells)
+    step = CELL + GAP
+    labels_h = 8 + 6.2 * max(len(short(c.label)) for c in ls[0].cells)
+    said = max(len(window_text(lane)) for lane in ls) * 5.6  # the longest window, in 10px text
+    width, height = max(LEFT + n * step + 20, LEFT + said), TOP + len(ls) * LANE + labels_h
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="timeline" role="img" viewBox="0 0 {width:.0f} {height:.0f}" '
+             f'width="{width:.0f}" height="{height:.0f}" font-family="system-ui, DejaVu Sans, sans-serif" font-size="11">',
+             f'<title>{_e("release line: status of each fix per tree, oldest first")}</title>']
+    for k, lane in enumerate(ls):
+        w, y = lane.window, TOP + k * LANE
+        parts.append(f'<text x="4" y="{y + 22}" font-weight="600" font-size="12">#{w.fix}</text>')
+        parts.append(f'<text x="4" y="{y + 36}" fill="#57606a" font-size="9">{_e(_clip((titles or {}).get(w.fix, ""), 26))}</text>')
+        lo, hi = lane.index(w.first_bug), lane.index(w.first_fixed)
+        if lo is not None:  # the bug window: a band behind its cells and a bracket above
+            end = (hi if hi is not None else n) * step + LEFT - GAP
+            x0 = LEFT + lo * step
+            parts.append(f'<rect class="window" x="{x0 - 2}" y="{y + 6}" width="{end - x0 + 4}" height="{CELL + 8}" '
+                         f'fill="#ffebe9" stroke="#cf222e" stroke-dasharray="3 2"></rect>')
+            said = window_text(lane)
+            tx = max(4, min(x0, width - 4 - 5.6 * len(said)))  # kept inside the picture
+            parts.append(f'<text x="{tx:.0f}" y="{y + 2}" fill="#82071e" font-size="10">{_e(said)}</text>')
+        for i, c in enumerate(lane.cells):
+            x = LEFT + i * step
+            tip = f"{short(c.label)} · #{w.fix}: {c.word}" + (f" ({c.detail})" if c.detail else "") + (
+                " · after the first fixed tree: shows the bug again" if c.recurred else "")
+            rect = (f'<rect class="cell {_cls(c.word)}" x="{x}" y="{y + 10}" width="{CELL}" height="{CELL}" rx="2" '
+                    f'fill="{styles.FILL.get(c.word, styles.FILL["not fixed"])}" stroke="{"#1f2328" if c.recurred else "#8c959f"}" '
+                    f'stroke-width="{2 if c.recurred else 0.5}"><title>{_e(tip)}</title></rect>')
+            parts.append(f'<a href="{_e(href(c.receipt))}">{rect}</a>' if c.receipt else rect)
+        if hi is not None:  # the first fixed tree: a bar through the lane and its name below
+            x = LEFT + hi * step - GAP / 2
+            parts.append(f'<line class="first-fixed" x1="{x}" y1="{y + 4}" x2="{x}" y2="{y + CELL + 16}" stroke="#1a7f37" stroke-width="3"></line>')
+            parts.append(f'<text x="{x + 3}" y="{y + CELL + 26}" fill="#1a7f37" font-size="10" font-weight="600">'
+                         f'{_e("first fixed " + short(lane.cells[hi].label))}</text>')
+    base = TOP + len(ls) * LANE
+    for i, c in enumerate(ls[0].cells):
+        x = LEFT + i * step + CELL / 2 + 3
+        parts.append(f'<text x="{x}" y="{base}" transform="rotate(-90 {x} {base})" text-anchor="end" font-size="10">{_e(short(c.label))}</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def legend() -> str:
+    """The colours, as HTML beside the SVG."""
+    items = [f'<span class="key"><svg width="12" height="12"><rect width="12" height="12" rx="2" fill="{fill}" '
+             f'stroke="#8c959f" stroke-width="0.5"></rect></svg> {_e(word)}</span>' for word, fill in styles.FILL.items() if word != "clean"]
+    return " ".join(items)
+
+
+def _clip(text: str, n: int) -> str:
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def _cls(word: str) -> str:
+    return "-".join(word.split())
+
