@@ -181,7 +181,11 @@ def _ever_assigned(cls: type, attr: str) -> bool:
     """Whether any module defining a class of ``cls``'s MRO assigns ``self.<attr>`` (or sets it
     by name): then a real instance may hold it and its absence here is a gap of our model."""
     name = re.escape(attr)
-    pattern = re.compile(rf"\bself\.{name}\s*(?::[^=\n]*)?=(?!=)|setattr\(\s*self\s*,\s*(?:[\"']{name}[\"']|[^\"'\s])")
+    # ``self.<attr> = ...``, ``setattr(self, "<attr>", ...)``, or a ``setattr(self, <variable>, ...)`` in a
+    # module that spells the name as a string somewhere (the variable may hold it)
+    pattern = re.compile(rf"\bself\.{name}\s*(?::[^=\n]*)?=(?!=)|setattr\(\s*self\s*,\s*[\"']{name}[\"']")
+    dynamic = re.compile(r"setattr\(\s*self\s*,\s*[^\"'\s]")
+    spelled = re.compile(rf"[\"']{name}[\"']")
     for klass in cls.__mro__:
         if klass is object or klass.__module__ == __name__:
             continue
@@ -195,7 +199,8 @@ def _ever_assigned(cls: type, attr: str) -> bool:
         if path not in _SOURCES:
             with open(path, encoding="utf-8", errors="replace") as handle:
                 _SOURCES[path] = handle.read()
-        if pattern.search(_SOURCES[path]):
+        text = _SOURCES[path]
+        if pattern.search(text) or (dynamic.search(text) and spelled.search(text)):
             return True
     return False
 

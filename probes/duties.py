@@ -340,6 +340,13 @@ RESULT_DUTIES = (
         lambda e: [_last_chunk(c) for c in _final(e)["kv_chunks_sent"]] == [False] * (len(e["results"]) - 1) + [True],
     ),
     Duty(
+        "result-yield-requeued",
+        36988,
+        "a healthy optimistic request that yields is re-queued for prefill, not aborted, sent or streamed (a guard)",
+        lambda e: _final(e)["requeued"] == [_rid(_final(e))] and not _final(e)["inflight_queue"]
+        and not _final(e)["sender_calls"] and not _final(e)["kv_chunks_sent"] and not _final(e)["streamed"],
+    ),
+    Duty(
         "result-waits-for-bootstrap",
         36988,
         "a healthy result whose bootstrap is pending sent no KV yet (a guard)",
@@ -395,6 +402,7 @@ CASES: dict[str, dict[str, tuple[str, ...]]] = {
         "healthy-final-result": HEALTHY,
         "healthy-grammar-result": HEALTHY,
         "healthy-chunked-result": HEALTHY,
+        "healthy-yielded-result": ("result-yield-requeued", "result-returns"),
         "healthy-optimistic-result": ("result-queued-for-transfer", "result-waits-for-bootstrap",
                                       "result-healthy-kept", "result-returns"),
     },

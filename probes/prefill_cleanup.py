@@ -65,6 +65,7 @@ class ResultScene:
         self.shape = shape
         self.releases: list[dict[str, JSON]] = []
         prefill = tree.module(PREFILL)
+        tree.single_rank_polls(prefill, journal)
         if hasattr(prefill, "release_kv_cache"):  # earlier trees call the tree cache directly
             prefill.release_kv_cache = journal.method("mem_cache", "release_kv_cache", self._release_kv_cache)
         self.result_cls = tree.batch_result_class()
@@ -86,6 +87,7 @@ class ResultScene:
                 journal,
                 "tree_cache",
                 recorded=("cache_unfinished_req", "checkpoint", "finish"),
+                supports_mamba=lambda: False,
                 # what ``release_kv_cache`` does, called directly by trees that predate it
                 cache_finished_req=lambda req, **flags: self._release_kv_cache(req, None, **flags),
             ),
@@ -117,6 +119,10 @@ class ResultScene:
             enable_metrics=False,
             is_stats_logging_rank=False,
             current_scheduler_metrics_enabled=False,
+            # read by the optimistic-prefill retry path of the trees that have it (0.5.13 on)
+            server_args=Double(journal, "server_args", **tree.server_defaults("optimistic_prefill_retries")),
+            attn_cp_cpu_group=Double(journal, "attn_cp_cpu_group"),
+            attn_tp_cpu_group=Double(journal, "attn_tp_cpu_group"),
         )
         self.batch = Double(
             journal,
@@ -307,6 +313,12 @@ PROBE = Probe(
             "guard",
             "healthy request's middle-chunk result, then its final one",
             Shape(abort="none", chunks_in_flight=(True, False), overlap=True),
+        ),
+        result_case(
+            "healthy-yielded-result",
+            "guard",
+            "healthy optimistic request's middle-chunk result when no later chunk of it is in flight (it yields)",
+            Shape(abort="none", middle_chunks=1, bootstrapped=False),
         ),
         result_case(
             "healthy-optimistic-result",
