@@ -6,6 +6,7 @@ virtualenv, from each kind of source; the records must say exactly where it came
 
 import base64
 import hashlib
+import os
 import subprocess
 import sys
 import zipfile
@@ -129,3 +130,16 @@ def test_nothing_reachable_names_every_source_tried_and_the_options(tmp_path, ve
         torch_source.install(venv, REQ, sources, tmp_path / "logs")
     assert "find-links of this machine's pip configuration or index file://" in e.value.message
     assert "--torch-index URL or --torch-wheel PATH" in e.value.message and "\n" not in e.value.message
+
+
+@pytest.mark.parametrize("args, env, expected", [
+    (["--torch-wheel", "/nonexistent/torch.whl"], {}, "--torch-wheel /nonexistent/torch.whl: no such file"),
+    (["--torch-index", "download.pytorch.org/whl/cpu"], {}, "--torch-index download.pytorch.org/whl/cpu: not a URL"),
+    ([], {ENV_INDEX: "not a url"}, f"{ENV_INDEX} not a url: not a URL"),
+])
+def test_a_bad_source_is_one_line_exit_2_before_any_download(tmp_path, args, env, expected):
+    proc = subprocess.run([sys.executable, "-m", "runner.cli", "env", "pypi:sglang==0.5.21", "--cache-dir", str(tmp_path), *args],
+                          capture_output=True, text=True, timeout=120, env={**os.environ, **env})
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1 and expected in proc.stderr
+    assert not (tmp_path / "downloads").exists()
