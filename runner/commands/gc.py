@@ -24,8 +24,8 @@ def cmd_gc(args) -> int:
         ui.out.print(f"{verb} {entry.path} ({entry.kind}, {_size(entry.size)}, least recently used)", markup=False)
     for path in done.busy:
         ui.warn(f"kept {path}: in use (being built, or used within the hour)")
-    ui.out.print(f"store {store.root}: {_size(done.kept)} kept" + (f" (budget {_size(budget)})" if budget is not None else ""),
-                 markup=False)
+    if budget is not None:
+        ui.out.print(f"store {store.root}: {_size(done.kept)} kept (budget {_size(budget)})", markup=False)
     return errors.OK
 
 
