@@ -249,6 +249,13 @@ def effect_row(ev: Evidence, fix: Fix, t: CaseTransition) -> EffectRow:
                      tally(ch.effects) if ch and ch.effects is not None else None)
 
 
+def failed_duties(ev: Evidence, fix: Fix, t: CaseTransition) -> str:
+    """The duties the case failed on each side, by name (judged on the host: judging.rejudge)."""
+    sides = [ev.case(ev.side(fix, t, head=h), t.case) for h in (False, True)]
+    named = [", ".join(judging.failed_duties(c)) or "-" if c and c.duties is not None else "" for c in sides]
+    return "" if not any(named) else f"{named[0]} → {named[1]}"
+
+
 def effect_rows(ev: Evidence, fix: Fix) -> list[EffectRow]:
     """Bug cases first: they are what the fix changes; guards show what it must keep."""
     return [effect_row(ev, fix, t) for t in sorted(fix.judged.cases, key=lambda t: t.role != "bug")]
@@ -457,6 +464,11 @@ def show(ev: Evidence) -> None:
             f"[green]✓ verified[/] ({len(ev.receipts)} receipts, {len(ev.fixes)} differentials)")
     for fix in ev.fixes:
         _show_fix(ev, fix)
+    for score in ev.index.extra.get("scores", []) if ev.index.kind == "mutation" else []:
+        judged = judging.MutationScore.model_validate({k: v for k, v in score.items() if k != "source"})
+        o.print(f"#{judged.fix} in {_t(score.get('source', '?'))}: evidence strength: {_t(judged.strength())}; "
+                f"{judged.survived} survived, {judged.equivalent} equivalent, {judged.error} error "
+                f"(baseline {_t(judged.baseline)}; every mutant in mutation/)")
     if ev.index.kind == upstream_tests.PROBE_ID:  # graded per test and subtest, not by the incident's steps
         upstream_tests.show_bundle(ev.index.extra)
     else:
@@ -492,11 +504,12 @@ def _show_fix(ev: Evidence, fix: Fix) -> None:
             o.print(f"        stand-ins used: {_t(', '.join(standins(ev.receipts[s.receipt])) or 'none')}")
             said, sandboxed = sandbox(ev.receipts[s.receipt])
             o.print(f"        sandbox: {_t(said)}" if sandboxed else f"        sandbox: [bold red]{_t(said)}[/]")
-    table = Table("case", "role", "base", "head", "transition", "side effects that changed")
+    table = Table("case", "role", "base", "head", "transition", "failed duties (base → head)", "side effects that changed")
     for row in effect_rows(ev, fix):
         t = row.transition
         table.add_row(_t(t.case), t.role, _t(t.base), _t(t.head),
-                      f"[{styles.TRANSITION.get(t.transition, 'yellow')}]{arrow(t.transition)}[/]", _t("; ".join(row.changed())))
+                      f"[{styles.TRANSITION.get(t.transition, 'yellow')}]{arrow(t.transition)}[/]",
+                      _t(failed_duties(ev, fix, t)), _t("; ".join(row.changed())))
     o.print(table)
     expected = "" if d.expected is None else (" (as pinned)" if d.as_expected else f" [red](pinned: {d.expected})[/]")
     kind = "CPU differential" if fix.cpu else "[yellow]not a CPU differential (model or gate receipts)[/]"
@@ -646,6 +659,8 @@ class Page:
                             self.case_link(base, t.case, "bug at base"), esc(" → "),
                             self.case_link(head, t.case, "clean at head"),
                             el("div", esc(f"bug signature: {case.signature}" if case else ""), class_="note"),
+                            el("div", esc(f"failed duties: {failed_duties(self.ev, b.fix, t)}"), class_="note")
+                            if failed_duties(self.ev, b.fix, t) else "",
                             el("div", esc(f"changed: {changed}"), class_="note changed") if changed else ""))
         parts += [el("div", esc(line)) for line in f.found]
         if f.step.beyond:
