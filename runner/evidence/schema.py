@@ -11,6 +11,7 @@ from runner.evidence.dsse import Envelope
 from runner.evidence.observations import Observations
 from runner.evidence.pins import Pins
 from runner.evidence.receipts import Differential, Receipt
+from runner.evidence.records import SweepRecord
 
 MODELS = {
     "pins": Pins,
@@ -18,6 +19,7 @@ MODELS = {
     "receipt": Receipt,
     "differential": Differential,
     "bundle": Index,
+    "sweep": SweepRecord,  # bundle.json "extra" of audit, sweep and merge bundles: rows, bug windows
     "envelope": Envelope,  # attestations/*.intoto.json (DSSE); the Statements inside follow in-toto's spec
 }
 DIR = Path(__file__).resolve().parents[2] / "evidence" / "schema"
