@@ -2,6 +2,7 @@
 
 import pytest
 
+from runner.sandbox.import_check import import_check
 from runner.store import envs, sources, specs
 from runner.store.cache import Store
 from runner.errors import Infrastructure
@@ -17,7 +18,7 @@ def test_git_commit_env_imports_only_its_own_files(upstream_repo, cache, interp)
     env_a, env_b = envs.env(a, cache, interp), envs.env(b, cache, interp)
     assert env_a.root != env_b.root
     assert env_a.stamp.layer_key == env_b.stamp.layer_key  # one shared dependency layer
-    check = envs.import_check(env_a, a)
+    check = import_check(env_a, a)
     assert check.ok, check.modules
     assert check.outside == []
     assert len(check.files) > 100
@@ -38,7 +39,7 @@ def test_release_env_reuses_everything_on_second_call(cache, interp, release_tre
     assert first.stamp.standins.tree_lacks == []
     assert set(first.stamp.standins.declared) >= {"triton", "torchvision"}
     assert first.stamp.lock_sha256 == envs.lock_sha256()
-    check = envs.import_check(first, tree)
+    check = import_check(first, tree)
     assert check.ok and check.outside == []
 
 
