@@ -1,0 +1,50 @@
+"""An environment a tree cannot alter: byte-code compiled by the host, read-only to runs, and a file
+added or changed in it since it was sealed (a planted .pth or .pyc) makes it rebuilt."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from runner.store import envs, sources, specs
+
+pytestmark = pytest.mark.slow  # the shared layer
+
+
+@pytest.fixture
+def tiny(cache, interp, tmp_path):
+    src = tmp_path / "vendor"
+    (src / "sglang" / "srt").mkdir(parents=True)
+    (src / "sglang" / "__init__.py").write_text("")
+    (src / "sglang" / "srt" / "mod.py").write_text(f"VALUE = {os.getpid()}\n")
+    tree = sources.resolve(specs.parse(f"path:{src}"), cache)
+    return tree, envs.env(tree, cache, interp)
+
+
+def test_the_host_compiles_every_module_of_the_tree(tiny):
+    _, environment = tiny
+    compiled = {p.name for p in (environment.root / "tree").rglob("*.pyc")}
+    assert {n.split(".")[0] for n in compiled} >= {"__init__", "mod"}
+
+
+@pytest.mark.parametrize("plant", ["pyc", "pth", "rewrite"])
+def test_a_planted_file_breaks_the_seal_and_the_environment_is_rebuilt(tiny, cache, interp, plant, capsys):
+    tree, environment = tiny
+    site = next(environment.root.glob("lib/python3*/site-packages"))
+    if plant == "pyc":
+        target = next((environment.root / "tree").rglob("mod.*.pyc"))
+        data = target.read_bytes()
+        target.write_bytes(data)  # same bytes, rewritten: its ctime moves
+    elif plant == "pth":
+        (site / "zz-planted.pth").write_text("import os\n")
+    else:
+        pth = site / "diffprobe.pth"
+        stat = pth.stat()
+        pth.write_text(pth.read_text())
+        os.utime(pth, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # even with its old mtime put back
+    again = envs.env(tree, cache, interp)
+    assert "altered since it was sealed" in capsys.readouterr().err
+    assert not (site / "zz-planted.pth").exists()
+    assert again.root == environment.root and again.stamp.seal != environment.stamp.seal
+    assert envs.env(tree, cache, interp).stamp.seal == again.stamp.seal  # and then it holds
