@@ -28,9 +28,10 @@ class DiffprobeError(Exception):
         return error
 
 
-def printable(text: str) -> str:
-    """``text`` with every control character and terminal escape shown as its escape sequence."""
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
+def printable(text: str, keep: str = "") -> str:
+    """``text`` with every control character and terminal escape (but those in ``keep``) shown as
+    its escape sequence."""
+    return "".join(c if c.isprintable() or c in keep else c.encode("unicode_escape").decode() for c in text)
 
 
 DETAIL_LINES = 15

@@ -7,11 +7,24 @@ from typing import Callable, Iterator
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.text import Text
 
-err = Console(stderr=True, highlight=False, soft_wrap=True)
-out = Console(highlight=False, soft_wrap=True)
+from runner import errors
+
+
+class _Console(Console):
+    """A console that lets no control character through: whatever it renders (a message, a table
+    cell) may hold text from a tree, a tool or a file, and ESC sequences could clear the screen or
+    forge a verdict. Escaped before markup is read; newlines and tabs are kept."""
+
+    def render_str(self, text: str, **kwargs) -> Text:
+        return super().render_str(errors.printable(text, keep="\n\t"), **kwargs)
+
+
+err = _Console(stderr=True, highlight=False, soft_wrap=True)
+out = _Console(highlight=False, soft_wrap=True)
 if not out.is_terminal:  # a pipe or a log file: tables at a width that keeps their rows whole
-    out = Console(highlight=False, soft_wrap=True, width=160)
+    out = _Console(highlight=False, soft_wrap=True, width=160)
 
 Advance = Callable[[str | None, int | None, int | None], None]
 
