@@ -185,6 +185,22 @@ def set_middle_chunks(req: Any, count: int) -> None:
     raise Missing("sglang.srt.managers.schedule_batch.Req.inflight_middle_chunks")
 
 
+def server_defaults(*names: str) -> dict[str, Any]:
+    """The stock server's value of each option the tree's ``ServerArgs`` declares (the others are left
+    out, so reading them stays a gap)."""
+    fields = getattr(resolve("sglang.srt.server_args.ServerArgs"), "__dataclass_fields__", {})
+    return {name: fields[name].default for name in names if name in fields}
+
+
+def single_rank_polls(module_: Any, journal: Any) -> None:
+    """A transfer poll all-reduced over the attention CP/TP groups of a one-rank deployment is each
+    sender's own poll: where a module calls ``poll_and_all_reduce_attn_cp_tp_group`` (no process
+    group exists on CPU), it answers so, recorded."""
+    name = "poll_and_all_reduce_attn_cp_tp_group"
+    if hasattr(module_, name):
+        setattr(module_, name, journal.method("collective", name, lambda pollers, *groups: [p.poll() for p in pollers]))
+
+
 def make_req(rid: str, prompt_len: int, mode_name: str) -> Any:
     """A real ``Req`` with a PD bootstrap address, as the tokenizer would hand it over."""
     req_cls = resolve("sglang.srt.managers.schedule_batch.Req")
