@@ -355,8 +355,9 @@ RESULT_DUTIES = (
     Duty(
         "result-healthy-kept",
         36988,
-        "a healthy final result was not aborted, freed or streamed (a guard)",
+        "a healthy result was not aborted, freed, re-queued for prefill or streamed (a guard)",
         lambda e: not _final(e)["sender_calls"]
+        and not _final(e)["requeued"]
         and not _final(e)["metadata_frees"]
         and not _final(e)["kv_releases"]
         and not _final(e)["streamed"]
@@ -403,6 +404,9 @@ CASES: dict[str, dict[str, tuple[str, ...]]] = {
         "healthy-grammar-result": HEALTHY,
         "healthy-chunked-result": HEALTHY,
         "healthy-yielded-result": ("result-yield-requeued", "result-returns"),
+        "healthy-yielded-bootstrapped": ("result-healthy-kept", "result-returns"),
+        "healthy-optimistic-chunked": ("result-queued-for-transfer", "result-waits-for-bootstrap",
+                                       "result-healthy-kept", "result-returns"),
         "healthy-optimistic-result": ("result-queued-for-transfer", "result-waits-for-bootstrap",
                                       "result-healthy-kept", "result-returns"),
     },

@@ -321,6 +321,18 @@ PROBE = Probe(
             Shape(abort="none", middle_chunks=1, bootstrapped=False),
         ),
         result_case(
+            "healthy-yielded-bootstrapped",
+            "guard",
+            "healthy bootstrapped request's middle-chunk result when no later chunk of it is in flight",
+            Shape(abort="none", middle_chunks=1),
+        ),
+        result_case(
+            "healthy-optimistic-chunked",
+            "guard",
+            "healthy optimistic request's middle-chunk result while its last chunk is in flight, then its last",
+            Shape(abort="none", chunks_in_flight=(True, False), bootstrapped=False),
+        ),
+        result_case(
             "healthy-optimistic-result",
             "guard",
             "final prefill result of a healthy request whose bootstrap is still pending (optimistic prefill)",
