@@ -47,9 +47,7 @@ def _path(cache: Store, tree_digest: str, probe: str, probe_sha256: str, key: st
     """``results/<environment>-<tree>/<probe>-<version>.json``: one entry per tree and environment,
     the unit ``diffprobe gc`` evicts."""
     tree = sha256_bytes(tree_digest.encode())[:32]
-    entry = cache.results(f"{key[:24]}-{tree}")
-    entry.mkdir(exist_ok=True)
-    return entry / f"{probe}-{probe_sha256[:32]}.json"
+    return cache.results(f"{key[:24]}-{tree}") / f"{probe}-{probe_sha256[:32]}.json"
 
 
 def lookup(cache: Store, tree_digest: str, probe: str, probe_sha256: str, key: str) -> Receipt | None:
