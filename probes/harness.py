@@ -3,7 +3,7 @@
     <env python> -I -B /abs/probes/harness.py --probe PROBE_ID [--probe PROBE_ID ...] --out DIR
         [--case-timeout SECONDS] [--case CASE_ID ...]
 
-Implements ``docs/probe-contract.md`` (``diffprobe.observations/1``): imports SGLang once, forks
+Implements ``docs/probe-contract.md`` (``diffprobe.observations/2``): imports SGLang once, forks
 one child per case so cases share no state and never pay the import twice, kills a child that
 outlives its timeout, and writes the observations file atomically. Exit 0 means the file was
 written, whatever the cases did; any other exit is an infrastructure failure.
@@ -27,7 +27,7 @@ from collections.abc import Iterable
 from types import ModuleType
 from typing import Any
 
-SCHEMA = "diffprobe.observations/1"
+SCHEMA = "diffprobe.observations/2"
 PROBE_MODULES = {"admission": "probes.admission", "prefill-cleanup": "probes.prefill_cleanup"}
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -297,6 +297,7 @@ def _ms_since(start: float) -> int:
 
 
 def materials(sglang_root: str | None, files: set[str]) -> dict[str, str]:
+    """For ``pytest_outcomes``' own file format; the host re-hashes every name from the stored tree."""
     digests = {}
     for rel in sorted(files):
         with open(os.path.join(sglang_root or "", rel), "rb") as handle:
@@ -374,7 +375,7 @@ def main(argv: list[str]) -> int:
                 "platform": platform.platform(),
                 "sglang_root": sglang_root,
                 "import": imported,
-                "materials": materials(sglang_root, files),
+                "imported": sorted(files),  # names only: the host hashes them from the stored tree
                 "standins": sorted(standins),
                 "cases": results,
             },

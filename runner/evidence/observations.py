@@ -82,7 +82,7 @@ class ImportResult(_Model):
 
 
 class Observations(_Model):
-    schema_: Literal["diffprobe.observations/1"] = Field(alias="schema")
+    schema_: Literal["diffprobe.observations/2"] = Field(alias="schema")
     probe: str
     fix: int
     python: str
@@ -90,7 +90,7 @@ class Observations(_Model):
     platform: str
     sglang_root: str | None
     import_: ImportResult = Field(alias="import")
-    materials: dict[str, str]
+    imported: list[str] = Field(description="every tree file the run imported, relative to sglang_root; the host hashes each")
     standins: list[str]
     cases: list[Case]
 

@@ -137,7 +137,7 @@ def run_probes(
                 observations = Observations.model_validate_json(read_result(out / f"{probe}.json"))
             except ValidationError as e:
                 raise Infrastructure(f"probe {probe} returned observations that break the contract: {e.errors()[0]['msg']}") from None
-            runs[probe] = Run(observations, rederive(environment.tree, observations.materials), run.started_at,
+            runs[probe] = Run(observations, rederive(environment.tree, observations.imported), run.started_at,
                               run.finished_at, run.isolation, run.log_tail)
     return runs
 

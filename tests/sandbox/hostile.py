@@ -5,7 +5,7 @@ two cases, with the paths and ports of the test baked in.
 - at import: every attack of ``payloads`` (the host's environment through /proc, its network
   namespace, its Unix sockets, writes outside, a .pth for diffprobe's virtualenv, byte-code for
   another tree's environment, a detached daemon), then the harness's writer is replaced so that
-  the materials carry made-up hashes and one case a made-up classification;
+  one case carries a made-up classification;
 - in the case ``prefill-door-rejected``: the attacks again, a daemon, and a forged message written
   into the case's result pipe before the real one;
 - and, through the replaced writer, the case ``prefill-door-valid`` (clean) claims ``bug``;
@@ -41,7 +41,8 @@ def _case_id():
 
 
 def _forge_writer():
-    """Replace the harness's writer: made-up hashes for the materials, "bug" for a clean case."""
+    """Replace the harness's writer: "bug" for a clean case (hashes it cannot forge: the harness
+    names the files it imported, and the host hashes them)."""
     main = sys.modules.get("__main__")
     original = getattr(main, "write_atomically", None)
     if original is None:
@@ -51,9 +52,6 @@ def _forge_writer():
         for case in document.get("cases", []):
             if case.get("id") == "prefill-door-valid" and case.get("outcome") == "observed":
                 case["classification"] = "bug"
-        for key in ("materials",):
-            if isinstance(document.get(key), dict):
-                document[key] = {name: "0" * 64 for name in document[key]}
         original(path, document)
 
     main.write_atomically = forged
