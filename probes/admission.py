@@ -214,6 +214,13 @@ def rejected_in_session(journal: Journal, rid: str, mode: str) -> Any:
     return req
 
 
+def rejected_in_plain_session(journal: Journal, rid: str, mode: str) -> Any:
+    """A rejected turn of a session that does not stream: nothing of it is in flight to release."""
+    req = rejected(journal, rid, mode)
+    req.session = Double(journal, "session", streaming=False, recorded=("abort_req",))
+    return req
+
+
 def valid(journal: Journal, rid: str, mode: str) -> Any:
     return tree.make_req(rid, 16, mode)
 
@@ -330,6 +337,7 @@ PROBE = Probe(
         rejected_case(PrefillDoor),
         rejected_case(DecodeDoor),
         rejected_case(PrefillDoor, "rejected-session", rejected_in_session, " of a streaming session"),
+        rejected_case(PrefillDoor, "rejected-plain-session", rejected_in_plain_session, " of a non-streaming session"),
         guard_case(PrefillDoor, "valid", "valid request at the prefill admission door", valid),
         guard_case(DecodeDoor, "valid", "valid request at the decode admission door", valid),
         guard_case(
