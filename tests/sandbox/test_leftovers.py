@@ -27,18 +27,17 @@ def _dead_pid() -> int:
 
 
 def test_a_killed_diffprobe_leaves_no_sandboxed_process_and_its_run_directory_is_swept(tmp_path, monkeypatch):
-    marker = f"diffprobe-orphan-{os.getpid()}"
-    script = textwrap.dedent(f"""
-        import sys
-        from pathlib import Path
+    marker = f"1000.{os.getpid()}{time.time_ns() % 10**6}"  # a duration sleep accepts, found by pgrep
+    script = textwrap.dedent("""
+        import os
         from runner.sandbox import execute
         with execute.run_dir() as work:
             print(work, flush=True)
-            execute.run_isolated(["/bin/sh", "-c", "(setsid sleep 300 {marker} &); sleep 300 {marker}"],
-                                 work_dir=work, timeout=600, read_only=[])
+            sleep = f"sleep {os.environ['MARK']}"
+            execute.run_isolated(["/bin/sh", "-c", f"(setsid {sleep} &); {sleep}"], work_dir=work, timeout=600, read_only=[])
     """)
     diffprobe = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
-                                 env={**os.environ, "TMPDIR": str(tmp_path)})
+                                 env={**os.environ, "TMPDIR": str(tmp_path), "MARK": marker})
     work = Path(diffprobe.stdout.readline().strip())
     deadline = time.monotonic() + 30
     while subprocess.run(["pgrep", "-f", marker], capture_output=True).returncode != 0:
