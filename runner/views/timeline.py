@@ -97,8 +97,8 @@ GLYPH = {"not fixed": "█", "regression": "R", "fixed": "█", "no bug observed
 def strip(record: SweepRecord, titles: dict[int, str] | None = None) -> list[str]:
     """Rich markup lines: per fix one mark per tree, oldest first, the window bracketed by its
     first tree showing the bug and its first fixed tree (``^`` under each)."""
-    out = []
-    for lane in lanes(record, lambda _digest, _fix: None):
+    out, ls = [], lanes(record, lambda _digest, _fix: None)
+    for lane in ls:
         w = lane.window
         marks = "".join(f"[{styles.STATUS.get(c.word, 'red')}{' reverse' if c.recurred else ''}]{GLYPH.get(c.word, '!')}[/]"
                         for c in lane.cells)
@@ -108,9 +108,8 @@ def strip(record: SweepRecord, titles: dict[int, str] | None = None) -> list[str
                 under[i] = "^"
         title = escape((titles or {}).get(w.fix, ""))
         out += [f"[bold]#{w.fix}[/] {title}".rstrip(), f"  {marks}", f"  {''.join(under)}  {escape(window_text(lane))}"]
-    if out:
-        cells = lanes(record, lambda _d, _f: None)[0].cells
-        first, last = short(cells[0].label), short(cells[-1].label)
+    if ls:
+        first, last = short(ls[0].cells[0].label), short(ls[0].cells[-1].label)
         out.append(f"  [dim]{escape(first)} → {escape(last)}: █ red not fixed, █ green fixed, ░ no bug observed "
                    f"(before the window), R regression, ? inconclusive, · not applicable[/]")
     return out
