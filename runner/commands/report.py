@@ -637,6 +637,8 @@ class Page:
             el("div", picture, class_="line"), el("p", timeline.legend(), class_="note"), id="line")
 
     def steps(self) -> str:
+        if self.ev.index.kind == upstream_tests.PROBE_ID:  # graded per test and subtest, not by the incident's steps
+            return self.grading()
         rows = []
         for f in (assess(s, self.ev.fixes) for s in STEPS):
             rows.append([el("b", str(f.step.number)), esc(f.step.text),
@@ -647,6 +649,19 @@ class Page:
                              "bug → clean observation for it."), class_="note")
         return el("section", el("h2", "The incident, step by step"), legend,
                   table(["#", "step", "evidence", "backed by"], rows, class_="steps"), id="steps")
+
+    def grading(self) -> str:
+        """An upstream-tests bundle: each test and subtest on both sides (kind and origin) and its grade's cause."""
+        g = upstream_tests.Grading.model_validate(self.ev.index.extra["grading"])
+        rows = [[esc(r.id.split("::", 1)[-1]), esc(r.base.kind), esc(r.head.kind),
+                 el("b", esc(r.grade + (f" ({r.cause})" if r.cause and r.grade != "pass-to-pass" else "")))]
+                for r in g.tests]
+        verdict = g.verdict or ("passes" if g.passed else "does not pass")
+        return el("section", el("h2", "Upstream tests, graded per test and subtest"),
+                  el("p", esc(f"verdict: {verdict}. {upstream_tests.grading_line(g)}")),
+                  *[el("p", esc(line)) for line in g.blockers],
+                  el("p", esc(upstream_tests.ORIGINS), class_="note"),
+                  table(["test", "base", "head", "grade"], rows, class_="grading"), id="grading")
 
     def step_evidence(self, f: Finding) -> str:
         parts = []

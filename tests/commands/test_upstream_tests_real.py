@@ -133,6 +133,11 @@ def test_from_git_with_its_conftest_and_helpers_graded_by_cause(tmp_path, cache,
     shown = capsys.readouterr().out
     assert "(variant='no sender')" in shown and "fail-to-pass (stub)" in shown and "seven steps" not in shown
     assert "fail-to-fail (sglang)" in shown and "origins:" in shown
+    page = tmp_path / "report.html"
+    assert cli.main(["report", str(out), "--html", str(page)]) == 0
+    html = page.read_text()
+    assert "Upstream tests, graded per test and subtest" in html and "The incident, step by step" not in html
+    assert "fail-to-pass (stub)" in html and "pass-to-fail (stub)" in html and "not a regression" in html
 
 
 @pytest.mark.slow
