@@ -18,6 +18,7 @@ from runner.store import envs
 
 # A mutant run costs the import once, then about a case's time per case until one kills it.
 MUTATE_ALLOWANCE = 3600
+CASE_TIMEOUT = 20  # seconds a case may run on one mutant (a hang counts as detected)
 MUTATION_LIMITS = [
     "A mutation score measures the probes, not SGLang: the share of single-statement changes to the code a "
     "fix changed (on the lines its cases execute) that some case detects.",
@@ -99,6 +100,30 @@ def run_mutants(environment: envs.Env, probe: str, case_timeout: int) -> _Run:
     return _Run.model_validate(raw)
 
 
+def measure(plan: list[tuple[str, int]], p: pins.Pins, opts: pipeline.Options, interp: envs.Interpreter,
+            torch: list, case_timeout: int) -> list[tuple[str, Mutation]]:
+    """(bundle label of the tree, its mutation report) for each (source, fix) of ``plan``."""
+    found = []
+    for text, n in plan:
+        tree = pipeline.resolve(text, opts)
+        environment = envs.env(tree, opts.cache, interp, torch)
+        for probe in p.fix(n).probes:
+            ui.err.print(f"mutating #{n}'s code in {escape(text)} ({probe})...")
+            raw = run_mutants(environment, probe, case_timeout)
+            if raw.import_.outcome != "ok":
+                raise errors.Infrastructure(f"{text}: SGLang did not import ({raw.import_.error.message if raw.import_.error else ''})")
+            found.append((bundle.label(tree.identity), judge(text, tree.identity.tree_digest, raw)))
+    return found
+
+
+def recorded(found: list[tuple[str, Mutation]]) -> tuple[dict[str, bytes], list[dict]]:
+    """The bundle files (one report per tree and fix) and the scores for ``bundle.json``'s extra."""
+    files = {f"mutation/{label}.{m.probe}.json":
+             orjson.dumps(m.model_dump(mode="json"), option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n"
+             for label, m in found}
+    return files, [m.score.model_dump(mode="json") | {"source": m.source} for _, m in found]
+
+
 def cmd_mutate(args) -> int:
     p = pins.load(options.path(args.pins))
     fixes = args.fix or sorted(p.fixes)
@@ -106,27 +131,14 @@ def cmd_mutate(args) -> int:
     opts = pipeline.options(args, p)
     target = bundle.out_path(args.out, "mutate")
     started = execute.now()
-    interp = envs.interpreter(args.python)
-    found: list[tuple[str, Mutation]] = []
-    for text, n in plan:
-        tree = pipeline.resolve(text, opts)
-        environment = envs.env(tree, opts.cache, interp, options.torch(args))
-        for probe in p.fix(n).probes:
-            ui.err.print(f"mutating #{n}'s code in {escape(text)} ({probe})...")
-            raw = run_mutants(environment, probe, args.case_timeout)
-            if raw.import_.outcome != "ok":
-                raise errors.Infrastructure(f"{text}: SGLang did not import ({raw.import_.error.message if raw.import_.error else ''})")
-            found.append((bundle.label(tree.identity), judge(text, tree.identity.tree_digest, raw)))
-    files = {f"mutation/{label}.{m.probe}.json":
-             orjson.dumps(m.model_dump(mode="json"), option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n"
-             for label, m in found}
+    found = measure(plan, p, opts, envs.interpreter(args.python), options.torch(args), args.case_timeout)
+    files, scores = recorded(found)
     out = bundle.write(target, kind="mutation", created_at=started, receipts=[], differentials=[], pins_sha256=None,
-                       files=files, limits=MUTATION_LIMITS,
-                       extra={"scores": [m.score.model_dump(mode="json") | {"source": m.source} for _, m in found]})
-    found = [m for _, m in found]
-    show(found)
+                       files=files, limits=MUTATION_LIMITS, extra={"scores": scores})
+    reports = [m for _, m in found]
+    show(reports)
     ui.out.print(f"bundle: {out}")
-    return errors.OK if all(m.score.baseline == "fixed" and not _unexplained(m) for m in found) else errors.DIFFERS
+    return errors.OK if all(m.score.baseline == "fixed" and not _unexplained(m) for m in reports) else errors.DIFFERS
 
 
 def _unexplained(m: Mutation) -> list[Mutant]:
@@ -154,8 +166,8 @@ def register(sub) -> None:
     p.add_argument("source", nargs="?", help="tree to mutate (default: each fix's pinned release with the fix)")
     p.add_argument("--fix", type=int, action="append", metavar="N", help="only this fix (repeatable)")
     p.add_argument("--out", metavar="DIR", help="bundle directory to create")
-    p.add_argument("--case-timeout", type=errors.positive_int, default=20, metavar="S",
-                   help="seconds a case may run on one mutant (default 20; a hang counts as detected)")
+    p.add_argument("--case-timeout", type=errors.positive_int, default=CASE_TIMEOUT, metavar="S",
+                   help=f"seconds a case may run on one mutant (default {CASE_TIMEOUT}; a hang counts as detected)")
     options.env_options(p)
     options.common(p)
     p.set_defaults(func=cmd_mutate)

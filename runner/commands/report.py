@@ -514,6 +514,11 @@ def _show_fix(ev: Evidence, fix: Fix) -> None:
     expected = "" if d.expected is None else (" (as pinned)" if d.as_expected else f" [red](pinned: {d.expected})[/]")
     kind = "CPU differential" if fix.cpu else "[yellow]not a CPU differential (model or gate receipts)[/]"
     o.print(f"  verdict: [{styles.VERDICT[d.verdict]}]{d.verdict}[/]{expected}  — {kind}")
+    for score in ev.index.extra.get("scores", []):
+        if score.get("fix") == d.fix:
+            judged = judging.MutationScore.model_validate({k: v for k, v in score.items() if k != "source"})
+            o.print(f"  evidence strength: {_t(judged.strength())} at {_t(score.get('source', '?'))}"
+                    f" ({judged.survived} survived, {judged.equivalent} equivalent)")
     if not fix.consistent:
         o.print(f"  [red]the stored differential says {_t(fix.stored.verdict)}; its receipts say {d.verdict}[/]")
 

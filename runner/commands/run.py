@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from runner import errors, ui
-from runner.commands import options, pipeline
+from runner.commands import mutate, options, pipeline
 from runner.evidence import bundle, pins, receipts
 from runner.files import sha256_file
 from runner.sandbox import execute
-from runner.store import specs
+from runner.store import envs, specs
 from runner.views import summary
 
 
@@ -44,10 +44,16 @@ def cmd_run(args) -> int:
             [(bundle.receipt_name(got[(head, pr)]), got[(head, pr)]) for pr in fix.probes],
             fix.expect,
         ))
+    files, scores = {}, []
+    if args.mutate:  # the strength of each verdict's evidence, measured at the fix's head
+        interp, torch = envs.interpreter(args.python), options.torch(args)
+        files, scores = mutate.recorded(mutate.measure([(sides[n][1], n) for n in fixes], p, opts, interp, torch,
+                                                       min(args.case_timeout, mutate.CASE_TIMEOUT)))
     out = bundle.write(
-        out, kind="run", created_at=started,
+        out, kind="run", created_at=started, files=files,
         receipts=list({bundle.receipt_name(r): r for r in got.values()}.values()), differentials=diffs, pins_sha256=sha256_file(pins_path),
-        extra={"via": args.via, "fixes": numbers, "repo": repo if args.via == "commits" else None}, signers=signers,
+        extra={"via": args.via, "fixes": numbers, "repo": repo if args.via == "commits" else None}
+        | ({"scores": scores} if args.mutate else {}), signers=signers,
     )
     summary.differentials(diffs)
     ui.out.print(f"bundle: {out}  (check with: diffprobe verify {out}  or  cd {out} && sha256sum -c {bundle.MANIFEST})")
@@ -61,6 +67,8 @@ def register(sub) -> None:
     p.add_argument("--repo", metavar="URL|PATH", help="git repository for --via commits (default: the pinned upstream)")
     p.add_argument("--pr", type=int, action="append", metavar="N", help="only this fix (repeatable)")
     p.add_argument("--out", metavar="DIR", help="bundle directory to create (must not exist or be empty)")
+    p.add_argument("--mutate", action="store_true",
+                   help="also measure each fix's evidence at its head: mutation score (diffprobe mutate), in the bundle")
     options.probe_options(p)
     options.common(p)
     options.signing(p)
