@@ -33,8 +33,8 @@ STANDINS = {
     "sglang.srt.mem_cache.rust_tree_core": "compiled Rust module, present in release wheels, absent in git trees",
     "sgl_kernel": "SGLang's CUDA kernel library (sgl-kernel/sglang-kernel, required by every release); its CUDA "
                   "build fails to import beside CPU torch: served only to imports not ready for its absence "
-                  "(awq in 0.4.5.x, kvcacheio in 0.5.x up to 0.5.10), every kernel raises when called",
-    "vllm": "vLLM, which 0.4.5.post2-0.4.9 import unguarded on a machine without CUDA (custom ops, activation "
+                  "(measured: 0.4.5.x, 0.4.9.post1-0.5.12.post1), every kernel raises when called",
+    "vllm": "vLLM, which 0.4.x releases import unguarded on a machine without CUDA (custom ops, activation "
             "layers): served only to such imports, every op raises when called",
 }
 
