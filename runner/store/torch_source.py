@@ -3,7 +3,8 @@
 The lock pins a CPU build (``torch==X+cpu``), which PyPI does not serve (its Linux wheels are CUDA
 builds). Sources, in order of precedence:
 
-1. the one named: ``--torch-wheel PATH`` or ``--torch-index URL`` (a package index, PEP 503), else ``DIFFPROBE_TORCH_WHEEL`` or ``DIFFPROBE_TORCH_INDEX``;
+1. the one named: ``--torch-wheel PATH`` or ``--torch-index URL`` (a package index, PEP 503),
+   else ``DIFFPROBE_TORCH_WHEEL`` or ``DIFFPROBE_TORCH_INDEX``;
 2. by default, the find-links of this machine's pip configuration when they hold the pinned wheel
    (offline), else PyTorch's CPU wheel index.
 
