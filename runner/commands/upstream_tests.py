@@ -656,6 +656,7 @@ def cmd_upstream_tests(args: argparse.Namespace) -> int:
     signers = options.signers(args)
     read_tests = locate_tests(args.tests, args.head, args.with_paths or [])
     opts = pipeline.options(args, pins.load(options.path(args.pins)), options.probe_of_env(args))
+    torch = opts.probe.torch()  # a bad source fails before any download
     started = execute.now()
     trees = {name: pipeline.resolve(text, opts) for name, text in (("base", args.base), ("head", args.head))}
     test = read_tests(trees["head"], opts)
@@ -663,7 +664,7 @@ def cmd_upstream_tests(args: argparse.Namespace) -> int:
     interp = envs.interpreter(opts.probe.python)
     sides, got = {}, []
     for name, text in (("base", args.base), ("head", args.head)):
-        environment = envs.env(trees[name], opts.cache, interp)
+        environment = envs.env(trees[name], opts.cache, interp, torch)
         for note in environment.stamp.notes:
             ui.warn(f"{text}: {note}")
         sides[name] = run_side(name, text, trees[name], environment, test, args.timeout, sandboxed=opts.sandboxed(trees[name]))
