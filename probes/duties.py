@@ -464,6 +464,9 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
         "update_finish_state returns at once for a finished request",
 }
 EXPLAINED: dict[tuple[str, str, str], str] = {
+    ("SchedulerDisaggregationPrefillMixin._retire_aborted_prefill_result", "true", "self.enable_hicache_storage"):
+        "0.5.20 tells the tree cache only when HiCache storage is on (0.5.21 always); the cases run with it on, "
+        "and a case with it off could not require the call without failing 0.5.21's unconditional one",
     ("Scheduler.retire_unadmitted_request", "delete", "req.release_mm_inputs_on_abort()"):
         "0.5.22's retire path also frees multimodal inputs; no case sends a multimodal request, and freeing "
         "them is not among #38935's duties",
