@@ -40,10 +40,12 @@ def probe_digest(probe: str, root: Path | None = None) -> str:
 
 @functools.cache
 def judge_digest() -> str:
-    """diffprobe's own version as a digest, like a probe's: sha256 over the ``runner`` package's files
-    (byte-code left out). Receipts name the exact code that derived their verdicts by it."""
-    package = Path(__file__).resolve().parent.parent
+    """The judge as a digest, like a probe's: sha256 over ``runner/evidence``, the code that turns effects
+    into duties, classifications, statuses and verdicts and seals them (byte-code left out). Receipts
+    name the exact code that derived their verdicts by it; code that only runs or shows them (commands,
+    store, sandbox, views) is not the judge, so changing it keeps evidence comparable."""
+    package = Path(__file__).resolve().parent
     files = sorted(p for p in package.rglob("*")
                    if p.is_file() and "__pycache__" not in p.parts and p.suffix not in (".pyc", ".pyo"))
-    lines = "".join(f"{sha256_file(p)}  {p.relative_to(package.parent).as_posix()}\n" for p in files)
+    lines = "".join(f"{sha256_file(p)}  {p.relative_to(package.parent.parent).as_posix()}\n" for p in files)
     return sha256_bytes(lines.encode())
