@@ -107,7 +107,7 @@ def main() -> int:
     t_bisect, bisect = diffprobe("sweep", *common, "--bisect", "--no-reuse", "--out", str(work / "bisect"))
 
     statuses = [{f["fix"]: f["status"] for f in row["fixes"]} for row in sweep["rows"]]
-    per_run = t_sweep / max(sweep["runs"], 1)
+    per_run = t_sweep / max(sweep["probe_runs"], 1)
     distinct = len({row["tree_digest"] for row in sweep["rows"]})
     naive_bisect = naive_bisection_runs(statuses)
     print(f"distinct trees: {distinct}; first fixed: " + ", ".join(f"#{k} {v}" for k, v in sweep["first_fixed"].items()))
