@@ -72,6 +72,7 @@ class ResultScene:
         self.req = self._request(journal, rid, shape)
         streamer, self.streamed = output_streamer(journal)
         # The tree's own Scheduler: its methods run; only those it has can be recorded instead.
+        metadata = Double(journal, "metadata_allocator", recorded=("free",))  # shared, as in the server
         self.scheduler = strict_subject(
             tree.resolve(SCHEDULER),
             journal,
@@ -95,7 +96,7 @@ class ResultScene:
             metrics_reporter=Double(
                 journal, "metrics_reporter", recorded=("report_prefill_stats",), enable_metrics=False
             ),
-            req_to_metadata_buffer_idx_allocator=Double(journal, "metadata_allocator", recorded=("free",)),
+            req_to_metadata_buffer_idx_allocator=metadata,
             send_kv_chunk=journal.method("scheduler", "send_kv_chunk"),
             maybe_send_health_check_signal=journal.method("scheduler", "maybe_send_health_check_signal"),
             **{_inflight_queue(prefill): []},
@@ -103,12 +104,20 @@ class ResultScene:
             tp_worker=Double(
                 journal,
                 "tp_worker",
-                resolve_batch_result=lambda bid: (self.result.logits_output, [NEXT_TOKEN]),
-                resolve_last_batch_result=lambda launch_done=None: (self.result.logits_output, [NEXT_TOKEN], False),
+                resolve_batch_result=lambda bid: self._worker_answer("resolve_batch_result"),
+                resolve_last_batch_result=lambda launch_done=None: self._worker_answer("resolve_last_batch_result"),
             ),
             # where a yielded optimistic request would be re-queued
             waiting_queue=[],
-            disagg_prefill_bootstrap_queue=Double(journal, "prefill_bootstrap_queue", queue=[]),
+            # the tree's own bootstrap queue: 0.5.13-0.5.15 finalize an optimistic request's bootstrap there
+            disagg_prefill_bootstrap_queue=strict_subject(
+                prefill.PrefillBootstrapQueue,
+                journal,
+                "prefill_bootstrap_queue",
+                queue=[],
+                token_to_kv_pool=Double(journal, "token_to_kv_pool", page_size=1),
+                req_to_metadata_buffer_idx_allocator=metadata,
+            ),
             disagg_prefill_pending_chunk_rids=set() if shape.abort == "retired" else {self.req.rid},
             enable_hicache_storage=True,
             chunked_req=None,
@@ -120,7 +129,9 @@ class ResultScene:
             is_stats_logging_rank=False,
             current_scheduler_metrics_enabled=False,
             # read by the optimistic-prefill retry path of the trees that have it (0.5.13 on)
-            server_args=Double(journal, "server_args", **tree.server_defaults("optimistic_prefill_retries")),
+            server_args=Double(
+                journal, "server_args", **tree.server_defaults("optimistic_prefill_retries", "optimistic_prefill_attempts")
+            ),
             attn_cp_cpu_group=Double(journal, "attn_cp_cpu_group"),
             attn_tp_cpu_group=Double(journal, "attn_tp_cpu_group"),
         )
@@ -146,6 +157,13 @@ class ResultScene:
             abort_error=RuntimeError("transport is down") if shape.sender_abort_fails else None,
         )
         req.disagg_kv_sender = transport.endpoint("sender", backend=None) if shape.has_sender else None
+        if shape.has_sender:  # the base sender's answer: decode holds no prefix of this request
+            name = req.disagg_kv_sender.double_name()
+            object.__setattr__(
+                req.disagg_kv_sender, "pop_decode_prefix_len", journal.method(name, "pop_decode_prefix_len", lambda: 0)
+            )
+        if not shape.bootstrapped and not hasattr(req, "pending_bootstrap"):
+            raise tree.Missing("sglang.srt.managers.schedule_batch.Req.pending_bootstrap")  # no optimistic prefill
         req.pending_bootstrap = not shape.bootstrapped
         req.metadata_buffer_index = shape.metadata_index
         middle = len(shape.chunks_in_flight) - 1 if shape.middle_chunks is None else shape.middle_chunks
@@ -185,6 +203,9 @@ class ResultScene:
                 }
             )
         tree.drop_kv(req)
+
+    def _worker_answer(self, name: str) -> Any:
+        return tree.worker_results(self.result.logits_output, [NEXT_TOKEN])[name]
 
     def drive(self) -> None:
         for in_flight in self.shape.chunks_in_flight:

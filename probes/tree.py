@@ -201,6 +201,28 @@ def single_rank_polls(module_: Any, journal: Any) -> None:
         setattr(module_, name, journal.method("collective", name, lambda pollers, *groups: [p.poll() for p in pollers]))
 
 
+def worker_results(logits: Any, next_token_ids: list[int]) -> dict[str, Any]:
+    """What the overlap worker's ``resolve_batch_result`` / ``resolve_last_batch_result`` hand back
+    for a finished forward, shaped like the tree's own ``TpModelWorkerClient`` returns them
+    (``logits_output, next_token_ids`` and, in later trees, ``can_run_cuda_graph``)."""
+    import ast
+    import textwrap
+
+    try:
+        client = resolve("sglang.srt.managers.tp_worker_overlap_thread.TpModelWorkerClient")
+    except Missing:
+        return {}
+    answers = {}
+    for name in ("resolve_batch_result", "resolve_last_batch_result"):
+        method = getattr(client, name, None)
+        if method is None:
+            continue
+        returns = [n.value for n in ast.walk(ast.parse(textwrap.dedent(inspect.getsource(method)))) if isinstance(n, ast.Return)]
+        width = len(returns[-1].elts) if returns and isinstance(returns[-1], ast.Tuple) else 2
+        answers[name] = (logits, next_token_ids, False)[:width]
+    return answers
+
+
 def make_req(rid: str, prompt_len: int, mode_name: str) -> Any:
     """A real ``Req`` with a PD bootstrap address, as the tokenizer would hand it over."""
     req_cls = resolve("sglang.srt.managers.schedule_batch.Req")
