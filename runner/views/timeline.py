@@ -134,7 +134,9 @@ def svg(record: SweepRecord, receipt_of: Callable[[str, int], str | None], href:
     step = CELL + GAP
     labels_h = 8 + 6.2 * max(len(short(c.label)) for c in ls[0].cells)
     said = max(len(window_text(lane)) for lane in ls) * 5.6  # the longest window, in 10px text
-    width, height = max(LEFT + n * step + 20, LEFT + said), TOP + len(ls) * LANE + labels_h
+    fixed = max((6 * len("first fixed " + short(c.label)) + (lane.index(c.source) or 0) * step
+                 for lane in ls for c in lane.cells if c.source == lane.window.first_fixed), default=0)
+    width, height = LEFT + max(n * step + 20, said, fixed + 10), TOP + len(ls) * LANE + labels_h
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="timeline" role="img" viewBox="0 0 {width:.0f} {height:.0f}" '
              f'width="{width:.0f}" height="{height:.0f}" font-family="system-ui, DejaVu Sans, sans-serif" font-size="11">',
              f'<title>{_e("release line: status of each fix per tree, oldest first")}</title>']
