@@ -1,0 +1,140 @@
+"""The probes on one real release of each API era before the fixes (cached PyPI wheels).
+
+Each era differs in how a request holds KV and marks an abort, how the scheduler rejects a prompt
+at intake, where the transfer classes and the batch result come from. On every one: each case is
+observed or not applicable; `not_applicable` names an API the tree's own source lacks; the rejected
+request was rejected by the tree's own intake; the pre-fix bugs are seen. And an audit of an old tree
+says "not fixed" for both fixes, from behaviour.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+import pytest
+
+from runner import cli
+
+pytestmark = pytest.mark.slow
+
+# release -> what sets its era apart (and the not-applicable cases that follow from it)
+ERAS = {
+    "0.4.5": "first PD release: KVSender named in the door module, 'infight' queue, rejection by "
+    "validate_input_length alone, to_abort, is_chunked, GenerationBatchResult in the scheduler",
+    "0.4.7": "set_finish_with_abort (finished at once), get_kv_class, kv_cache_cpu backup",
+    "0.5.5": "to_finish (abort pending), GenerationBatchResult in managers.utils, Mamba slot",
+    "0.5.13": "kv_allocated_len on the request, release_kv_cache, no runtime_context",
+    "0.5.18": "optional req.kv record beside req_pool_idx, runtime_context",
+}
+OPTIMISTIC = dict.fromkeys(
+    ("aborted-yielded-chunk", "healthy-yielded-result", "healthy-optimistic-chunked", "healthy-optimistic-result"),
+    "sglang.srt.managers.schedule_batch.Req.pending_bootstrap",
+)
+# the cases each era cannot run, at least (every not-applicable case must name an API its source lacks)
+NOT_APPLICABLE = {
+    "0.4.5": {
+        "prefill-door-reentry-backup": "sglang.srt.managers.schedule_batch.Req.offload_kv_cache",
+        "prefill-door-reentry-mamba": "sglang.srt.managers.schedule_batch.Req.mamba_pool_idx",
+        "mamba-before-kv": "sglang.srt.managers.schedule_batch.Req.mamba_pool_idx",
+        "decode-door-retracted": "sglang.srt.disaggregation.decode.DecodePreallocQueue.add(is_retracted)",
+        "decode-door-rebootstrap": "sglang.srt.disaggregation.decode.DecodePreallocQueue.add(is_rebootstrap)",
+        **OPTIMISTIC,
+    },
+    "0.4.7": {
+        "prefill-door-reentry-mamba": "sglang.srt.managers.schedule_batch.Req.mamba_pool_idx",
+        "mamba-before-kv": "sglang.srt.managers.schedule_batch.Req.mamba_pool_idx",
+        "decode-door-retracted": "sglang.srt.disaggregation.decode.DecodePreallocQueue.add(is_retracted)",
+        "decode-door-rebootstrap": "sglang.srt.disaggregation.decode.DecodePreallocQueue.add(is_rebootstrap)",
+        **OPTIMISTIC,
+    },
+    "0.5.5": {
+        "decode-door-rebootstrap": "sglang.srt.disaggregation.decode.DecodePreallocQueue.add(is_rebootstrap)",
+        **OPTIMISTIC,
+    },
+    "0.5.13": {"decode-door-rebootstrap": "sglang.srt.disaggregation.decode.DecodePreallocQueue.add(is_rebootstrap)"},
+    "0.5.18": {},
+}
+
+
+@pytest.fixture(scope="module")
+def audited(tmp_path_factory, cache):
+    """One `diffprobe audit` per release, shared by the tests: (exit code, {case id: case})."""
+    done: dict[str, tuple[int, dict, Path]] = {}
+
+    def get(version: str) -> tuple[int, dict, Path]:
+        if version not in done:
+            out = tmp_path_factory.mktemp("audit") / version
+            code = cli.main(["audit", f"pypi:sglang=={version}", "--out", str(out), "--cache-dir", str(cache.root)])
+            cases = {}
+            for receipt in sorted((out / "receipts").glob("*.json")):
+                cases.update({c["id"]: c for c in json.loads(receipt.read_text())["cases"]})
+            done[version] = (code, cases, out)
+        return done[version]
+
+    return get
+
+
+def _absent_from(api: str, root: Path) -> bool:
+    """True when the tree's own source lacks ``api`` (``pkg.mod.Class.member`` or
+    ``pkg.mod.Class.method(param)``): read with ``ast``, never imported."""
+    path, _, param = api.partition("(")
+    parts = path.split(".")
+    for cut in range(len(parts), 0, -1):
+        source = root.joinpath(*parts[:cut]).with_suffix(".py")
+        if source.is_file():
+            break
+    else:
+        return True
+    tree = ast.parse(source.read_text())
+    names = parts[cut:]
+    if param:
+        cls, method = names
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef) and node.name == cls:
+                for fn in node.body:
+                    if isinstance(fn, ast.FunctionDef) and fn.name == method:
+                        args = fn.args.args + fn.args.kwonlyargs
+                        return param.rstrip(")") not in {a.arg for a in args}
+        return True
+    member = names[-1]
+    used = {getattr(node, "attr", None) or getattr(node, "name", None) or getattr(node, "id", None) for node in ast.walk(tree)}
+    return member not in used
+
+
+@pytest.mark.parametrize("version", sorted(ERAS))
+def test_every_case_is_observed_or_names_a_missing_api(version, audited, release_tree):
+    _, cases, _ = audited(version)
+    errors = {cid: c["error"] for cid, c in cases.items() if c["outcome"] not in ("observed", "not_applicable")}
+    assert errors == {}, f"{version} ({ERAS[version]})"
+    missing = {cid: c["missing"] for cid, c in cases.items() if c["outcome"] == "not_applicable"}
+    assert NOT_APPLICABLE[version].items() <= missing.items()
+    root = release_tree(version).root
+    assert all(_absent_from(api, root) for api in missing.values())
+
+
+@pytest.mark.parametrize("version", sorted(ERAS))
+def test_the_pre_fix_bugs_are_observed(version, audited):
+    _, cases, _ = audited(version)
+    for cid in ("prefill-door-rejected", "decode-door-rejected", "aborted-final-result", "late-result-after-retire"):
+        assert cases[cid]["classification"] == "bug", (version, cid)
+
+
+def test_the_rejected_request_went_through_each_eras_own_intake(audited):
+    """0.4.5: the length check itself finishes the request and the scheduler cuts the prompt;
+    0.4.7: set_finish_with_abort finishes it at once; 0.5.5 on: the abort waits in to_finish."""
+    states = {v: audited(v)[1]["prefill-door-rejected"]["effects"]["before"] for v in ERAS}
+    for version, state in states.items():
+        assert state["prompt_tokens"] == 1, version
+    assert states["0.4.5"]["finished"] and "allow-auto-truncate" in json.dumps(states["0.4.5"]["finished_reason"])
+    assert states["0.4.7"]["finished"] and states["0.4.7"]["to_finish"] is None
+    for version in ("0.5.5", "0.5.13", "0.5.18"):
+        assert not states[version]["finished"] and states[version]["to_finish"]["status_code"] == 400, version
+
+
+def test_audit_of_an_old_tree_says_not_fixed_from_behaviour(audited):
+    code, cases, out = audited("0.4.7")
+    assert code == 1
+    rows = json.loads((out / "bundle.json").read_text())["extra"]["rows"]
+    assert {f["fix"]: f["status"] for f in rows[0]["fixes"]} == {36988: "not fixed", 38935: "not fixed"}
