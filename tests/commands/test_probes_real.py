@@ -102,11 +102,12 @@ def test_fork_without_the_prefill_gate_shows_the_bug_at_that_door_only(tmp_path,
 
 def test_hanging_and_crashing_cases_are_timeout_and_error_while_the_rest_completes(tmp_path, release_tree, opts):
     cases = _probe_fork(tmp_path, release_tree, opts, "0.5.21", forks.HANG_AT_PREFILL_DOOR + forks.CRASH_AT_DECODE_DOOR)
-    assert cases["prefill-door-rejected"].outcome == "timeout"
+    hung = [c for c in cases.values() if c.id.startswith("prefill-door-rejected")]  # every rejection at that door
+    assert len(hung) == 3 and all(c.outcome == "timeout" for c in hung)
     crashed = cases["decode-door-rejected"]
     assert crashed.outcome == "error" and crashed.error.type == "Signal" and "SIGSEGV" in crashed.error.message
     assert crashed.classification == "inconclusive"
-    rest = [c for c in cases.values() if c.id not in ("prefill-door-rejected", "decode-door-rejected")]
+    rest = [c for c in cases.values() if c not in hung and c.id != "decode-door-rejected"]
     assert len(rest) >= 6 and all(c.outcome == "observed" and c.classification == "clean" for c in rest)
 
 

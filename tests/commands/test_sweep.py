@@ -87,7 +87,7 @@ def test_bisect_finds_first_commits_in_fewer_runs(upstream_repo, cache, tmp_path
     "version, edits, expected, bugs",
     [
         ("0.5.21", forks.WITHOUT_PREFILL_GATE, {"prefill-door": "not fixed", "decode-door": "fixed", "prefill-result": "fixed"},
-         ["prefill-door-rejected"]),
+         ["prefill-door-rejected", "prefill-door-rejected-session", "prefill-door-rejected-plain-session"]),
         ("0.5.21", forks.WITHOUT_DECODE_GATE, {"prefill-door": "fixed", "decode-door": "not fixed", "prefill-result": "fixed"},
          ["decode-door-rejected"]),
         ("0.5.21", forks.WITHOUT_GRAMMAR_CLEANUP, {"prefill-result": "not fixed"}, ["grammar-rejection"]),
@@ -103,7 +103,7 @@ def test_audit_of_a_fork_reports_exactly_the_removed_part(tmp_path, cache, relea
     (row,) = _record(out).rows
     sites = {s.site: s for f in row.fixes for s in f.sites}
     assert {site: sites[site].status for site in expected} == expected
-    assert [c for s in sites.values() for c, shown in s.cases.items() if shown == "bug"] == bugs
+    assert sorted(c for s in sites.values() for c, shown in s.cases.items() if shown == "bug") == sorted(bugs)
 
 
 @pytest.mark.slow
