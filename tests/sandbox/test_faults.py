@@ -24,7 +24,8 @@ from tests.helpers import ROOT
 @pytest.mark.slow
 def test_a_failing_layer_build_exits_3_naming_the_step_with_the_tail_of_its_output(tmp_path, monkeypatch, capsys):
     lock = tmp_path / "lock.txt"
-    lock.write_text("diffprobe-no-such-package==0.0.0\n")
+    torch = next(line for line in envs.LOCK.read_text().splitlines() if line.startswith("torch=="))
+    lock.write_text(f"{torch}\ndiffprobe-no-such-package==0.0.0\n")  # torch installs; the rest of the lock fails
     monkeypatch.setattr(envs, "LOCK", lock)
     tree = tmp_path / "tree"
     (tree / "sglang").mkdir(parents=True)
@@ -34,7 +35,7 @@ def test_a_failing_layer_build_exits_3_naming_the_step_with_the_tail_of_its_outp
     lines = capsys.readouterr().err.splitlines()
     errors = [line for line in lines if line.startswith("diffprobe: error: ")]
     assert len(errors) == 1 and "install the locked dependency layer failed (exit 1); log: " in errors[0]
-    detail = [line for line in lines if line not in errors]
+    detail = lines[lines.index(errors[0]) + 1:]  # what follows the error: the tail of the failing step
     assert detail and all(line.startswith("    ") for line in detail)
     assert any("diffprobe-no-such-package" in line for line in detail)  # pip's own last words
     assert list((cache / "layers").iterdir()) == []  # neither a layer nor its scratch directory remains
@@ -70,7 +71,7 @@ def _alive(pgid: int) -> bool:
 def test_an_interrupted_run_leaves_nothing_half_written_and_no_probe_running(cache, tmp_path, signum, code):
     out = tmp_path / "work" / "bundle"
     argv = [sys.executable, "-m", "runner.cli", "run", "--via", "releases", "--pr", "38935", "--out", str(out),
-            "--cache-dir", str(cache.root), "-j", "2"]
+            "--cache-dir", str(cache.root), "-j", "2", "--no-reuse"]  # probes must run to be interrupted
     proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 600
     while not (groups := _harness_groups(proc.pid)):
