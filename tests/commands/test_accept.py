@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import json
 import subprocess
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 
 import orjson
 import pytest
@@ -16,6 +15,7 @@ import pytest
 from runner import cli
 from runner.commands import survey
 from runner.store import envs
+from tests.commands.test_gates import serve as gates_serve
 
 pytestmark = pytest.mark.slow
 
@@ -82,8 +82,15 @@ def audit_once():
 
 
 class Worker:
+    """One fake worker for test_gates' server: its /server_info and a /generate that refuses over the pool."""
+
+    info_paths = ("/server_info",)
+
     def __init__(self, info: dict, pool: int):
-        self.info, self.pool = info, pool
+        self._info, self.pool = info, pool
+
+    def info(self) -> dict:
+        return self._info
 
     def generate(self, req: dict) -> tuple[int, dict]:
         n = len(req.get("input_ids") or req.get("text", "")) // (1 if "input_ids" in req else 4)
@@ -93,27 +100,7 @@ class Worker:
 
 
 def serve(worker: Worker) -> tuple[str, ThreadingHTTPServer]:
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args):
-            pass
-
-        def reply(self, status: int, body: dict) -> None:
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def do_GET(self):
-            self.reply(200, worker.info) if self.path == "/server_info" else self.reply(404, {"detail": "Not Found"})
-
-        def do_POST(self):
-            req = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            self.reply(*worker.generate(req))
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
+    server = gates_serve(worker)
     return f"http://127.0.0.1:{server.server_address[1]}", server
 
 
