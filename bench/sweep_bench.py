@@ -34,13 +34,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from runner.store import sources, specs  # noqa: E402
-from runner.store.cache import Cache  # noqa: E402
+from runner.store.cache import Store  # noqa: E402
 from tests import gitrepo  # noqa: E402  (the fixture builder the tests use)
 
 RELEASES = ["0.5.19", "0.5.20", "0.5.21"]
 
 
-def history(repo: Path, cache: Cache, n: int) -> dict[str, str]:
+def history(repo: Path, cache: Store, n: int) -> dict[str, str]:
     """n commits; package changes at 10 evenly spread commits: 3 releases, each then varied."""
     roots = {v: sources.resolve(specs.PypiSpec(version=v), cache).root for v in RELEASES}
     changes = {round(i * n / 10): change for i, change in enumerate(
@@ -93,7 +93,7 @@ def main() -> int:
     ap.add_argument("--commits", type=int, default=200)
     ap.add_argument("--keep", metavar="DIR", help="build the repository and bundles here (default: a temporary directory)")
     args = ap.parse_args()
-    cache = Cache.at(args.cache_dir)
+    cache = Store.at(args.cache_dir)
     work = Path(args.keep or tempfile.mkdtemp(prefix="diffprobe-sweep-bench-"))
     repo = work / "repo"
     start = time.perf_counter()

@@ -139,5 +139,3 @@ def read_model(path: Path, model: type[M]) -> M | None:
 def write_model(path: Path, value: BaseModel) -> None:
     write_atomic(path, orjson.dumps(value.model_dump(mode="json"), option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS))
 
-
-Cache = Store  # its name before the re-layout, still used by tests/store/test_git_plumbing.py; remove with it

@@ -9,7 +9,7 @@ import pytest
 
 from runner.evidence import receipts
 from runner.evidence import results
-from runner.store.cache import Cache
+from runner.store.cache import Store
 from tests.helpers import PROBE, case, receipt
 
 
@@ -24,12 +24,12 @@ def observed() -> receipts.Receipt:
                          materials=r.materials)
 
 
-def _lookup(cache: Cache, r: receipts.Receipt, key: str | None = None):
+def _lookup(cache: Store, r: receipts.Receipt, key: str | None = None):
     return results.lookup(cache, r.source.tree_digest, r.probe.id, r.probe.sha256, key or results.receipt_key(r.environment))
 
 
 def test_a_recorded_receipt_is_found_under_its_key_and_nothing_else(tmp_path, observed):
-    cache = Cache.at(tmp_path)
+    cache = Store.at(tmp_path)
     key = results.receipt_key(observed.environment)
     assert _lookup(cache, observed) is None
     results.record(cache, observed, key)
@@ -40,7 +40,7 @@ def test_a_recorded_receipt_is_found_under_its_key_and_nothing_else(tmp_path, ob
 
 
 def test_a_tampered_entry_is_dropped_not_reused(tmp_path, observed, capsys):
-    cache = Cache.at(tmp_path)
+    cache = Store.at(tmp_path)
     key = results.receipt_key(observed.environment)
     results.record(cache, observed, key)
     [path] = (tmp_path / "results").rglob("*.json")
@@ -52,13 +52,13 @@ def test_a_tampered_entry_is_dropped_not_reused(tmp_path, observed, capsys):
 
 
 def test_an_entry_filed_under_the_wrong_key_is_dropped(tmp_path, observed):
-    cache = Cache.at(tmp_path)
+    cache = Store.at(tmp_path)
     results.record(cache, observed, "9" * 64)  # filed under a key its environment does not give
     assert _lookup(cache, observed, key="9" * 64) is None
 
 
 def test_timeouts_and_dead_harnesses_are_not_kept(tmp_path, observed):
-    cache = Cache.at(tmp_path)
+    cache = Store.at(tmp_path)
     timed_out = receipts.make(observed.probe, observed.source, observed.environment, [case("a", outcome="timeout")],
                               started_at=observed.started_at, finished_at=observed.finished_at)
     results.record(cache, timed_out, results.receipt_key(timed_out.environment))
@@ -68,7 +68,7 @@ def test_timeouts_and_dead_harnesses_are_not_kept(tmp_path, observed):
 def test_gc_counts_and_evicts_receipts_store_entries(tmp_path, observed):
     from runner.store import gc
 
-    cache = Cache.at(tmp_path)
+    cache = Store.at(tmp_path)
     results.record(cache, observed, results.receipt_key(observed.environment))
     [entry] = [e for e in gc.entries(cache) if e.kind == "results"]
     assert entry.path.parent == tmp_path / "results" and entry.size > 0

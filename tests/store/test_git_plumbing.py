@@ -12,7 +12,7 @@ import pytest
 
 from runner.errors import BadInput
 from runner.store import mirrors, sources, specs
-from runner.store.cache import Cache
+from runner.store.cache import Store
 from tests import gitrepo
 from tests.commands.test_bad_input import assert_one_error, cli
 from tests.gitrepo import Step
@@ -44,7 +44,7 @@ def _git(repo: Path, *args: str, stdin: bytes | None = None) -> bytes:
     return subprocess.run(["git", "--git-dir", str(repo), *args], input=stdin, check=True, capture_output=True).stdout
 
 
-def _mirror_dirs(cache: Cache) -> list[Path]:
+def _mirror_dirs(cache: Store) -> list[Path]:
     return sorted((cache.root / "git").glob("*.git"))
 
 
@@ -75,7 +75,7 @@ def test_mirror_after_k_commits_holds_their_package_blobs_and_history_only(histo
     """Probing k commits (one of them a vendor commit the first clone never saw) costs the package
     blobs of those k trees plus commits and trees, +10%: no lazy fetch resending the history, no
     blob outside python/sglang, no object stored twice."""
-    cache = Cache.at(tmp_path / "cache")
+    cache = Store.at(tmp_path / "cache")
     upstream = history["path"] / ".git"
     probed = [history["commits"][c] for c in ("r19", "r21", "vendor2")]
     for sha in probed:
@@ -115,7 +115,7 @@ def test_a_range_whose_base_is_not_an_ancestor_is_refused(history, tmp_path):
 
 
 def test_four_spellings_of_one_repository_share_one_mirror(history, tmp_path):
-    cache = Cache.at(tmp_path / "cache")
+    cache = Store.at(tmp_path / "cache")
     path = history["path"]
     sha = history["commits"]["r19"]
     for url in (str(path), f"file://{path}", f"{path}/.git", f"file://localhost{path}", f"{path}/"):
@@ -127,7 +127,7 @@ def test_four_spellings_of_one_repository_share_one_mirror(history, tmp_path):
 def test_a_branch_that_moved_upstream_is_fetched_before_it_is_resolved(tmp_path, release_tree):
     """`@main` means the remote's main now, not the mirror's copy from the first clone; the
     receipt names the remote state it was resolved against."""
-    cache = Cache.at(tmp_path / "cache")
+    cache = Store.at(tmp_path / "cache")
     repo = tmp_path / "moving"
     first = gitrepo.build(repo, [Step("one", package=release_tree("0.5.19").root)])["one"]
     before = sources.resolve(specs.parse(f"git+{repo}@main"), cache).identity
@@ -143,7 +143,7 @@ def test_a_branch_that_moved_upstream_is_fetched_before_it_is_resolved(tmp_path,
 
 
 def test_a_deleted_branch_no_longer_resolves(tmp_path, release_tree):
-    cache = Cache.at(tmp_path / "cache")
+    cache = Store.at(tmp_path / "cache")
     repo = tmp_path / "pruned"
     gitrepo.build(repo, [Step("one", package=release_tree("0.5.19").root), Step("side", branch="topic", parent="one")])
     sources.resolve(specs.parse(f"git+{repo}@topic"), cache)
