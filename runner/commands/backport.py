@@ -142,10 +142,12 @@ def cmd_backport(args) -> int:
     opts = pipeline.options(args, p, options.probe(args))
     out = bundle.out_path(args.out, f"backport-{args.pr}")
     started = execute.now()
-    refs = [f"refs/pull/{args.pr}/head"]
     head_text = args.head or f"git+{repo}@{fix.head}"
+    head_spec = specs.parse(head_text)
+    if isinstance(head_spec, specs.GitSpec) and head_spec.ref is None:  # the PR's head may live only under its ref
+        head_text = specs.pull_request(head_spec.url, head_spec.rev, args.pr)
     onto = pipeline.resolve(args.onto, opts)
-    head = pipeline.resolve(head_text, opts, refs if head_text.startswith("git+") else [])
+    head = pipeline.resolve(head_text, opts)
     patch_sha = None
     if args.applied:
         how, files, target_text = "taken as applied", [], args.onto
@@ -171,7 +173,7 @@ def cmd_backport(args) -> int:
     plan = {target_text: fix.probes, head_text: fix.probes}
     if not args.applied and how != "already applied":
         plan = {args.onto: fix.probes, **plan}
-    _, got = pipeline.probe_sources(plan, opts, {head_text: refs})
+    _, got = pipeline.probe_sources(plan, opts)
     mine = {pr: got[(target_text, pr)] for pr in fix.probes}
     theirs = {pr: got[(head_text, pr)] for pr in fix.probes}
     rows = compare(fix.probes, mine, theirs)

@@ -47,9 +47,8 @@ def probe_ref(probe: str, fix: int) -> ProbeRef:
     return ProbeRef(id=probe, fix=fix, sha256=catalog.probe_digest(probe), files=files)
 
 
-def resolve(text: str, opts: Options, extra_refs: list[str] = ()) -> sources.Tree:
-    return sources.resolve(specs.parse(text), opts.cache, package_dir=opts.package_dir,
-                           pinned_sha256=opts.pinned_sha256, extra_refs=extra_refs)
+def resolve(text: str, opts: Options) -> sources.Tree:
+    return sources.resolve(specs.parse(text), opts.cache, package_dir=opts.package_dir, pinned_sha256=opts.pinned_sha256)
 
 
 def receipt_of(probe: ProbeRef, identity: TreeIdentity, environment: envs.Env, run: execute.Run) -> Receipt:
@@ -100,11 +99,10 @@ def _same_or_fail(text: str, first: dict[str, execute.Run], again: dict[str, exe
 
 
 def probe_sources(
-    plan: dict[str, list[str]], opts: Options, extra_refs: dict[str, list[str]] | None = None,
-    on_tree: Callable[[str, sources.Tree], None] | None = None,
+    plan: dict[str, list[str]], opts: Options, on_tree: Callable[[str, sources.Tree], None] | None = None,
 ) -> tuple[dict[str, sources.Tree], dict[tuple[str, str], Receipt]]:
     """``probe`` for callers that need not know what was reused (it is printed either way)."""
-    done = probe(plan, opts, extra_refs, on_tree)
+    done = probe(plan, opts, on_tree)
     return done.trees, done.receipts
 
 
@@ -121,8 +119,7 @@ class Probing:
 
 
 def probe(
-    plan: dict[str, list[str]], opts: Options, extra_refs: dict[str, list[str]] | None = None,
-    on_tree: Callable[[str, sources.Tree], None] | None = None,
+    plan: dict[str, list[str]], opts: Options, on_tree: Callable[[str, sources.Tree], None] | None = None,
 ) -> Probing:
     """Receipts for every (source, probe) in ``plan`` (source text -> probe ids), and which of them
     were reused rather than observed by this call.
@@ -168,7 +165,7 @@ def probe(
     futures = []
     try:
         for text in plan:
-            trees[text] = resolve(text, opts, (extra_refs or {}).get(text, []))
+            trees[text] = resolve(text, opts)
             digest = trees[text].identity.tree_digest
             if on_tree:
                 on_tree(text, trees[text])

@@ -27,6 +27,6 @@ def cmd_resolve(args) -> int:
 
 def register(sub) -> None:
     p = sub.add_parser("resolve", help="resolve a source to its identity (kind, commit/artifact, tree digest, path)")
-    p.add_argument("source", help="git+URL_OR_PATH@REV | pypi:sglang==VERSION | path:DIR")
+    p.add_argument("source", help="git+URL_OR_PATH@REV[#ref=REF] | pypi:sglang==VERSION | path:DIR")
     options.common(p)
     p.set_defaults(func=cmd_resolve)

@@ -20,21 +20,18 @@ def cmd_run(args) -> int:
     fixes = {n: p.fix(n) for n in numbers}
     repo = specs.check_git_url(args.repo) if args.repo else p.upstream
     sides: dict[int, tuple[str, str]] = {}
-    extra_refs: dict[str, list[str]] = {}
     for n, fix in fixes.items():
         if args.via == "releases":
             sides[n] = (f"pypi:sglang=={fix.releases.without}", f"pypi:sglang=={fix.releases.with_}")
-        else:
-            sides[n] = (f"git+{repo}@{fix.base}", f"git+{repo}@{fix.head}")
-            for text in sides[n]:  # PR heads of squash merges live only under refs/pull/N/head
-                extra_refs.setdefault(text, []).append(f"refs/pull/{n}/head")
+        else:  # PR heads of squash merges live only under refs/pull/N/head, which reaches the base too
+            sides[n] = (specs.pull_request(repo, fix.base, n), specs.pull_request(repo, fix.head, n))
     opts = pipeline.options(args, p, options.probe(args))
     started = execute.now()
     plan: dict[str, list[str]] = {}
     for n, fix in fixes.items():
         for text in sides[n]:
             plan.setdefault(text, []).extend(pr for pr in fix.probes if pr not in plan.get(text, []))
-    _, got = pipeline.probe_sources(plan, opts, extra_refs)
+    _, got = pipeline.probe_sources(plan, opts)
     diffs = []
     for n, fix in fixes.items():
         base, head = sides[n]

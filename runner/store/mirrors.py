@@ -140,16 +140,16 @@ def _fetch(m: Mirror, refspecs: list[str], *, prune: bool = False) -> None:
           *(["--prune"] if prune else []), "origin", *refspecs)
 
 
-def _refspecs(extra_refs: list[str]) -> list[str]:
-    return [*_HEADS_TAGS, *(f"+{ref}:refs/diffprobe/{ref.removeprefix('refs/')}" for ref in extra_refs)]
+def _refspecs(ref: str | None) -> list[str]:
+    return [*_HEADS_TAGS, *([f"+{ref}:refs/diffprobe/{ref.removeprefix('refs/')}"] if ref else [])]
 
 
-def resolve(url: str, rev: str, cache: Store, extra_refs: list[str] = ()) -> tuple[Mirror, str, RemoteState | None]:
+def resolve(url: str, rev: str, cache: Store, ref: str | None = None) -> tuple[Mirror, str, RemoteState | None]:
     """Full SHA of ``rev``. A full SHA is immutable: fetched (negotiated) only when absent, and
     kept under ``refs/diffprobe/commits/`` so later negotiations count it. Any other name is
-    resolved only after fetching the remote's heads and tags, and the state read is returned."""
+    resolved only after fetching the remote's heads and tags (and ``ref``, the source's ref
+    outside them, if it names one), and the state read is returned."""
     m = mirror(url, cache)
-    extra = list(extra_refs)
     if FULL_SHA.fullmatch(rev):
         sha = _commit(m, rev)
         if sha is None:
@@ -157,12 +157,12 @@ def resolve(url: str, rev: str, cache: Store, extra_refs: list[str] = ()) -> tup
                 try:
                     _fetch(m, [f"+{rev}:refs/diffprobe/commits/{rev}"])
                 except git.exc.GitCommandError:  # the server refuses wants by id: fetch its refs instead
-                    _fetch_or_fail(m, _refspecs(extra))
+                    _fetch_or_fail(m, _refspecs(ref))
             sha = _commit(m, rev)
         state = None
     else:
         with ui.step(f"fetch {m.url}"):
-            _fetch_or_fail(m, _refspecs(extra), prune=True)
+            _fetch_or_fail(m, _refspecs(ref), prune=True)
         sha = _commit(m, rev)
         listing = m.text("for-each-ref", "--format=%(objectname) %(refname)", "refs/heads", "refs/tags")
         ref = m.text("rev-parse", "--symbolic-full-name", rev).strip() if sha else ""
@@ -177,7 +177,7 @@ def _fetch_or_fail(m: Mirror, refspecs: list[str], *, prune: bool = False) -> No
     try:
         _fetch(m, refspecs, prune=prune)
     except git.exc.GitCommandError as e:
-        if "couldn't find remote ref" in (e.stderr or ""):  # an extra ref (refs/pull/N/head) that is gone
+        if "couldn't find remote ref" in (e.stderr or ""):  # the source's ref (refs/pull/N/head) is gone
             _fetch(m, _HEADS_TAGS, prune=prune)
             return
         raise Infrastructure(f"git source {m.url}: fetch failed: {(e.stderr or '').strip().splitlines()[-1:]}") from None

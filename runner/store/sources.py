@@ -15,10 +15,9 @@ def resolve(
     *,
     package_dir: str = "python/sglang",
     pinned_sha256: dict[str, str] | None = None,
-    extra_refs: list[str] = (),
 ) -> Tree:
     if isinstance(spec, specs.GitSpec):
-        return _resolve_git(spec, cache, package_dir, list(extra_refs))
+        return _resolve_git(spec, cache, package_dir)
     if isinstance(spec, specs.PypiSpec):
         return pypi.resolve(spec, cache, (pinned_sha256 or {}).get(spec.version))
     return path.resolve(spec, cache)
@@ -42,10 +41,10 @@ def diff(url: str, base: str, head: str, package_dir: str, cache: Store) -> byte
     return mirrors.diff(resolve_commit(url, base, cache)[0], base, head, package_dir)
 
 
-def _resolve_git(spec: specs.GitSpec, cache: Store, package_dir: str, extra_refs: list[str]) -> Tree:
+def _resolve_git(spec: specs.GitSpec, cache: Store, package_dir: str) -> Tree:
     """Stored trees are indexed by the package's git tree id: a commit that did not touch the
     package finds its tree without reading a blob."""
-    m, sha, remote = mirrors.resolve(spec.url, spec.rev, cache, extra_refs)
+    m, sha, remote = mirrors.resolve(spec.url, spec.rev, cache, spec.ref)
     tree_id = mirrors.package_trees(m, [sha], package_dir)[0]
     if tree_id is None:
         raise BadInput(f"commit {sha}: no {package_dir} in its tree")

@@ -1,4 +1,4 @@
-"""The one source syntax: ``git+URL_OR_PATH@REV``, ``pypi:sglang==VERSION``, ``path:DIR``.
+"""The one source syntax: ``git+URL_OR_PATH@REV[#ref=REF]``, ``pypi:sglang==VERSION``, ``path:DIR``.
 
 Parsing is pure and strict. Everything a git source carries ends up on a git command line, so
 anything that could be read as an option or a command transport is refused here, before any
@@ -16,6 +16,8 @@ from pydantic import BaseModel, ConfigDict
 from runner.errors import BadInput
 
 _REV = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/~^-]*$")
+_REF = re.compile(r"^refs/[A-Za-z0-9_-][A-Za-z0-9._/-]*$")
+_REF_KEY = "#ref="
 _VERSION = re.compile(r"^[0-9]+(\.[0-9]+)*([.+_-]?[A-Za-z0-9]+)*$")
 _SAFE_SCHEMES = ("https://", "http://", "ssh://", "git://", "file://")
 # scp-like ssh syntax: user@host:path (no scheme, a colon before any slash)
@@ -28,9 +30,17 @@ class GitSpec(BaseModel):
     kind: Literal["git"] = "git"
     url: str
     rev: str
+    # Where ``rev`` lives outside the remote's heads and tags (a squash-merged PR's head is only under
+    # refs/pull/N/head): fetched with them, so the source text alone says how to find the commit.
+    ref: str | None = None
 
     def __str__(self) -> str:
-        return f"git+{self.url}@{self.rev}"
+        return f"git+{self.url}@{self.rev}" + (f"{_REF_KEY}{self.ref}" if self.ref else "")
+
+
+def pull_request(url: str, rev: str, number: int) -> str:
+    """The source text of ``rev`` as a commit of pull request ``number`` of ``url``."""
+    return str(GitSpec(url=url, rev=rev, ref=f"refs/pull/{number}/head"))
 
 
 class PypiSpec(BaseModel):
@@ -58,7 +68,8 @@ def parse(text: str) -> GitSpec | PypiSpec | PathSpec:
         if "@" not in body:
             raise BadInput(f"source {text!r}: a git source needs a revision: git+URL_OR_PATH@REV")
         url, rev = body.rsplit("@", 1)
-        return GitSpec(url=check_git_url(url), rev=check_rev(rev))
+        rev, has_ref, ref = rev.partition(_REF_KEY)
+        return GitSpec(url=check_git_url(url), rev=check_rev(rev), ref=check_ref(ref) if has_ref else None)
     if text.startswith("pypi:"):
         req = text[5:]
         name, sep, version = req.partition("==")
@@ -72,7 +83,7 @@ def parse(text: str) -> GitSpec | PypiSpec | PathSpec:
         if any(ord(c) < 32 for c in d):
             raise BadInput(f"source {text!r}: refused, control characters in a path")
         return PathSpec(dir=d)
-    raise BadInput(f"source {text!r}: expected git+URL_OR_PATH@REV, pypi:{PACKAGE}==VERSION or path:DIR")
+    raise BadInput(f"source {text!r}: expected git+URL_OR_PATH@REV[#ref=REF], pypi:{PACKAGE}==VERSION or path:DIR")
 
 
 def check_git_url(url: str) -> str:
@@ -119,3 +130,11 @@ def check_rev(rev: str) -> str:
     if not _REV.match(rev) or ".." in rev or rev.endswith((".lock", "/", ".")):
         raise BadInput(f"git revision {rev!r}: not a commit, branch or tag name")
     return rev
+
+
+def check_ref(ref: str) -> str:
+    """A ref fetched beside heads and tags: a full ref name under ``refs/``, nothing git could read
+    as an option or a second refspec (``:``, ``+``, whitespace), no ``..`` or empty component."""
+    if not _REF.match(ref) or ".." in ref or "//" in ref or "/." in ref or ref.endswith((".lock", "/", ".")):
+        raise BadInput(f"git ref {ref!r}: not a full ref name (refs/pull/N/head, say)")
+    return ref

@@ -65,8 +65,9 @@ def test_any_mutation_of_the_project_pins_loads_or_is_one_bad_input_line(text):
 
 # --- source specs -------------------------------------------------------------------------------
 
-SPEC_ALPHABET = st.sampled_from(list("-@:/.~^_ \t\nAaz09+=") + ["git+", "pypi:", "path:", "sglang==", "::", "ext::", "https://", "ssh://",
-                                                                  "file://", "..", "--upload-pack=x", "-o", "git@h:"])
+SPEC_ALPHABET = st.sampled_from(list("-@:/.~^_ \t\nAaz09+=#") + ["git+", "pypi:", "path:", "sglang==", "::", "ext::", "https://",
+                                                                   "ssh://", "file://", "..", "--upload-pack=x", "-o", "git@h:",
+                                                                   "#ref=", "refs/", "refs/pull/1/head"])
 spec_ish = st.lists(SPEC_ALPHABET, max_size=12).map("".join)
 
 
@@ -86,6 +87,8 @@ def test_any_string_is_a_valid_spec_or_one_bad_input_line(text):
     if isinstance(spec, specs.GitSpec):
         assert not _option_like(spec.url) and not _option_like(spec.rev)
         assert ".." not in spec.rev
+        if spec.ref is not None:  # a refspec source: never an option, a second refspec or a forced update
+            assert spec.ref.startswith("refs/") and not _option_like(spec.ref) and not set(":+*") & set(spec.ref)
         assert specs.parse(str(spec)) == spec
     elif isinstance(spec, specs.PathSpec):
         assert spec.dir and not any(ord(c) < 32 for c in spec.dir)

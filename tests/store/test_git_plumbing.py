@@ -105,6 +105,21 @@ def test_materialised_tree_is_the_commits_package(history, cache, release_tree):
     assert (vendor.root / "sglang/srt/vendor_patch.py").read_bytes() == b"PATCH = 1\n"
 
 
+def test_a_commit_only_under_a_ref_outside_heads_and_tags_resolves_through_the_sources_ref(history, tmp_path):
+    """A squash-merged PR's head lives only under refs/pull/N/head: named by a short SHA (resolved
+    after a fetch of the remote's refs) it is found only when the source names that ref
+    (``#ref=``); a source whose ref is gone from the remote still resolves what heads and tags hold."""
+    cache = Store.at(tmp_path / "cache")
+    vendor = history["commits"]["vendor1"]
+    with pytest.raises(BadInput, match="does not resolve"):
+        sources.resolve(specs.parse(f"git+{history['path']}@{vendor[:10]}"), cache)
+    tree = sources.resolve(specs.parse(f"git+{history['path']}@{vendor[:10]}#ref=refs/vendor/side"), cache)
+    assert tree.identity.commit == vendor and tree.identity.source.endswith("#ref=refs/vendor/side")
+    assert (tree.root / "sglang/srt/vendor_patch.py").read_bytes() == b"PATCH = 1\n"
+    gone = sources.resolve(specs.parse(f"git+{history['path']}@v0.5.20#ref=refs/pull/404/head"), cache)
+    assert gone.identity.commit == history["commits"]["r20"]
+
+
 def test_a_range_whose_base_is_not_an_ancestor_is_refused(history, tmp_path):
     """vendor2..v0.5.21: the vendor commit is on a side branch; naming a "first observed" commit
     of such a range would be meaningless. One line, exit 2, before anything is probed."""

@@ -11,6 +11,8 @@ from runner.errors import BadInput
         ("git+ssh://git@example.com/x/sglang.git@v0.5.20", specs.GitSpec(url="ssh://git@example.com/x/sglang.git", rev="v0.5.20")),
         ("git+git@example.com:x/sglang.git@main", specs.GitSpec(url="git@example.com:x/sglang.git", rev="main")),
         ("git+file:///srv/sglang@HEAD~1", specs.GitSpec(url="file:///srv/sglang", rev="HEAD~1")),
+        ("git+https://github.com/sgl-project/sglang@8f3d6944#ref=refs/pull/38935/head",
+         specs.GitSpec(url="https://github.com/sgl-project/sglang", rev="8f3d6944", ref="refs/pull/38935/head")),
         ("pypi:sglang==0.5.20", specs.PypiSpec(version="0.5.20")),
         ("pypi:SGLang==0.5.10.post1", specs.PypiSpec(version="0.5.10.post1")),
         ("path:/opt/vendor/sglang", specs.PathSpec(dir="/opt/vendor/sglang")),
@@ -36,6 +38,13 @@ def test_local_git_path_is_made_absolute(tmp_path, monkeypatch):
         ("git+https://example.com/x@a..b", "not a commit"),
         ("git+https://example.com/x@", "empty revision"),
         ("git+https://example.com/x", "needs a revision"),
+        ("git+https://example.com/x@main#ref=--upload-pack=x", "not a full ref name"),
+        ("git+https://example.com/x@main#ref=refs/pull/1/head:refs/heads/main", "not a full ref name"),
+        ("git+https://example.com/x@main#ref=+refs/pull/1/head", "not a full ref name"),
+        ("git+https://example.com/x@main#ref=pull/1/head", "not a full ref name"),
+        ("git+https://example.com/x@main#ref=refs/../heads/x", "not a full ref name"),
+        ("git+https://example.com/x@main#ref=", "not a full ref name"),
+        ("git+https://example.com/x@main#refs/pull/1/head", "not a commit"),
         ("git+https://exa mple.com/x@HEAD", "whitespace"),
         ("git+gopher://example.com/x@HEAD", "unsupported scheme"),
         ("pypi:torch==2.13.0", "expected pypi:sglang==VERSION"),
@@ -53,5 +62,12 @@ def test_parse_refuses(text, fragment):
 
 
 def test_spec_round_trips():
-    for text in ["git+https://example.com/x@abc1234", "pypi:sglang==0.5.21", "path:/x"]:
+    for text in ["git+https://example.com/x@abc1234", "git+https://example.com/x@abc1234#ref=refs/pull/7/head",
+                 "pypi:sglang==0.5.21", "path:/x"]:
         assert str(specs.parse(text)) == text
+
+
+def test_a_pull_request_source_names_its_ref():
+    text = specs.pull_request("https://github.com/sgl-project/sglang", "8f3d6944", 38935)
+    assert text == "git+https://github.com/sgl-project/sglang@8f3d6944#ref=refs/pull/38935/head"
+    assert specs.parse(text).ref == "refs/pull/38935/head"
