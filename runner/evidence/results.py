@@ -16,7 +16,7 @@ import orjson
 from runner import __version__, ui
 from runner.evidence.catalog import judge_digest
 from runner.evidence.receipts import Environment, Receipt, seal
-from runner.files import sha256_bytes, write_atomic
+from runner.files import digest_name, sha256_bytes, write_atomic
 from runner.store.cache import Store
 from runner.store.envs import Env
 
@@ -46,8 +46,7 @@ def receipt_key(environment: Environment) -> str | None:
 def _path(cache: Store, tree_digest: str, probe: str, probe_sha256: str, key: str) -> Path:
     """``results/<environment>-<tree>/<probe>-<version>.json``: one entry per tree and environment,
     the unit ``diffprobe gc`` evicts."""
-    tree = sha256_bytes(tree_digest.encode())[:32]
-    return cache.results(f"{key[:24]}-{tree}") / f"{probe}-{probe_sha256[:32]}.json"
+    return cache.results(f"{key[:24]}-{digest_name(tree_digest)[:32]}") / f"{probe}-{probe_sha256[:32]}.json"
 
 
 def lookup(cache: Store, tree_digest: str, probe: str, probe_sha256: str, key: str) -> Receipt | None:

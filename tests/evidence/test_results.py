@@ -36,7 +36,17 @@ def test_a_recorded_receipt_is_found_under_its_key_and_nothing_else(tmp_path, ob
     assert _lookup(cache, observed) == observed
     assert _lookup(cache, observed, key="f" * 64) is None  # another environment
     assert results.lookup(cache, observed.source.tree_digest, PROBE.id, "e" * 64, key) is None  # another probe version
-    assert results.lookup(cache, "h1:other", PROBE.id, PROBE.sha256, key) is None  # another tree
+    other_tree = "h1:" + "B" * 43 + "="
+    assert results.lookup(cache, other_tree, PROBE.id, PROBE.sha256, key) is None  # another tree
+
+
+def test_an_entry_is_filed_under_the_trees_own_stored_name(tmp_path, observed):
+    """One way from a tree digest to a file name (files.digest_name): the receipts store's entry
+    starts with the name the tree store files the same tree under."""
+    cache = Store.at(tmp_path)
+    results.record(cache, observed, results.receipt_key(observed.environment))
+    [entry] = (tmp_path / "results").iterdir()
+    assert entry.name.endswith("-" + cache.tree(observed.source.tree_digest).name[:32])
 
 
 def test_a_tampered_entry_is_dropped_not_reused(tmp_path, observed, capsys):
