@@ -41,9 +41,9 @@ import argparse
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Callable, Literal, get_args
+from typing import Callable, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 from rich.markup import escape
 from rich.table import Table
 
@@ -57,6 +57,8 @@ from runner.files import sha256_bytes, sha256_file
 from runner.evidence.materials import rederive
 from runner.evidence.observations import Case, CaseError, ImportResult
 from runner.evidence.receipts import ProbeRef, Receipt
+from runner.evidence.upstream import (Cause, CollectionError, Grade, GradedTest, Grading, Outcomes, PytestCount, Raised, Result,
+                                      SideState, SideSummary, Status, UpstreamFileRecord, UpstreamTestsRecord)
 from runner.commands import upstream_layout
 from runner.commands.upstream_layout import UpstreamFile
 
@@ -71,13 +73,8 @@ LIMITS = [
     "sibling modules it imports, at that commit; from a local file only what --with names",
 ]
 
-# --- what the plugin writes (diffprobe.pytest-outcomes/2) -------------------------------------
+# --- how outcomes are read (their formats and the grading's: runner/evidence/upstream.py) -----
 
-Origin = Literal["stub", "sglang", "test", "environment", "other"]
-Status = Literal["passed", "failed", "never ran"]
-Grade = Literal["fail-to-pass", "pass-to-pass", "pass-to-fail", "fail-to-fail", "never ran"]
-# Why a test or subtest failed: its own assertion, or where the exception came from
-Cause = Literal["assertion", "sglang", "stub", "environment", "test", "other", "timeout", "crash"]
 # Causes that say nothing about how the tree behaves: the test fell through to its own stand-ins, or
 # the environment lacks a module. Such a failure at head is inconclusive, never a regression or a
 # missing fix.
@@ -88,60 +85,6 @@ _GRADE: dict[tuple[str, str], Grade] = {
     ("failed", "passed"): "fail-to-pass", ("passed", "passed"): "pass-to-pass",
     ("passed", "failed"): "pass-to-fail", ("failed", "failed"): "fail-to-fail",
 }
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Raised(_Model):
-    type: str
-    message: str
-    origin: Origin
-    assertion: bool = Field(description="the test's own verdict failed, not code falling through")
-    frame: str | None
-    module: str | None = Field(None, description="origin environment: the module that cannot be imported")
-    raised_as: str | None = Field(None, description="what pytest shows when the failure was re-raised as another "
-                                                     "exception (CustomTestCase's retry wrapper)")
-
-
-class Result(_Model):
-    id: str
-    parent: str | None
-    outcome: Literal["passed", "failed", "error", "skipped", "xfailed", "xpassed"]
-    phase: Literal["setup", "call", "teardown"] | None
-    exception: Raised | None
-    reason: str | None
-    failed_subtests: int
-    duration_ms: int
-
-
-class Collected(_Model):
-    id: str
-    title: str | None
-
-
-class CollectionError(_Model):
-    id: str
-    exception: Raised
-
-
-class Outcomes(_Model):
-    schema_: Literal["diffprobe.pytest-outcomes/2"] = Field(alias="schema")
-    python: str
-    implementation: str
-    platform: str
-    pytest: str
-    sglang_root: str | None
-    complete: bool
-    exit_status: int | None
-    collected: list[Collected]
-    collection_errors: list[CollectionError]
-    running: str | None
-    results: list[Result]
-    summary: list[str] = Field(description="pytest's own last line, as it prints it: '3 failed', '5 passed', ...")
-    materials: dict[str, str]
-    standins: list[str]
 
 
 # --- the test file ---------------------------------------------------------------------------
@@ -407,55 +350,6 @@ def receipt(side: Side, environment: envs.Env, test: UpstreamFile, probe: ProbeR
 # --- grading ---------------------------------------------------------------------------------
 
 
-class SideState(_Model):
-    status: Status
-    kind: str
-    detail: str | None = None
-    cause: Cause | None = None
-
-
-class GradedTest(_Model):
-    id: str
-    parent: str | None
-    base: SideState
-    head: SideState
-    grade: Grade
-    cause: Cause | None = Field(None, description="the failure the grade rests on: at base for fail-to-pass, "
-                                                  "at head otherwise")
-
-
-class PytestCount(_Model):
-    """pytest's own last line for one side, and what it is made of in diffprobe's records."""
-
-    line: list[str] = Field(description="as pytest printed it: '3 failed', '5 passed', ...")
-    failed_tests: int
-    failed_subtests: int
-    passed_tests: int
-    passed_subtests: int = Field(description="graded here; pytest's line leaves them out at default verbosity")
-    agrees: bool = Field(description="the records add up to pytest's own failed and passed counts")
-
-
-class SideSummary(_Model):
-    source: str
-    tests: dict[str, int] = Field(description="kind -> count, tests only (passed first)")
-    subtests: dict[str, int]
-    collection_errors: list[str] = Field(description="kind of each collection error")
-    timed_out: bool
-    pytest: PytestCount | None = None
-
-
-class Grading(_Model):
-    counts: dict[Grade, int]
-    by_cause: dict[Grade, dict[str, int]] = Field(default_factory=dict, description="failing grades split by cause")
-    tests: list[GradedTest]
-    base: SideSummary
-    head: SideSummary
-    verdict: Literal["passes", "regression", "fix missing", "fails at head", "inconclusive"] | None = Field(
-        None, description="absent in bundles written before verdicts were graded by cause")
-    blockers: list[str] = Field(description="why the head does not pass the file; empty when it does")
-    passed: bool
-
-
 def _state(entry: Entry | None, side: Side, declared: bool = False) -> SideState:
     if entry is not None:
         return SideState(status=entry.status, kind=entry.kind, detail=entry.detail, cause=entry.cause)
@@ -567,6 +461,14 @@ def _verdict(rows: list[GradedTest], head: Side) -> tuple[str, list[str]]:
     return next((v for v in order if v in found), "passes"), blockers
 
 
+def record(test: UpstreamFile, base: str, head: str, grading: Grading) -> UpstreamTestsRecord:
+    """What the bundle records beside its receipts: the files graded, by digest, and the grading."""
+    files = UpstreamFileRecord(file=test.name, path=test.path, from_=test.origin, sha256=sha256_bytes(test.data),
+                               helpers={path: sha256_bytes(data) for path, data in test.helpers.items()},
+                               declared=list(test.declared))
+    return UpstreamTestsRecord(tests=files, base=base, head=head, grading=grading)
+
+
 # --- showing a grading -----------------------------------------------------------------------
 
 _GRADE_STYLE = {"fail-to-pass": "green", "pass-to-pass": "dim", "pass-to-fail": "bold red", "fail-to-fail": "red",
@@ -673,10 +575,7 @@ def cmd_upstream_tests(args: argparse.Namespace) -> int:
     out = bundle.write(
         bundle.out_path(args.out, PROBE_ID), kind=PROBE_ID, created_at=started,
         receipts=list({bundle.receipt_name(r): r for r in got}.values()), differentials=[], pins_sha256=None, limits=LIMITS,
-        extra={"tests": {"file": test.name, "path": test.path, "from": test.origin, "sha256": sha256_bytes(test.data),
-                         "helpers": {path: sha256_bytes(data) for path, data in test.helpers.items()},
-                         "declared": list(test.declared)},
-               "base": args.base, "head": args.head, "grading": grading.model_dump(mode="json")},
+        extra=record(test, args.base, args.head, grading).model_dump(mode="json", by_alias=True),
         signers=signers,
     )
     show(grading, f"{test.origin}: {grading.base.source} -> {grading.head.source}")

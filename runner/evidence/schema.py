@@ -12,6 +12,7 @@ from runner.evidence.observations import Observations
 from runner.evidence.pins import Pins
 from runner.evidence.receipts import Differential, Receipt
 from runner.evidence.records import SweepRecord
+from runner.evidence.upstream import Outcomes, UpstreamTestsRecord
 
 MODELS = {
     "pins": Pins,
@@ -21,6 +22,8 @@ MODELS = {
     "bundle": Index,
     "sweep": SweepRecord,  # bundle.json "extra" of audit, sweep and merge bundles: rows, bug windows
     "envelope": Envelope,  # attestations/*.intoto.json (DSSE); the Statements inside follow in-toto's spec
+    "pytest-outcomes": Outcomes,  # what upstream-tests' pytest plugin writes in a tree's environment
+    "upstream-tests": UpstreamTestsRecord,  # bundle.json "extra" of upstream-tests bundles: test files, grading
 }
 DIR = Path(__file__).resolve().parents[2] / "evidence" / "schema"
 

@@ -7,11 +7,14 @@ import os
 import subprocess
 from pathlib import Path
 
+import jsonschema
+import orjson
 import pytest
 
 from runner import cli
 from runner.commands import upstream_tests
-from runner.evidence import bundle
+from runner.evidence import bundle, schema
+from runner.evidence.upstream import UpstreamTestsRecord
 from runner.store import envs
 from runner.commands.upstream_layout import UpstreamFile
 
@@ -98,8 +101,10 @@ def _run(tmp_path: Path, cache, *args: str) -> tuple[int, Path]:
 
 
 def _grading(out: Path) -> tuple[upstream_tests.Grading, dict]:
+    """The bundle's grading, its record checked against the committed schema first."""
     index, receipts, _ = bundle.load(out)
-    return upstream_tests.Grading.model_validate(index.extra["grading"]), receipts
+    jsonschema.Draft202012Validator(orjson.loads((schema.DIR / "upstream-tests.schema.json").read_bytes())).validate(index.extra)
+    return UpstreamTestsRecord.model_validate(index.extra).grading, receipts
 
 
 @pytest.mark.slow
