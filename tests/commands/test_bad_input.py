@@ -81,6 +81,8 @@ ROWS = [
     Row("spec-option-host", ("resolve", "git+ssh://-oProxyCommand=x/y@HEAD"), 2, r"host may not start with '-'"),
     Row("spec-ext-transport", ("run", "--via", "commits", "--repo", "ext::sh -c x"), 2, r"'ext::sh -c x': refused"),
     Row("spec-option-rev", ("audit", "git+https://example.com/x@--output=/tmp/x"), 2, r"revision '--output=/tmp/x': refused"),
+    Row("spec-option-ref", ("resolve", "git+https://example.com/x@main#ref=--upload-pack=x"), 2, r"ref '--upload-pack=x': not a full ref name"),
+    Row("spec-two-refspecs", ("audit", "git+https://example.com/x@main#ref=refs/pull/1/head:refs/heads/main"), 2, r"not a full ref name"),
     Row("spec-range", ("audit", "pypi:sglang>=0.5"), 2, r"expected pypi:sglang==VERSION"),
     Row("spec-empty-path", ("sweep", "path:"), 2, r"path: needs a directory"),
     Row("path-missing", ("resolve", "path:{d}/absent", "--cache-dir", "{cache}"), 2, r"path:.*absent: no such directory"),
