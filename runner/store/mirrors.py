@@ -165,8 +165,8 @@ def resolve(url: str, rev: str, cache: Store, ref: str | None = None) -> tuple[M
             _fetch_or_fail(m, _refspecs(ref), prune=True)
         sha = _commit(m, rev)
         listing = m.text("for-each-ref", "--format=%(objectname) %(refname)", "refs/heads", "refs/tags")
-        ref = m.text("rev-parse", "--symbolic-full-name", rev).strip() if sha else ""
-        state = RemoteState(ref=ref or None, refs_sha256=sha256_bytes("\n".join(sorted(listing.splitlines())).encode()),
+        named = m.text("rev-parse", "--symbolic-full-name", rev).strip() if sha else ""
+        state = RemoteState(ref=named or None, refs_sha256=sha256_bytes("\n".join(sorted(listing.splitlines())).encode()),
                             read_at=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
     if sha is None:
         raise BadInput(f"git source {m.url}: revision {rev!r} does not resolve to a commit")
