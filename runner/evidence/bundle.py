@@ -136,8 +136,9 @@ def _lay_out(directory: Path, contents: dict[str, bytes]) -> None:
 
 def _statements(contents: dict[str, bytes]) -> dict[str, bytes]:
     """The attestations' payloads for a bundle's files (name -> bytes; attestations left out), derived
-    from the bytes themselves, so writing and verifying derive them the same way."""
-    files = {n: d for n, d in contents.items() if not n.startswith(attest.DIR)}
+    from the bytes themselves and in name order, so writing (files in the order a command made them)
+    and verifying (files in the manifest's order) derive them the same way."""
+    files = {n: d for n, d in sorted(contents.items()) if not n.startswith(attest.DIR)}
     index = Index.model_validate(orjson.loads(files[INDEX]))
     receipts = {n: Receipt.model_validate(orjson.loads(d)) for n, d in files.items() if n.startswith("receipts/")}
     diffs = {n: Differential.model_validate(orjson.loads(d)) for n, d in files.items() if n.startswith("differentials/")}

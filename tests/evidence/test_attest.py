@@ -246,6 +246,16 @@ def _bundle(path, signers=()):
                         differentials=[diff], pins_sha256=None, signers=list(signers))
 
 
+def test_a_bundle_signed_as_written_verifies_whatever_order_its_receipts_came_in(tmp_path, keys):
+    """The Statements are derived from the files in name order: a command that hands its receipts over
+    in another order (accept: gate by gate; model: configuration by configuration) still verifies."""
+    signer, _, _ = keys
+    made = [helpers.receipt(v, [helpers.case("rejected", bug=v < "0.5.21")]) for v in ("0.5.22", "0.5.21", "0.5.20")]
+    root = bundle.write(tmp_path / "b", kind="audit", created_at="2026-11-30T00:00:00Z", receipts=made,
+                        differentials=[], pins_sha256=None, signers=[signer])
+    assert _verify(root, tmp_path / "keys" / dsse.PUBLIC_NAME) == []
+
+
 def _reseal(root):
     """What an attacker without the key can still do: fix SHA256SUMS after an edit."""
     files = sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file() and p.name != "SHA256SUMS")
