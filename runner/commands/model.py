@@ -4,6 +4,7 @@ where each configuration stops each situation, and write its receipts as a bundl
 from __future__ import annotations
 
 from runner import errors, ui
+from runner.commands import options
 from runner.evidence import bundle
 from runner.evidence.observations import Case
 from runner.evidence.receipts import Receipt
@@ -43,13 +44,14 @@ def print_table(results: dict[str, list[Receipt]]) -> None:
 
 
 def cmd_model(args) -> int:
+    signers = options.signers(args)
     if args.defence or args.fault_off:
         on = {d: True for d in args.defence or []} | {f: False for f in args.fault_off or []}
         configs = {"custom": Switches(**on)}
     else:
         configs = CONFIGS
     results = {name: observe.run(name, sw) for name, sw in configs.items()}
-    out = observe.write(bundle.out_path(args.out, "model"), configs, results)
+    out = observe.write(bundle.out_path(args.out, "model"), configs, results, signers)
     print_table(results)
     ui.out.print(f"bundle: {out}  (check with: diffprobe verify {out})")
     broken = observe.dropped_guards(results)
@@ -64,4 +66,5 @@ def register(sub) -> None:
     p.add_argument("--defence", action="append", choices=DEFENCES,
                    help="run one configuration with this defence on (repeatable) instead of the standard set")
     p.add_argument("--fault-off", action="append", choices=FAULTS, help="with --defence: turn this fault off (repeatable)")
+    options.signing(p)
     p.set_defaults(func=cmd_model)

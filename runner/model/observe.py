@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from runner.evidence import bundle
+from runner.evidence import bundle, dsse
 from runner.evidence.observations import Case
 from runner.evidence.receipts import ModelIdentity, Receipt, host_environment, host_probe, make
 from runner.model import incident
@@ -49,10 +49,11 @@ def dropped_guards(results: dict[str, list[Receipt]]) -> list[str]:
     return [f"{n}: {c.id}" for n, rs in results.items() for r in rs for c in r.cases if c.role == "guard" and c.classification == "bug"]
 
 
-def write(out: Path, configs: dict[str, Switches], results: dict[str, list[Receipt]]) -> Path:
+def write(out: Path, configs: dict[str, Switches], results: dict[str, list[Receipt]],
+          signers: list[dsse.Signer] = ()) -> Path:
     return bundle.write(
         out, kind="model", created_at=execute.now(), receipts=[r for rs in results.values() for r in rs],
         differentials=[], pins_sha256=None, limits=LIMITS,
         extra={"synthetic": LABEL, "configurations": {n: s.model_dump() for n, s in configs.items()},
-               "steps": {str(k): v for k, v in STEPS.items()}},
+               "steps": {str(k): v for k, v in STEPS.items()}}, signers=signers,
     )

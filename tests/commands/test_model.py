@@ -7,10 +7,11 @@ from pathlib import Path
 import orjson
 
 from runner import cli
-from runner.evidence import bundle
+from runner.evidence import bundle, dsse
 from runner.evidence.receipts import Receipt
 from runner.files import sha256_file
 from runner.model import incident
+from tests.helpers import check_signed, key_pair
 
 
 def test_command_writes_a_verified_bundle_of_labelled_receipts(tmp_path: Path, capsys):
@@ -35,3 +36,13 @@ def test_custom_configuration(tmp_path: Path, capsys):
     assert cli.main(["model", "--defence", "transfer_check", "--fault-off", "pool_short", "--out", str(out)]) == 0
     (r, _) = [Receipt.model_validate(orjson.loads(p.read_bytes())) for p in sorted((out / "receipts").iterdir())]
     assert r.source.switches["transfer_check"] and not r.source.switches["pool_short"]
+
+
+def test_signed_with_the_key_option_or_the_environment(tmp_path: Path, capsys, monkeypatch):
+    private, public = key_pair(tmp_path / "keys")
+    monkeypatch.delenv(dsse.ENV_KEY, raising=False)
+    assert cli.main(["model", "--out", str(tmp_path / "a"), "--sign", str(private)]) == 0
+    check_signed(tmp_path / "a", public, capsys)
+    monkeypatch.setenv(dsse.ENV_KEY, str(private))
+    assert cli.main(["model", "--defence", "abort_cleanup", "--out", str(tmp_path / "b")]) == 0
+    check_signed(tmp_path / "b", public, capsys)

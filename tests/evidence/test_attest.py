@@ -454,7 +454,8 @@ def test_keygen_cli_and_the_signing_key_from_the_environment(tmp_path, monkeypat
                                      ["backport", "--pr", "38935", "--onto", "pypi:sglang==0.5.20"],
                                      ["upstream-tests", "--tests", "t.py", "--base", "pypi:sglang==0.5.20",
                                       "--head", "pypi:sglang==0.5.21"],
-                                     ["merge", "x"]])
+                                     ["merge", "x"], ["model"], ["gate", "pool", "--url", "http://127.0.0.1:9"],
+                                     ["accept", "--prefill", "http://127.0.0.1:9", "--decode", "http://127.0.0.1:9"]])
 def test_every_bundle_command_refuses_a_key_others_can_read_before_any_work(tmp_path, keys, command, capsys):
     signer, _, _ = keys
     os.chmod(signer.path, 0o644)
