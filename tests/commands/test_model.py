@@ -11,6 +11,7 @@ from runner.evidence import bundle, dsse
 from runner.evidence.receipts import Receipt
 from runner.files import sha256_file
 from runner.model import incident
+from tests.evidence.test_attest import third_party_check
 from tests.helpers import check_signed, key_pair
 
 
@@ -43,6 +44,8 @@ def test_signed_with_the_key_option_or_the_environment(tmp_path: Path, capsys, m
     monkeypatch.delenv(dsse.ENV_KEY, raising=False)
     assert cli.main(["model", "--out", str(tmp_path / "a"), "--sign", str(private)]) == 0
     check_signed(tmp_path / "a", public, capsys)
+    for envelope in (tmp_path / "a" / "attestations").iterdir():  # securesystemslib, in-toto-attestation, the schemas
+        assert third_party_check(envelope.read_bytes(), public.read_bytes())["subject"]
     monkeypatch.setenv(dsse.ENV_KEY, str(private))
     assert cli.main(["model", "--defence", "abort_cleanup", "--out", str(tmp_path / "b")]) == 0
     check_signed(tmp_path / "b", public, capsys)

@@ -14,6 +14,7 @@ from runner.commands import mutate
 from runner.evidence import bundle, judging
 from runner.evidence.mutation import Mutant, Mutation
 from runner.files import sha256_file
+from tests.evidence.test_attest import third_party_check
 from tests.helpers import check_signed, key_pair
 
 TREE_DIGEST = "h1:" + base64.b64encode(bytes(range(32))).decode()
@@ -48,6 +49,7 @@ def test_mutate_signs_its_bundle_and_the_statement_names_the_mutated_tree(monkey
     assert code == 0
     check_signed(out, public, capsys)
     s = statement(out)
+    assert third_party_check((out / "attestations" / "bundle.intoto.json").read_bytes(), public.read_bytes()) == s
     assert s["subject"] == [{"name": "pypi:sglang==0.5.21", "digest": {"dirHash": bytes(range(32)).hex()},
                              "annotations": {"kind": "mutated", "treeDigest": TREE_DIGEST}}]
     assert s["predicate"]["result"] == "PASSED" and s["predicate"]["passedTests"] == ["mutation/sglang-0.5.21.admission.json"]
