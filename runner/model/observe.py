@@ -12,7 +12,7 @@ from runner.model import incident
 from runner.model.incident import SITUATIONS, STEPS, Cluster, Situation, Switches
 from runner.sandbox import execute
 
-LABEL = "synthetic state machine (diffprobe runner/model.py), not SGLang code"
+LABEL = "synthetic state machine (diffprobe runner/model/incident.py), not SGLang code"
 LIMITS = [
     "synthetic model: a state machine written for diffprobe, not SGLang code and not run against SGLang",
     "it shows how the described faults and defences interact; it is not evidence that a given release behaves so",

@@ -8,7 +8,7 @@ import orjson
 
 from runner import cli
 from runner.evidence import bundle, dsse
-from runner.evidence.receipts import Receipt
+from runner.evidence.receipts import PROJECT, Receipt
 from runner.files import sha256_file
 from runner.model import incident
 from tests.evidence.test_attest import third_party_check
@@ -49,3 +49,12 @@ def test_signed_with_the_key_option_or_the_environment(tmp_path: Path, capsys, m
     monkeypatch.setenv(dsse.ENV_KEY, str(private))
     assert cli.main(["model", "--defence", "abort_cleanup", "--out", str(tmp_path / "b")]) == 0
     check_signed(tmp_path / "b", public, capsys)
+
+
+def test_the_label_names_the_file_the_receipts_are_versioned_by(tmp_path: Path):
+    """Every model receipt says where the synthetic code lives: the file its probe digest covers."""
+    assert cli.main(["model", "--defence", "pool_check", "--out", str(tmp_path / "b")]) == 0
+    for p in (tmp_path / "b" / "receipts").iterdir():
+        r = Receipt.model_validate(orjson.loads(p.read_bytes()))
+        (path,) = r.probe.files
+        assert f"(diffprobe {path})" in r.source.source and (PROJECT / path).is_file()
