@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from runner.evidence import receipts
+from runner import cli
+from runner.evidence import attest, bundle, dsse, receipts
 from runner.evidence.observations import Case
 from runner.store.sources import TreeIdentity
 
@@ -35,3 +36,24 @@ def receipt(version: str, cases: list[Case], probe: receipts.ProbeRef = PROBE) -
     return receipts.make(probe, tree(version), receipts.host_environment(), cases,
                          started_at="2026-11-30T00:00:00Z", finished_at="2026-11-30T00:00:01Z",
                          materials={"sglang/__init__.py": "d" * 64})
+
+
+def key_pair(directory: Path) -> tuple[Path, Path]:
+    """(private, public) Ed25519 key files, as ``diffprobe keygen`` writes them."""
+    private, public, _ = dsse.generate(directory)
+    return private, public
+
+
+def check_signed(root: Path, public: Path, capsys) -> None:
+    """A bundle a command signed: an envelope per receipt and one for the bundle, ``verify --key`` with
+    the signer's key passes, with another key it is exit 1 with one line."""
+    _, receipts, _ = bundle.load(root)
+    assert sorted(p.name for p in (root / "attestations").iterdir()) == sorted(
+        [attest.envelope_name(n).removeprefix(attest.DIR) for n in receipts] + ["bundle.intoto.json"])
+    capsys.readouterr()
+    assert cli.main(["verify", str(root), "--key", str(public)]) == 0
+    assert "every attestation verifies with a given key" in capsys.readouterr().out
+    _, other = key_pair(root.parent / f"{root.name}-other-key")
+    assert cli.main(["verify", str(root), "--key", str(other)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "signed only by key(s) not given" in err[0]

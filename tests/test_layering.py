@@ -15,8 +15,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 # Lowest first: a module may import its own layer and the ones before it, never one after it.
-LAYERS = ["bottom", "store", "evidence", "sandbox", "views", "commands", "cli"]
-PACKAGES = {"store", "evidence", "sandbox", "views", "commands"}
+LAYERS = ["bottom", "store", "evidence", "sandbox", "model", "views", "commands", "cli"]
+PACKAGES = {"store", "evidence", "sandbox", "model", "views", "commands"}
 LOADERS = {"import_module", "__import__", "find_spec"}
 
 

@@ -269,6 +269,7 @@ def negative_case(args, pool: int, context: int) -> Case | None:
 
 
 def cmd_accept(args) -> int:
+    signers = options.signers(args)
     if args.negative and not args.router:
         raise errors.BadInput("--negative sends its prompt through the router: give --router URL")
     if args.canary is not None and not args.router:
@@ -351,7 +352,7 @@ def cmd_accept(args) -> int:
         workers={w.url: {"role": w.role, "endpoint": w.endpoint, "version": w.version, "tree": tree_of[w.url]} for w in workers},
         trees={s: probed[s].row.tree_digest for s in sources}, gates=gates, accepted=accepted)
     out = bundle.write(target, kind="accept", created_at=started, receipts=receipts, differentials=[], pins_sha256=None,
-                       limits=LIMITS, extra=record.model_dump(mode="json"))
+                       limits=LIMITS, extra=record.model_dump(mode="json"), signers=signers)
     print_gates(record)
     ui.out.print(f"bundle: {out}  (check with: diffprobe verify {out})")
     return errors.OK if accepted else errors.DIFFERS
@@ -402,4 +403,5 @@ def register(sub) -> None:
     p.add_argument("--out", metavar="DIR", help="bundle directory to create")
     options.probe_options(p)
     options.common(p)
+    options.signing(p)
     p.set_defaults(func=cmd_accept)

@@ -32,6 +32,7 @@ from typing import Any
 import orjson
 
 from runner import errors, ui
+from runner.commands import options
 from runner.evidence import bundle
 from runner.sandbox import execute
 from runner.errors import BadInput, Infrastructure
@@ -258,6 +259,7 @@ GATES = {"pool": pool, "canary": canary, "latency": latency}
 
 
 def cmd_gate(args) -> int:
+    signers = options.signers(args)
     url = base_url(args.url)
     started = execute.now()
     endpoint, info = server_info(url, args.timeout)
@@ -267,7 +269,7 @@ def cmd_gate(args) -> int:
                    host_environment(), cases, started_at=started, finished_at=execute.now())
     out = bundle.write(bundle.out_path(args.out, f"gate-{args.gate}"), kind=f"gate-{args.gate}",
                        created_at=started, receipts=[receipt], differentials=[], pins_sha256=None, limits=LIMITS,
-                       extra={"gate": args.gate, "url": url})
+                       extra={"gate": args.gate, "url": url}, signers=signers)
     for case in cases:
         if case.outcome == "observed":
             mark = "[red]✗ FAIL[/]" if case.classification == "bug" else "[green]✓ pass[/]"
@@ -299,4 +301,5 @@ def register(sub) -> None:
         p.add_argument("--url", required=True, help="server base URL, e.g. http://127.0.0.1:30000")
         p.add_argument("--out", metavar="DIR", help="bundle directory to create (must not exist or be empty)")
         p.add_argument("--timeout", type=int, default=600, metavar="S", help="seconds per HTTP request (default 600)")
+        options.signing(p)
         p.set_defaults(func=cmd_gate)

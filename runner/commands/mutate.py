@@ -12,6 +12,7 @@ from rich.table import Table
 from runner import errors, ui
 from runner.commands import options, pipeline
 from runner.evidence import bundle, catalog, judging, pins
+from runner.evidence.mutation import Mutant, Mutation, file_name
 from runner.evidence.observations import Case, ImportResult
 from runner.sandbox import execute
 from runner.store import envs
@@ -27,35 +28,6 @@ MUTATION_LIMITS = [
     "Equivalent mutants are those with identical byte-code or a stated reason; survivors are listed with "
     "what no case covers.",
 ]
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Mutant(_Model):
-    id: str
-    function: str
-    file: str
-    line: int
-    operator: str
-    before: str
-    after: str
-    status: judging.MutantStatus
-    why: str  # the case and failed duty that killed it, the reason it is equivalent, what no case covers
-
-
-class Mutation(_Model):
-    """One tree, one fix: the score, and every mutant with how it ended."""
-
-    source: str
-    tree_digest: str
-    probe: str
-    probe_sha256: str
-    score: judging.MutationScore
-    targets: list[dict]
-    missing: list[str]
-    mutants: list[Mutant]
 
 
 class _Run(BaseModel):
@@ -118,13 +90,13 @@ def measure(plan: list[tuple[str, int]], p: pins.Pins, opts: pipeline.Options, i
 
 def recorded(found: list[tuple[str, Mutation]]) -> tuple[dict[str, bytes], list[dict]]:
     """The bundle files (one report per tree and fix) and the scores for ``bundle.json``'s extra."""
-    files = {f"mutation/{label}.{m.probe}.json":
-             orjson.dumps(m.model_dump(mode="json"), option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n"
+    files = {file_name(label, m): orjson.dumps(m.model_dump(mode="json"), option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n"
              for label, m in found}
     return files, [m.score.model_dump(mode="json") | {"source": m.source} for _, m in found]
 
 
 def cmd_mutate(args) -> int:
+    signers = options.signers(args)
     p = pins.load(options.path(args.pins))
     fixes = args.fix or sorted(p.fixes)
     plan = [(args.source or f"pypi:sglang=={p.fix(n).releases.with_}", n) for n in fixes]
@@ -134,15 +106,11 @@ def cmd_mutate(args) -> int:
     found = measure(plan, p, opts, envs.interpreter(args.python), options.torch(args), args.case_timeout)
     files, scores = recorded(found)
     out = bundle.write(target, kind="mutation", created_at=started, receipts=[], differentials=[], pins_sha256=None,
-                       files=files, limits=MUTATION_LIMITS, extra={"scores": scores})
+                       files=files, limits=MUTATION_LIMITS, extra={"scores": scores}, signers=signers)
     reports = [m for _, m in found]
     show(reports)
     ui.out.print(f"bundle: {out}")
-    return errors.OK if all(m.score.baseline == "fixed" and not _unexplained(m) for m in reports) else errors.DIFFERS
-
-
-def _unexplained(m: Mutation) -> list[Mutant]:
-    return [x for x in m.mutants if x.status == "survived" and not x.why]
+    return errors.OK if all(m.holds() for m in reports) else errors.DIFFERS
 
 
 def show(found: list[Mutation]) -> None:
@@ -170,4 +138,5 @@ def register(sub) -> None:
                    help=f"seconds a case may run on one mutant (default {CASE_TIMEOUT}; a hang counts as detected)")
     options.env_options(p)
     options.common(p)
+    options.signing(p)
     p.set_defaults(func=cmd_mutate)

@@ -9,6 +9,7 @@ payload exactly the Statement re-derived from what the bundle holds.
 from __future__ import annotations
 
 from runner.evidence import dsse, statements
+from runner.evidence.mutation import Mutation
 from runner.evidence.receipts import Differential, Receipt
 
 DIR = "attestations/"
@@ -20,12 +21,12 @@ def envelope_name(receipt_name: str) -> str:
 
 
 def payloads(files: dict[str, str], receipts: dict[str, Receipt], differentials: dict[str, Differential],
-             judge: tuple[str, str]) -> dict[str, bytes]:
+             judge: tuple[str, str], mutations: dict[str, Mutation]) -> dict[str, bytes]:
     """Envelope name -> the Statement it must carry. ``files``: every file of the bundle other than
     its manifest and attestations, name -> sha256; ``judge``: the bundle index's (version, sha256)."""
     out = {envelope_name(n): statements.payload(statements.receipt_statement(n, files[n], r))
            for n, r in receipts.items()}
-    whole = statements.bundle_statement(files, receipts, differentials, judge)
+    whole = statements.bundle_statement(files, receipts, differentials, judge, mutations)
     if whole is not None:
         out[BUNDLE_ENVELOPE] = statements.payload(whole)
     return out
@@ -43,10 +44,11 @@ def sign(expected: dict[str, bytes], signers: list[dsse.Signer], present: dict[s
 def check(expected: dict[str, bytes], present: dict[str, bytes], keys: dict[str, object]) -> list[str]:
     """One line per problem: an envelope missing, unreadable, foreign to the bundle, whose payload is not
     the Statement of what it names, or (with ``keys``) not signed by one of them. No envelope at all is
-    an unsigned bundle: fine without keys, one problem per missing envelope with them."""
+    an unsigned bundle: fine without keys, one problem per missing envelope with them. With keys, a
+    bundle with nothing to attest is a problem too: no signature of a given key vouches for it."""
     if not present and not keys:
         return []
-    problems = []
+    problems = [] if expected or not keys else ["attestations/: nothing in this bundle can be attested (no receipt, no mutation report)"]
     for name in sorted(set(present) - set(expected)):
         problems.append(f"{name}: attests nothing this bundle holds")
     for name in sorted(expected):

@@ -25,7 +25,8 @@ from runner.errors import DIFFERS, BadInput, DiffprobeError
 from runner.files import digest_name, sha256_bytes, sha256_file
 from runner.evidence import attest, dsse
 from runner.evidence.catalog import judge_digest
-from runner.evidence import catalog, judging
+from runner.evidence import catalog, judging, mutation
+from runner.evidence.mutation import Mutation
 from runner.evidence.receipts import Differential, Receipt, Source, differential, seal, source_key
 
 INDEX = "bundle.json"
@@ -136,13 +137,15 @@ def _lay_out(directory: Path, contents: dict[str, bytes]) -> None:
 
 def _statements(contents: dict[str, bytes]) -> dict[str, bytes]:
     """The attestations' payloads for a bundle's files (name -> bytes; attestations left out), derived
-    from the bytes themselves, so writing and verifying derive them the same way."""
-    files = {n: d for n, d in contents.items() if not n.startswith(attest.DIR)}
+    from the bytes themselves and in name order, so writing (files in the order a command made them)
+    and verifying (files in the manifest's order) derive them the same way."""
+    files = {n: d for n, d in sorted(contents.items()) if not n.startswith(attest.DIR)}
     index = Index.model_validate(orjson.loads(files[INDEX]))
     receipts = {n: Receipt.model_validate(orjson.loads(d)) for n, d in files.items() if n.startswith("receipts/")}
     diffs = {n: Differential.model_validate(orjson.loads(d)) for n, d in files.items() if n.startswith("differentials/")}
+    mutations = {n: Mutation.model_validate(orjson.loads(d)) for n, d in files.items() if n.startswith(mutation.DIR)}
     return attest.payloads({n: sha256_bytes(d) for n, d in files.items()}, receipts, diffs,
-                           (index.diffprobe, index.diffprobe_sha256))
+                           (index.diffprobe, index.diffprobe_sha256), mutations)
 
 
 def _contents(root: Path) -> tuple[dict[str, bytes], dict[str, bytes]]:
@@ -160,7 +163,9 @@ def sign_existing(root: Path, signers: list[dsse.Signer]) -> Path:
     if problems := verify(root):
         raise Tampered(f"{root}: bundle does not verify, refusing to sign it ({problems[0]})")
     signed, files = _contents(root)
-    contents = files | attest.sign(_statements(files), signers, signed)
+    if not (expected := _statements(files)):
+        raise BadInput(f"{root}: nothing in this bundle can be attested (no receipt, no mutation report)")
+    contents = files | attest.sign(expected, signers, signed)
     staging = Path(tempfile.mkdtemp(prefix=f"{PARTIAL}{root.name}-", dir=root.parent))
     old = Path(f"{staging}-replaced")
     try:
@@ -282,6 +287,8 @@ def verify(root: Path, keys: dict[str, dsse.Ed25519PublicKey] | None = None) -> 
                     problems.append(f"{name}: {side.receipt} digest differs from the one it was judged on")
             if d is not None:
                 diffs[name] = d
+        elif name.startswith(mutation.DIR):
+            _load(root / name, Mutation, problems)
     if index is not None:
         for name in index.receipts + index.differentials:
             if name not in entries:
@@ -315,7 +322,7 @@ def signers(root: Path) -> list[str]:
 
 
 def _load(path: Path, model, problems: list[str]):
-    rel = path.name if path.parent.name not in ("receipts", "differentials") else f"{path.parent.name}/{path.name}"
+    rel = path.name if path.parent.name not in ("receipts", "differentials", "mutation") else f"{path.parent.name}/{path.name}"
     try:
         raw = orjson.loads(path.read_bytes())
         value = model.model_validate(raw)

@@ -8,6 +8,7 @@ import orjson
 
 from runner.evidence.bundle import Index
 from runner.evidence.dsse import Envelope
+from runner.evidence.mutation import Mutation
 from runner.evidence.observations import Observations
 from runner.evidence.pins import Pins
 from runner.evidence.receipts import Differential, Receipt
@@ -21,6 +22,7 @@ MODELS = {
     "differential": Differential,
     "bundle": Index,
     "sweep": SweepRecord,  # bundle.json "extra" of audit, sweep and merge bundles: rows, bug windows
+    "mutation": Mutation,  # mutation/*.json of mutate (and run --mutate) bundles
     "envelope": Envelope,  # attestations/*.intoto.json (DSSE); the Statements inside follow in-toto's spec
     "pytest-outcomes": Outcomes,  # what upstream-tests' pytest plugin writes in a tree's environment
     "upstream-tests": UpstreamTestsRecord,  # bundle.json "extra" of upstream-tests bundles: test files, grading

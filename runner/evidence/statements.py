@@ -26,6 +26,7 @@ from typing import Any, Literal
 import orjson
 
 from runner.evidence.judging import state
+from runner.evidence.mutation import Mutation
 from runner.evidence.receipts import Differential, Receipt, Source, source_key
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
@@ -128,25 +129,40 @@ def _arrange(states: dict[str, str], configuration: list[dict]):
 FIX_STATES = {"fix observed": "clean", "fix not observed": "bug", "regression": "bug", "inconclusive": "inconclusive"}
 
 
+def mutated_subject(m: Mutation) -> dict[str, Any] | None:
+    """A mutated tree as a subject: a mutation report names it by its tree digest only."""
+    hexed = dirhash_hex(m.tree_digest)
+    return {"name": m.source, "digest": {"dirHash": hexed}, "annotations": {"kind": "mutated", "treeDigest": m.tree_digest}} if hexed else None
+
+
+def mutation_state(m: Mutation) -> str:
+    """A mutation report as a test: passed when its evidence holds, failed on a survivor nobody
+    explained, not judged when the unmutated tree does not read fixed (the score means nothing then)."""
+    return "clean" if m.holds() else "bug" if m.unexplained() else f"baseline {m.score.baseline}"
+
+
 def bundle_statement(files: dict[str, str], receipts: dict[str, Receipt], differentials: dict[str, Differential],
-                     judge: tuple[str, str]) -> dict[str, Any] | None:
+                     judge: tuple[str, str], mutations: dict[str, Mutation]) -> dict[str, Any] | None:
     """The bundle's Statement: its verdicts as tests (``fix-N`` passed when the fix was observed,
     failed on "fix not observed" or a regression), or, with no differential, each receipt as one
-    test; every file of the bundle (``files``: name -> sha256) in the configuration, so the
+    test, or, with no receipt, each mutation report (``mutations``) as one test, its tree the
+    subject; every file of the bundle (``files``: name -> sha256) in the configuration, so the
     signature covers the index and any extra file too. None for a bundle that observed nothing."""
+    named = [subject(r.source) for r in receipts.values()] or [mutated_subject(m) for m in mutations.values()]
     subjects: dict[str, dict] = {}
-    for r in receipts.values():
-        s = subject(r.source)
+    for s in filter(None, named):
         subjects.setdefault(orjson.dumps(s, option=orjson.OPT_SORT_KEYS).decode(), s)
     if not subjects:
         return None
     if differentials:
         states = {f"fix-{d.fix}": FIX_STATES[d.verdict] for d in differentials.values()}
-    else:
+    elif receipts:
         states = {}
         for name, r in receipts.items():
             result, _, failed, _ = _tally(receipt_states(r))
             states[name] = "clean" if result == "PASSED" else "bug" if failed else "inconclusive"
+    else:
+        states = {name: mutation_state(m) for name, m in mutations.items()}
     configuration = [_judge(*judge)]
     for name in sorted(files):
         entry: dict[str, Any] = {"name": name, "digest": {"sha256": files[name]}, "mediaType": MEDIA_TYPE}

@@ -16,6 +16,7 @@ from runner import cli
 from runner.commands import survey
 from runner.store import envs
 from tests.commands.test_gates import serve as gates_serve
+from tests.helpers import check_signed, key_pair
 
 pytestmark = pytest.mark.slow
 
@@ -144,10 +145,12 @@ def failed(record: dict) -> dict[int, list[str]]:
     return {g["gate"]: g["reasons"] for g in record["gates"] if not g["passed"]}
 
 
-def test_healthy_0522_fleet_is_accepted(cache, fleet, tmp_path):
-    code, record = accept(cache, fleet("0.5.22"), tmp_path, "--env", BOUNDED, "--negative")
+def test_healthy_0522_fleet_is_accepted(cache, fleet, tmp_path, capsys):
+    private, public = key_pair(tmp_path / "keys")
+    code, record = accept(cache, fleet("0.5.22"), tmp_path, "--env", BOUNDED, "--negative", "--sign", str(private))
     assert code == 0, failed(record)
     assert record["accepted"] and [g["gate"] for g in record["gates"]] == [1, 2, 3, 4]
+    check_signed(tmp_path / "accept", public, capsys)  # gate receipts, the tree audit's, and the verdict
     assert {w["tree"] for w in record["workers"].values()} == {"pypi:sglang==0.5.22"}
 
 

@@ -21,6 +21,7 @@ import pytest
 from runner import cli
 from runner.evidence import bundle
 from runner.evidence.receipts import Receipt
+from tests.helpers import check_signed, key_pair
 
 SECONDS_PER_TOKEN = 100e-6
 
@@ -183,3 +184,15 @@ def test_unreachable_server_is_infrastructure(tmp_path, capsys):
 def test_bad_url_is_bad_input(tmp_path, capsys, url):
     code, out, receipt = gate(["canary", "--url", url, "--tokens", "10"], tmp_path / "b", capsys)
     assert code == 2 and "--url" in out and "Traceback" not in out and receipt is None
+
+
+@pytest.mark.parametrize("gate_args", [["pool"], ["canary", "--tokens", "500"], ["latency", "--tokens", "2000"]],
+                         ids=["pool", "canary", "latency"])
+@pytest.mark.parametrize("mode", [LEAKY, HEALTHY], ids=["leaky", "healthy"])
+def test_gate_bundle_signed_with_sign(server, tmp_path, capsys, gate_args, mode):
+    """Signed whether the gate passes or fails (what it found is the other tests' business)."""
+    private, public = key_pair(tmp_path / "keys")
+    out = tmp_path / "b"
+    code, text, _ = gate([*gate_args, "--url", server(Fake(**mode)), "--sign", str(private)], out, capsys)
+    assert code in (0, 1), text
+    check_signed(out, public, capsys)

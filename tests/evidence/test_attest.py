@@ -246,6 +246,16 @@ def _bundle(path, signers=()):
                         differentials=[diff], pins_sha256=None, signers=list(signers))
 
 
+def test_a_bundle_signed_as_written_verifies_whatever_order_its_receipts_came_in(tmp_path, keys):
+    """The Statements are derived from the files in name order: a command that hands its receipts over
+    in another order (accept: gate by gate; model: configuration by configuration) still verifies."""
+    signer, _, _ = keys
+    made = [helpers.receipt(v, [helpers.case("rejected", bug=v < "0.5.21")]) for v in ("0.5.22", "0.5.21", "0.5.20")]
+    root = bundle.write(tmp_path / "b", kind="audit", created_at="2026-11-30T00:00:00Z", receipts=made,
+                        differentials=[], pins_sha256=None, signers=[signer])
+    assert _verify(root, tmp_path / "keys" / dsse.PUBLIC_NAME) == []
+
+
 def _reseal(root):
     """What an attacker without the key can still do: fix SHA256SUMS after an edit."""
     files = sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file() and p.name != "SHA256SUMS")
@@ -414,6 +424,21 @@ def test_unsigned_bundle_verifies_says_so_and_fails_with_a_key(tmp_path, keys, c
     assert len(err) == 1 and "attestations/" in err[0] and "missing" in err[0]
 
 
+def test_a_bundle_with_nothing_to_attest_is_neither_signed_nor_passed_by_a_key(tmp_path, keys, capsys):
+    """No receipt and no mutation report: no Statement; ``attest`` refuses instead of saying "signed",
+    and ``verify --key`` fails instead of vouching with no signature at all."""
+    signer, _, _ = keys
+    root = bundle.write(tmp_path / "e", kind="x", created_at="2026-11-30T00:00:00Z", receipts=[], differentials=[],
+                        pins_sha256=None, files={"notes.txt": b"x"})
+    assert cli.main(["attest", str(root), "--sign", str(signer.path)]) == 2
+    assert "nothing in this bundle can be attested" in capsys.readouterr().err
+    assert not (root / "attestations").exists() and cli.main(["verify", str(root)]) == 0
+    capsys.readouterr()
+    assert cli.main(["verify", str(root), "--key", str(tmp_path / "keys" / dsse.PUBLIC_NAME)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "nothing in this bundle can be attested" in err[0]
+
+
 def test_attest_cli_signs_and_a_second_key_co_signs(tmp_path, keys):
     signer, _, _ = keys
     root = _bundle(tmp_path / "u")
@@ -444,7 +469,8 @@ def test_keygen_cli_and_the_signing_key_from_the_environment(tmp_path, monkeypat
                                      ["backport", "--pr", "38935", "--onto", "pypi:sglang==0.5.20"],
                                      ["upstream-tests", "--tests", "t.py", "--base", "pypi:sglang==0.5.20",
                                       "--head", "pypi:sglang==0.5.21"],
-                                     ["merge", "x"]])
+                                     ["merge", "x"], ["model"], ["gate", "pool", "--url", "http://127.0.0.1:9"], ["mutate"],
+                                     ["accept", "--prefill", "http://127.0.0.1:9", "--decode", "http://127.0.0.1:9"]])
 def test_every_bundle_command_refuses_a_key_others_can_read_before_any_work(tmp_path, keys, command, capsys):
     signer, _, _ = keys
     os.chmod(signer.path, 0o644)
