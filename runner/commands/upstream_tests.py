@@ -44,8 +44,6 @@ from pathlib import Path, PurePosixPath
 from typing import Callable, get_args
 
 from pydantic import ValidationError
-from rich.markup import escape
-from rich.table import Table
 
 from runner import errors, ui
 from runner.commands import options, pipeline
@@ -57,10 +55,11 @@ from runner.files import sha256_bytes, sha256_file
 from runner.evidence.materials import rederive
 from runner.evidence.observations import Case, CaseError, ImportResult
 from runner.evidence.receipts import ProbeRef, Receipt
-from runner.evidence.upstream import (Cause, CollectionError, Grade, GradedTest, Grading, Outcomes, PytestCount, Raised, Result,
-                                      SideState, SideSummary, Status, UpstreamFileRecord, UpstreamTestsRecord)
+from runner.evidence.upstream import (NOT_BEHAVIOUR, Cause, CollectionError, Grade, GradedTest, Grading, Outcomes, PytestCount,
+                                      Raised, Result, SideState, SideSummary, Status, UpstreamFileRecord, UpstreamTestsRecord)
 from runner.commands import upstream_layout
 from runner.commands.upstream_layout import UpstreamFile
+from runner.views.grading import show
 
 PROBE_ID, PLUGIN = catalog.UPSTREAM_TESTS
 DEFAULT_TIMEOUT = 900
@@ -75,10 +74,6 @@ LIMITS = [
 
 # --- how outcomes are read (their formats and the grading's: runner/evidence/upstream.py) -----
 
-# Causes that say nothing about how the tree behaves: the test fell through to its own stand-ins, or
-# the environment lacks a module. Such a failure at head is inconclusive, never a regression or a
-# missing fix.
-NOT_BEHAVIOUR = ("stub", "environment")
 PASSED = ("passed", "xpassed", "xfailed")
 WHERE = {"stub": "double", "sglang": "sglang", "test": "setup", "other": "setup", "environment": "setup"}
 _GRADE: dict[tuple[str, str], Grade] = {
@@ -467,89 +462,6 @@ def record(test: UpstreamFile, base: str, head: str, grading: Grading) -> Upstre
                                helpers={path: sha256_bytes(data) for path, data in test.helpers.items()},
                                declared=list(test.declared))
     return UpstreamTestsRecord(tests=files, base=base, head=head, grading=grading)
-
-
-# --- showing a grading -----------------------------------------------------------------------
-
-_GRADE_STYLE = {"fail-to-pass": "green", "pass-to-pass": "dim", "pass-to-fail": "bold red", "fail-to-fail": "red",
-                "never ran": "yellow"}
-ORIGINS = ("origins: (assertion) the test's own assertion failed; (stub) raised on a test stub or mock, the code "
-           "fell through to it; (test) raised by the test's files; (sglang) raised in the tree's code; "
-           "(environment) a module the environment lacks")
-
-
-def counts_line(summary: SideSummary) -> str:
-    """``tests 0 passed, 6 AttributeError (stub); subtests ...``: failures always by type and origin."""
-    def part(label: str, counts: dict[str, int]) -> str:
-        return f"{label} " + ", ".join(f"{n} {kind}" for kind, n in counts.items())
-
-    parts = [f"collection error: {', '.join(summary.collection_errors)}"] if summary.collection_errors else []
-    parts.append(part("tests", summary.tests))
-    if any(summary.subtests.values()):
-        parts.append(part("subtests", summary.subtests))
-    return "; ".join(parts) + ("; killed at the deadline" if summary.timed_out else "")
-
-
-def pytest_line(count: PytestCount) -> str:
-    """pytest's own count beside ours, so that neither reads as the other."""
-    said = ", ".join(count.line) or "nothing"
-    made = (f"its failed = {_n(count.failed_tests, 'test')} + {_n(count.failed_subtests, 'subtest')}; its passed = "
-            f"{_n(count.passed_tests, 'test')} ({_n(count.passed_subtests, 'passed subtest')} graded here, not counted there)")
-    return f"pytest's own count: {said} ({made})" + ("" if count.agrees else "; the records do NOT add up to it")
-
-
-def _n(n: int, noun: str) -> str:
-    return f"{n} {noun}{'s' * (n != 1)}"
-
-
-def grading_line(grading: Grading) -> str:
-    def grade_part(g: Grade, n: int) -> str:
-        split = grading.by_cause.get(g)
-        if not n or not split:
-            return f"{n} {g}"
-        words = ", ".join(f"{k} {c}" for c, k in split.items())
-        note = ": not a regression" if g == "pass-to-fail" and set(split) <= set(NOT_BEHAVIOUR) else ""
-        return f"{n} {g} ({words}{note})"
-
-    parts = [grade_part(g, n) for g, n in grading.counts.items()]
-    return "grading: " + ", ".join(parts) + " (never ran is never passed)"
-
-
-def show(grading: Grading, title: str) -> None:
-    table = Table(title=escape(title), title_justify="left")
-    for column in ("test", "base", "head", "grade"):
-        table.add_column(column)
-    for row in grading.tests:
-        name = f"  ↳ {row.id.removeprefix(row.parent).strip()}" if row.parent else row.id.split("::", 1)[-1]
-        cells = [_cell(s) for s in (row.base, row.head)]
-        cause = f" ({row.cause})" if row.cause and row.grade != "pass-to-pass" else ""
-        table.add_row(escape(name), *cells, f"[{_GRADE_STYLE[row.grade]}]{row.grade}{escape(cause)}[/]")
-    ui.out.print(table)
-    for name, side in (("base", grading.base), ("head", grading.head)):
-        ui.out.print(escape(f"{name} {side.source}: {counts_line(side)}"))
-        if side.pytest:
-            ui.out.print(escape(f"  {pytest_line(side.pytest)}"))
-    ui.out.print(ORIGINS, markup=False)
-    ui.out.print(grading_line(grading), markup=False)
-    if grading.passed:
-        ui.out.print("[green]verdict: passes: every test that fails at base passes at head; nothing regressed[/]")
-    else:
-        ui.out.print(f"[red]verdict: {grading.verdict or 'does not pass'}[/]")
-    for line in grading.blockers:
-        ui.out.print(f"[red]✗[/] {escape(line)}")
-
-
-def show_bundle(extra: dict) -> None:
-    """``report`` on an upstream-tests bundle: the grading table, per test and subtest, with origins."""
-    tests = extra.get("tests", {})
-    grading = Grading.model_validate(extra["grading"])
-    show(grading, f"{tests.get('from', tests.get('file', 'upstream tests'))}: {grading.base.source} -> {grading.head.source}")
-
-
-def _cell(state: SideState) -> str:
-    style = {"passed": "green", "failed": "red"}.get(state.status, "yellow")
-    text = f"{state.kind}: {state.detail}" if state.kind in ("skipped", "not collected") and state.detail else state.kind
-    return f"[{style}]{escape(text)}[/]"
 
 
 def cmd_upstream_tests(args: argparse.Namespace) -> int:

@@ -15,6 +15,10 @@ Status = Literal["passed", "failed", "never ran"]
 Grade = Literal["fail-to-pass", "pass-to-pass", "pass-to-fail", "fail-to-fail", "never ran"]
 # Why a test or subtest failed: its own assertion, or where the exception came from
 Cause = Literal["assertion", "sglang", "stub", "environment", "test", "other", "timeout", "crash"]
+# Causes that say nothing about how the tree behaves: the test fell through to its own stand-ins, or
+# the environment lacks a module. Such a failure at head is inconclusive, never a regression or a
+# missing fix.
+NOT_BEHAVIOUR = ("stub", "environment")
 
 
 class _Model(BaseModel):

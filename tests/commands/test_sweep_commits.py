@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from runner import cli
-from runner.commands import report
+from runner.views.report import incident, matrix, verified
 from runner.evidence import bundle
 from runner.evidence.records import SweepRecord
 from tests import gitrepo
@@ -56,8 +56,8 @@ def test_one_probe_run_per_tree_one_row_per_commit_then_everything_reused(histor
 
 def test_report_on_a_sweep_has_a_row_per_commit_and_its_first_fix_backs_the_steps(history, cache, tmp_path):
     _sweep(history, cache, tmp_path / "s")
-    ev = report.gather(tmp_path / "s")
-    rows, _, _ = report.matrix(ev)
+    ev = verified.gather(tmp_path / "s")
+    rows, _, _ = matrix.matrix(ev)
     assert len(rows) == 7
     same = {x: f"same tree as git-{history['commits'][x][:12]}" for x in ("a19", "d20", "f21")}
     for row, expected in zip(rows, [None, same["a19"], same["a19"], None, same["d20"], None, same["f21"]]):
@@ -70,7 +70,7 @@ def test_report_on_a_sweep_has_a_row_per_commit_and_its_first_fix_backs_the_step
     tree_of = {r.source: r.tree_digest for r in SweepRecord.model_validate(ev.index.extra).rows}
     heads = {f.judged.fix: f.judged.head[0].source.tree_digest for f in ev.fixes}
     assert heads == {36988: tree_of[_src(history, "d20")], 38935: tree_of[_src(history, "f21")]}
-    levels = {f.step.number: f.level for f in (report.assess(s, ev.fixes) for s in report.STEPS)}
+    levels = {f.step.number: f.level for f in (incident.assess(s, ev.fixes) for s in incident.STEPS)}
     assert levels[2] == levels[4] == "CPU differential"
 
 

@@ -11,6 +11,7 @@ from runner import cli
 from runner.commands import upstream_layout, upstream_tests
 from runner.commands.upstream_tests import Outcomes, Side
 from runner.errors import BadInput
+from runner.views import grading
 
 STYLE = Path(__file__).resolve().parent / "upstream_style"
 
@@ -150,7 +151,7 @@ def test_a_stub_fall_through_at_head_is_never_a_regression():
     assert g.counts["pass-to-fail"] == 1 and g.by_cause["pass-to-fail"] == {"stub": 1}
     assert g.verdict == "inconclusive" and not g.passed
     assert "not a regression" in g.blockers[0] and "regression" not in g.blockers[0].replace("not a regression", "")
-    assert "1 pass-to-fail (1 stub: not a regression)" in upstream_tests.grading_line(g)
+    assert "1 pass-to-fail (1 stub: not a regression)" in grading.grading_line(g)
 
 
 def test_a_stub_fall_through_at_both_sides_is_not_a_missing_fix():
@@ -221,9 +222,9 @@ def test_pytests_own_count_is_explained_by_the_records():
     count = upstream_tests.pytest_count(o)
     assert (count.failed_tests, count.failed_subtests, count.passed_tests, count.passed_subtests) == (1, 1, 1, 1)
     assert count.agrees
-    assert "its failed = 1 test + 1 subtest" in upstream_tests.pytest_line(count)
+    assert "its failed = 1 test + 1 subtest" in grading.pytest_line(count)
     wrong = upstream_tests.pytest_count(o.model_copy(update={"summary": ["1 failed", "1 passed"]}))
-    assert not wrong.agrees and "do NOT add up" in upstream_tests.pytest_line(wrong)
+    assert not wrong.agrees and "do NOT add up" in grading.pytest_line(wrong)
 
 
 def test_environment_failures_name_the_module():

@@ -18,6 +18,7 @@ from runner import cli
 from runner.commands import upstream_layout, upstream_tests
 from runner.evidence import bundle, pins
 from runner.store import envs
+from runner.evidence.upstream import Grading
 from tests.commands import plain_pytest
 
 STYLE = Path(__file__).resolve().parent / "upstream_style"
@@ -115,7 +116,7 @@ def test_from_git_with_its_conftest_and_helpers_graded_by_cause(tmp_path, cache,
     assert code == 1 and bundle.verify(out) == []
     index, _, _ = bundle.load(out)
     assert set(index.extra["tests"]["helpers"]) == {f"{where}/conftest.py", f"{where}/door_stubs.py", "test/conftest.py"}
-    grading = upstream_tests.Grading.model_validate(index.extra["grading"])
+    grading = Grading.model_validate(index.extra["grading"])
     rows = {r.id.removeprefix(f"{where}/{DOOR}::"): r for r in grading.tests}
     retired = "TestPrefillDoor::test_rejected_request_is_retired_at_the_door"
     assert [(rows[f"{retired} (variant='{v}')"].grade, rows[f"{retired} (variant='{v}')"].cause)
@@ -162,7 +163,7 @@ def test_a_file_that_collects_nowhere_lists_its_tests_as_never_ran(tmp_path, cac
     code, out = _run(tmp_path, cache, "--tests", str(tests), "--with", str(STYLE / "door_stubs.py"),
                      "--with", str(STYLE / "conftest.py"), "--base", "pypi:sglang==0.5.21", "--head", "pypi:sglang==0.5.22")
     assert code == 1
-    grading = upstream_tests.Grading.model_validate(bundle.load(out)[0].extra["grading"])
+    grading = Grading.model_validate(bundle.load(out)[0].extra["grading"])
     assert [r.id.split("::", 1)[1] for r in grading.tests] == [
         "TestUnadmittedReject::test_rejected_at_intake", "TestUnadmittedReject::test_not_rejected",
         "TestUnadmittedReject::test_reentering_request_is_not_unadmitted"]

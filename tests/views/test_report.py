@@ -19,7 +19,7 @@ import pytest
 from rich.console import Console
 
 from runner import cli, ui
-from runner.commands import report
+from runner.views.report import incident
 from runner.evidence import bundle
 from runner.evidence.observations import Case, CaseError
 from runner.evidence.receipts import Differential, Environment, ModelIdentity, ProbeRef, Standins, differential, make, seal
@@ -388,7 +388,7 @@ def test_chromium_renders_the_report_offline(run_bundle, tmp_path):
     dom, asked = chromium(tmp_path, out.as_uri(), "--dump-dom")
     assert asked == []
     text = visible_text(dom)
-    assert all(step.text in text for step in report.STEPS)
+    assert all(step.text in text for step in incident.STEPS)
     assert "#36988 Clean up aborted prefill results fix observed (as pinned)" in text
     assert "#38935 Retire rejected requests at the PD admission door fix observed (as pinned)" in text
     assert "What this bundle does not test" in text and all(limit in text for limit in bundle.LIMITS)

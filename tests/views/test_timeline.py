@@ -17,7 +17,7 @@ from rich.console import Console
 from runner import cli, ui
 from runner.evidence import bundle, judging, receipts
 from runner.evidence.records import Row, SweepRecord, windows
-from tests.commands.test_report import CHROMIUM, assert_self_contained, chromium, parse, visible_text
+from tests.views.test_report import CHROMIUM, assert_self_contained, chromium, parse, visible_text
 from tests.helpers import case, receipt
 
 VERSIONS = ["0.4.5", "0.4.6", "0.5.0", "0.5.10", "0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23"]

@@ -1,0 +1,109 @@
+"""Status by source, for any bundle kind: one row per observed source (or per swept source), one
+column per (fix, probe), each cell a status from ``judging`` with the sites and counts behind it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from runner.evidence import judging, receipts
+from runner.evidence.observations import Case
+from runner.evidence.receipts import Source
+from runner.evidence.records import SweepRecord
+from runner.store import specs
+from runner.views.report.sources import TREE_KINDS, describe
+from runner.views.report.verified import Evidence
+
+
+@dataclass(frozen=True)
+class Column:
+    fix: int | None
+    probe: str
+
+    @property
+    def label(self) -> str:
+        return f"#{self.fix} {self.probe}" if self.fix is not None else self.probe
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One source's status for one probe, in judging's words, with what is behind it."""
+
+    word: str  # a judging.Status; for a model or a server "bug observed" / "no bug observed"
+    detail: str  # where a problem shows (sites) and the case counts behind the word
+
+
+def judged(cases: list[Case]) -> Cell:
+    """One source's status for one probe (judging.status), with the sites (doors, paths) each
+    problem shows at (a dropped guard is named even when the bug is fixed) and the case counts."""
+    word = judging.status(cases)
+    if word == "not probed":
+        return Cell(word, "")
+    counts = _counts(cases)
+    found = judging.problems(cases)
+    if found:
+        where = [f"{'' if i == 0 else w + ' '}at {', '.join(sites)}" for i, (w, sites) in enumerate(found)]
+        return Cell(word, "; ".join(where) + f" ({counts})")
+    return Cell(word, counts)
+
+
+def _counts(cases: list[Case]) -> str:
+    n: dict[str, int] = {}
+    for c in cases:
+        key = judging.state(c).replace("_", " ")
+        n[key] = n.get(key, 0) + 1
+    return ", ".join(f"{v} {k}" for k, v in n.items())
+
+
+@dataclass(frozen=True)
+class MatrixRow:
+    source: Source  # whose receipts fill the row's cells
+    name: str
+    note: str = ""
+
+
+def matrix(ev: Evidence) -> tuple[list[MatrixRow], list[Column], dict[tuple[str, Column], str]]:
+    """Rows are the observed sources (trees in the bundle's order, then models and servers), or for
+    a sweep one row per swept source in sweep order (a commit that shares an earlier one's tree
+    says so and shows that tree's receipts); columns (fix, probe); each cell names the receipt
+    behind it."""
+    order = {receipts.source_key(t): i for i, t in enumerate(ev.index.trees)}
+    sources: dict[str, Source] = {}
+    cells: dict[tuple[str, Column], str] = {}
+    for name, r in sorted(ev.receipts.items()):
+        key = receipts.source_key(r.source)
+        sources.setdefault(key, r.source)
+        cells[(key, Column(r.probe.fix, r.probe.id))] = name
+    columns = sorted(dict.fromkeys(col for _, col in cells), key=lambda c: (c.fix is None, c.fix or 0, c.probe))
+    swept = ev.index.extra.get("rows") if ev.index.kind in ("sweep", "audit") and ev.index.extra else None
+    if swept:
+        record = SweepRecord.model_validate(ev.index.extra)
+        labels = {row.source: row.label for row in record.rows}
+        out = []
+        for row in record.rows:
+            observed = sources.get(row.tree_digest)
+            if observed is None:
+                continue
+            note = (f"same tree as {labels[row.same_tree_as]}" if row.same_tree_as else
+                    "" if observed.source == row.source else f"receipts observed via {observed.source}")
+            out.append(MatrixRow(observed, describe(observed) if observed.source == row.source else _named(row.source), note))
+        return out, columns, cells
+    rows = sorted(sources.items(), key=lambda kv: (kv[1].kind not in TREE_KINDS, order.get(kv[0], len(order))))
+    return [MatrixRow(s, describe(s)) for _, s in rows], columns, cells
+
+
+def _named(text: str) -> str:
+    """A swept source without a receipt of its own, as ``describe`` would name it."""
+    spec = specs.parse(text)
+    return f"{spec.url} @ {spec.rev[:12]}" if isinstance(spec, specs.GitSpec) else text
+
+
+# A model configuration or a live server is not "fixed": it shows the bug or it does not.
+_NOT_A_TREE = {"fixed": "no bug observed", "not fixed": "bug observed"}
+
+
+def cell_at(ev: Evidence, cells: dict[tuple[str, Column], str], source: Source, col: Column) -> tuple[str | None, Cell]:
+    name = cells.get((receipts.source_key(source), col))
+    st = judged(ev.receipts[name].cases if name else [])
+    if source.kind not in TREE_KINDS:
+        st = Cell(_NOT_A_TREE.get(st.word, st.word), st.detail)
+    return name, st

@@ -1,0 +1,77 @@
+"""What each observed source is, in words a newcomer recognises: a release, a commit, a directory, a
+live server or a model; every field that pins it down; the stand-ins and the sandbox of its run."""
+
+from __future__ import annotations
+
+from runner.evidence import receipts
+from runner.evidence.receipts import Receipt, Source
+from runner.store.sources import TreeIdentity
+
+TREE_KINDS = ("git", "pypi", "path")
+
+
+def describe(source: Source) -> str:
+    """One line a newcomer recognises: which release, commit, directory, server or model."""
+    if source.kind == "pypi":
+        return f"sglang {source.version} (PyPI)"
+    if source.kind == "git":
+        return f"{source.repo or source.source} @ {(source.commit or '?')[:12]}"
+    if source.kind == "path":
+        return f"directory {source.path or source.source}"
+    if source.kind == "server":
+        return f"live server {source.url}"
+    return source.source
+
+
+def identity(source: Source) -> list[tuple[str, str]]:
+    """Every field that pins down what was observed, as (label, value)."""
+    if isinstance(source, TreeIdentity):
+        fields = [("kind", source.kind), ("source", source.source), ("version", source.version),
+                  ("commit", source.commit), ("rev", source.rev), ("artifact", source.artifact),
+                  ("artifact sha256", source.artifact_sha256), ("tree digest", source.tree_digest),
+                  ("files", str(source.files))]
+    elif source.kind == "server":
+        fields = [("kind", "server (live gate)"), ("source", source.source), ("url", source.url),
+                  ("reported", ", ".join(f"{k}={v}" for k, v in sorted(source.reported.items())))]
+    else:
+        on = [k for k, v in sorted(source.switches.items()) if v]
+        fields = [("kind", "model (synthetic state machine)"), ("source", source.source),
+                  ("switches on", ", ".join(on) or "none")]
+    if not isinstance(source, TreeIdentity):
+        fields.append(("identity digest", receipts.source_key(source)))
+    return [(k, v) for k, v in fields if v]
+
+
+def standins(r: Receipt) -> list[str]:
+    """Declared stand-ins this run imported, each with why it stands in (not every submodule)."""
+    s = r.environment.standins
+    if s is None:
+        return []
+    hit = lambda name: any(u == name or u.startswith(name + ".") for u in s.used)  # noqa: E731
+    named = [f"{name} ({why})" for name, why in sorted(s.declared.items()) if hit(name)]
+    undeclared = sorted({u.split(".")[0] for u in s.used if not any(u == d or u.startswith(d + ".") for d in s.declared)})
+    return named + [f"{u} (undeclared)" for u in undeclared]
+
+
+# Model and gate receipts are labelled for what they are, never as CPU differentials: (short, long).
+WHAT = {
+    "model": ("executable model", "executable model: a synthetic state machine of PD serving, not SGLang code; "
+                                  "not CPU-differential evidence"),
+    "server": ("live-server gate", "live-server gate: answers of a running deployment, not a code-path "
+                                   "differential; not CPU-differential evidence"),
+    "tree": ("CPU probe", "CPU probe of a pinned SGLang tree with recording doubles"),
+}
+
+
+def what_it_is(source: Source, short: bool = False) -> str:
+    return WHAT["tree" if source.kind in TREE_KINDS else source.kind][0 if short else 1]
+
+
+def sandbox(r: Receipt) -> tuple[str, bool]:
+    """How the run was isolated, and whether that is the sandbox (README, \"Threat model\")."""
+    i = r.environment.isolation
+    if i is None:
+        return "not recorded (before the sandbox)", False
+    if not i.sandboxed:
+        return "UNSANDBOXED: the tree's code ran with the user's rights", False
+    return f"bubblewrap {i.version} ({', '.join(i.namespaces)} namespaces; writable: {', '.join(i.writable)})", True

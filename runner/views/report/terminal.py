@@ -1,0 +1,111 @@
+"""The report in the terminal: rich tables, every piece of a bundle's text escaped (a tree's words
+among it may hold markup or control characters)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.markup import escape as rich_escape
+from rich.table import Table
+
+from runner import errors, ui
+from runner.evidence import judging
+from runner.store.sources import TreeIdentity
+from runner.views import grading, styles, timeline
+from runner.views.report.effects import effect_rows, failed_duties
+from runner.views.report.incident import STEPS, Level, arrow, assess
+from runner.views.report.matrix import cell_at, matrix
+from runner.views.report.sources import TREE_KINDS, describe, sandbox, standins, what_it_is
+from runner.views.report.verified import Evidence, Fix, fix_titles
+
+VERIFY_HINT = "cd BUNDLE && sha256sum -c SHA256SUMS   and   diffprobe verify BUNDLE"
+
+
+def _t(text: object) -> str:
+    """Text from a bundle (a tree's words among it) for the terminal: no markup, no control character."""
+    return rich_escape(errors.printable(str(text)))
+
+
+def show(ev: Evidence) -> None:
+    o = ui.out
+    o.print(f"[bold]{_t(ev.index.kind)} bundle[/] {_t(ev.root)}  created {_t(ev.index.created_at)}  "
+            f"[green]✓ verified[/] ({len(ev.receipts)} receipts, {len(ev.fixes)} differentials)")
+    for fix in ev.fixes:
+        _show_fix(ev, fix)
+    for score in ev.index.extra.get("scores", []) if ev.index.kind == "mutation" else []:
+        judged = judging.MutationScore.model_validate({k: v for k, v in score.items() if k != "source"})
+        o.print(f"#{judged.fix} in {_t(score.get('source', '?'))}: evidence strength: {_t(judged.strength())}; "
+                f"{judged.survived} survived, {judged.equivalent} equivalent, {judged.error} error "
+                f"(baseline {_t(judged.baseline)}; every mutant in mutation/)")
+    if ev.graded:
+        grading.show_bundle(ev.index.extra)
+    else:
+        steps = Table("step", "evidence", "backed by / found", title="The incident's seven steps", title_justify="left")
+        for f in (assess(s, ev.fixes) for s in STEPS):
+            refs = [f"#{b.fix.judged.fix} {b.transition.probe}/{b.transition.case}: bug → clean" for b in f.backing]
+            steps.add_row(f"{f.step.number}. {_t(f.step.text)}", f"[{_level_style(f.level)}]{f.level}[/]",
+                          _t("; ".join(refs + f.found) or f.step.beyond))
+        o.print(steps)
+    _show_matrix(ev)
+    if record := timeline.of_bundle(ev.index.kind, ev.index.extra):
+        o.print("[bold]the line, oldest first[/] (one mark per tree)")
+        for text in timeline.strip(record, fix_titles(ev)):
+            o.print(text)
+    o.print("[bold]not tested[/] (this bundle's limits):")
+    for limit in ev.index.limits:
+        o.print(f"  - {_t(limit)}")
+    o.print(f"re-verify: {_t(VERIFY_HINT.replace('BUNDLE', str(ev.root)))}")
+
+
+def wrote(page: Path) -> None:
+    ui.out.print(f"html: {_t(page)}")
+
+
+def _level_style(level: Level) -> str:
+    return {"CPU differential": "green", "vendor disclosure": "cyan", "not covered": "yellow"}[level]
+
+
+def _show_fix(ev: Evidence, fix: Fix) -> None:
+    d = fix.judged
+    o = ui.out
+    o.print(f"\n[bold]#{d.fix} {_t(d.title)}[/]")
+    for label, sides in (("base", d.base), ("head", d.head)):
+        for s in sides:
+            tree = f"  tree {_t(s.source.tree_digest)}" if isinstance(s.source, TreeIdentity) else ""
+            o.print(f"  {label}: {_t(describe(s.source))}  [dim]{_t(s.source.kind)}{tree}  {_t(s.receipt)}[/]")
+            o.print(f"        stand-ins used: {_t(', '.join(standins(ev.receipts[s.receipt])) or 'none')}")
+            said, sandboxed = sandbox(ev.receipts[s.receipt])
+            o.print(f"        sandbox: {_t(said)}" if sandboxed else f"        sandbox: [bold red]{_t(said)}[/]")
+    table = Table("case", "role", "base", "head", "transition", "failed duties (base → head)", "side effects that changed")
+    for row in effect_rows(ev, fix):
+        t = row.transition
+        table.add_row(_t(t.case), t.role, _t(t.base), _t(t.head),
+                      f"[{styles.TRANSITION.get(t.transition, 'yellow')}]{arrow(t.transition)}[/]",
+                      _t(failed_duties(ev, fix, t)), _t("; ".join(row.changed())))
+    o.print(table)
+    expected = "" if d.expected is None else (" (as pinned)" if d.as_expected else f" [red](pinned: {d.expected})[/]")
+    kind = "CPU differential" if fix.cpu else "[yellow]not a CPU differential (model or gate receipts)[/]"
+    o.print(f"  verdict: [{styles.VERDICT[d.verdict]}]{d.verdict}[/]{expected}  — {kind}")
+    for score in ev.index.extra.get("scores", []):
+        if score.get("fix") == d.fix:
+            judged = judging.MutationScore.model_validate({k: v for k, v in score.items() if k != "source"})
+            o.print(f"  evidence strength: {_t(judged.strength())} at {_t(score.get('source', '?'))}"
+                    f" ({judged.survived} survived, {judged.equivalent} equivalent)")
+    if not fix.consistent:
+        o.print(f"  [red]the stored differential says {_t(fix.stored.verdict)}; its receipts say {d.verdict}[/]")
+
+
+def _show_matrix(ev: Evidence) -> None:
+    rows, columns, cells = matrix(ev)
+    if not rows:
+        return
+    table = Table("source", "what", *[_t(c.label) for c in columns], title="Status by source", title_justify="left")
+    for mrow in rows:
+        source, row = mrow.source, []
+        for col in columns:
+            _, st = cell_at(ev, cells, source, col)
+            row.append(f"[{styles.STATUS.get(st.word, 'red')}]{_t(st.word)}[/] [dim]{_t(st.detail)}[/]")
+        kind = what_it_is(source, short=True)
+        name = _t(mrow.name) + (f" [dim]({_t(mrow.note)})[/]" if mrow.note else "")
+        table.add_row(name, kind if source.kind in TREE_KINDS else f"[yellow]{_t(kind)}[/]", *row)
+    ui.out.print(table)
