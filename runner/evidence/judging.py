@@ -198,6 +198,12 @@ def line_status(st: Status, where: Phase) -> str:
     return "no bug observed" if st == "fixed" and where == "before" else st
 
 
+def source_status(st: Status, tree: bool) -> str:
+    """A status as it reads for what was observed: a model configuration or a live server has no code
+    a fix changed, so it is never "fixed": it shows the bug or it does not."""
+    return st if tree else {"fixed": "no bug observed", "not fixed": "bug observed"}.get(st, st)
+
+
 # --- duties: every classification re-derived on the host ------------------------------------------
 # A probe runs inside the tree's environment, where the tree's code could rewrite the probe's own
 # verdicts. So the host judges again, from the recorded effects alone, with the probe's duty table

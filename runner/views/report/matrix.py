@@ -28,7 +28,7 @@ class Column:
 class Cell:
     """One source's status for one probe, in judging's words, with what is behind it."""
 
-    word: str  # a judging.Status; for a model or a server "bug observed" / "no bug observed"
+    word: str  # a judging.Status, as it reads for the source (judging.source_status)
     detail: str  # where a problem shows (sites) and the case counts behind the word
 
 
@@ -97,13 +97,7 @@ def _named(text: str) -> str:
     return f"{spec.url} @ {spec.rev[:12]}" if isinstance(spec, specs.GitSpec) else text
 
 
-# A model configuration or a live server is not "fixed": it shows the bug or it does not.
-_NOT_A_TREE = {"fixed": "no bug observed", "not fixed": "bug observed"}
-
-
 def cell_at(ev: Evidence, cells: dict[tuple[str, Column], str], source: Source, col: Column) -> tuple[str | None, Cell]:
     name = cells.get((receipts.source_key(source), col))
     st = judged(ev.receipts[name].cases if name else [])
-    if source.kind not in TREE_KINDS:
-        st = Cell(_NOT_A_TREE.get(st.word, st.word), st.detail)
-    return name, st
+    return name, Cell(judging.source_status(st.word, source.kind in TREE_KINDS), st.detail)
