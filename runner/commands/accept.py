@@ -16,9 +16,7 @@ import argparse
 import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any, Callable
-
-from pydantic import BaseModel
+from typing import Any
 
 from runner import errors, ui
 from runner.commands import gate, options, pipeline, survey
@@ -26,6 +24,7 @@ from runner.evidence import bundle, pins, static
 from runner.evidence.observations import Case
 from runner.evidence.receipts import Receipt, ServerIdentity, host_environment, host_probe, make
 from runner.sandbox import execute
+from runner.views.acceptance import GATES, KIND, Acceptance, GateResult, print_gates
 
 ROLES = ("prefill", "decode")
 DEFERRED = "SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE"
@@ -66,23 +65,6 @@ class Setting:
 
     def show(self) -> str:
         return f"{self.name}={self.value!r} ({self.source})" if self.known else f"{self.name}: {self.source}"
-
-
-class GateResult(BaseModel):
-    gate: int
-    title: str
-    passed: bool
-    reasons: list[str]  # why it failed; for a pass, what it rests on
-    receipts: list[str]
-
-
-class Acceptance(BaseModel):
-    """What ``bundle.json``'s ``extra`` holds for an acceptance bundle."""
-
-    workers: dict[str, dict[str, Any]]  # url -> role, endpoint, version, tree source
-    trees: dict[str, str]  # tree source -> tree digest
-    gates: list[GateResult]
-    accepted: bool
 
 
 # --- the fleet -----------------------------------------------------------------------------------
@@ -274,7 +256,7 @@ def cmd_accept(args) -> int:
         raise errors.BadInput("--negative sends its prompt through the router: give --router URL")
     if args.canary is not None and not args.router:
         raise errors.BadInput("--canary sends its prompts through the router: give --router URL")
-    target = bundle.out_path(args.out, "accept")
+    target = bundle.out_path(args.out, KIND)
     started = execute.now()
     workers = read_fleet(args.prefill, args.decode, args.timeout)
     tree_of = trees_for(workers, args.tree)
@@ -304,12 +286,12 @@ def cmd_accept(args) -> int:
             else:
                 cases.append(neg)
         g1.append(gate_receipt(1, w, cases, started))
-    gates.append(verdict(1, "pool vs context on every prefill worker", g1))
+    gates.append(verdict(1, GATES[1], g1))
 
     g2 = [r for s in sources for r in probed[s].receipts]
     open_fixes = [f"{s}: #{f.fix} {f.status}" + "".join(f" ({x.site} {x.status})" for x in f.sites if x.status != "fixed")
                   for s in sources for f in probed[s].row.fixes if f.status != "fixed"]
-    gates.append(GateResult(gate=2, title="reject / admission: the running tree's audit (both doors, guards, cleanup)",
+    gates.append(GateResult(gate=2, title=GATES[2],
                             passed=not open_fixes and bool(g2), reasons=open_fixes or [f"every fix fixed in {', '.join(sources)}"],
                             receipts=[bundle.receipt_name(r) for r in g2]))
 
@@ -337,34 +319,25 @@ def cmd_accept(args) -> int:
         g3.append(r)
         g3_fail += [f"{router} {c.id}: {(c.effects or {}).get('summary') or c.error.message}" for c in canary
                     if c.classification != "clean"]
-    gates.append(GateResult(gate=3, title="transfer / read: KV checksum or canary in force on every worker",
+    gates.append(GateResult(gate=3, title=GATES[3],
                             passed=not g3_fail, reasons=g3_fail or [f"in force: {', '.join(k for k, v in by_defence.items() if v)}"],
                             receipts=[bundle.receipt_name(r) for r in g3]))
 
     g4 = [gate_receipt(4, w, [as_case("deferred-release-in-force", "server args + env + tree", "aborted transfers' pages "
                                       "are held until drained, on a backend that implements it",
                                       lifetime(w, findings[tree_of[w.url]], declared[w.url]))], started) for w in workers]
-    gates.append(verdict(4, "lifetime / ownership: deferred release in force on prefill and decode", g4))
+    gates.append(verdict(4, GATES[4], g4))
 
     receipts = g1 + g2 + g3 + g4
     accepted = all(g.passed for g in gates)
     record = Acceptance(
         workers={w.url: {"role": w.role, "endpoint": w.endpoint, "version": w.version, "tree": tree_of[w.url]} for w in workers},
         trees={s: probed[s].row.tree_digest for s in sources}, gates=gates, accepted=accepted)
-    out = bundle.write(target, kind="accept", created_at=started, receipts=receipts, differentials=[], pins_sha256=None,
+    out = bundle.write(target, kind=KIND, created_at=started, receipts=receipts, differentials=[], pins_sha256=None,
                        limits=LIMITS, extra=record.model_dump(mode="json"), signers=signers)
     print_gates(record)
     ui.out.print(f"bundle: {out}  (check with: diffprobe verify {out})")
     return errors.OK if accepted else errors.DIFFERS
-
-
-def print_gates(record: Acceptance) -> None:
-    for g in record.gates:
-        mark = "[green]✓ pass[/]" if g.passed else "[red]✗ FAIL[/]"
-        ui.out.print(f"{mark} gate {g.gate}: {g.title}")
-        for reason in g.reasons:
-            ui.out.print("    " + reason, markup=False, style=None if g.passed else "red")
-    ui.out.print("[bold green]accepted[/]" if record.accepted else "[bold red]not accepted[/]")
 
 
 def declarations(given: list[str], workers: list[Worker]) -> dict[str, dict[str, str]]:

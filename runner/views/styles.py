@@ -9,3 +9,7 @@ STATUS = {"fixed": "green", "clean": "green", "no bug observed": "green", "not f
 # tree before the bug window whose bug cases ran clean.
 FILL = {"not fixed": "#cf222e", "regression": "#82071e", "fixed": "#2da44e", "no bug observed": "#aceebb",
         "clean": "#aceebb", "inconclusive": "#d4a72c", "not applicable": "#eaeef2", "not probed": "#ffffff"}
+# An acceptance gate (views/report/gates.py), and the words of what backs it: a case's state, a check
+# held or not (a fix's status there takes STATUS).
+GATE = {"passed": "green", "failed": "red", "not run": "yellow"}
+BACKING = {"clean": "green", "bug": "red", "held": "green", "not held": "red", "not_applicable": "dim"}

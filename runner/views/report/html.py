@@ -19,6 +19,7 @@ from runner.evidence.receipts import Differential, Receipt
 from runner.evidence.upstream import Grading
 from runner.files import write_atomic
 from runner.views import grading, timeline
+from runner.views.report import gates
 from runner.views.report.css import CSS
 from runner.views.report.effects import EffectRow, effect_columns, effect_label, effect_row, effect_rows, failed_duties
 from runner.views.report.incident import LEVEL_CLASS, STEPS, Finding, arrow, assess
@@ -79,7 +80,7 @@ class Page:
         body = [
             el("header", el("h1", esc(title)), el("p", esc(f"{ev.root.name} · SHA256SUMS sha256 {ev.manifest_sha256}"),
                                                   class_="sub")),
-            self.glance(), self.line(), self.steps(), *[self.fix(f) for f in ev.fixes], self.status_matrix(), self.limits(),
+            self.glance(), self.line(), self.steps(), self.gates(), *[self.fix(f) for f in ev.fixes], self.status_matrix(), self.limits(),
             self.digests(), self.appendix(),
         ]
         head = el("head", '<meta charset="utf-8">', '<meta name="viewport" content="width=device-width, initial-scale=1">',
@@ -97,6 +98,8 @@ class Page:
                   el("p", el("b", "What was fixed, where: ")), el("ul", *items),
                   el("p", el("b", "On what evidence: "), esc(
                       f"{evidence_kinds(ev)}. Incident steps by evidence level: {evidence}.")),
+                  *([el("p", el("b", "Acceptance: "), self.acceptance(a), " ", el("a", "the four gates", href="#gates"))]
+                    if (a := gates.of(ev)) else []),
                   el("p", el("b", "Not tested: "), esc("; ".join(ev.index.limits) + ".")),
                   class_="glance", id="glance")
 
@@ -138,6 +141,41 @@ class Page:
                              "bug → clean observation for it."), class_="note")
         return el("section", el("h2", "The incident, step by step"), legend,
                   table(["#", "step", "evidence", "backed by"], rows, class_="steps"), id="steps")
+
+    def gates(self) -> str:
+        """An accept bundle's four gates, beside the steps: each word with the receipts behind it."""
+        a = gates.of(self.ev)
+        if a is None:
+            return ""
+        rows = [[el("b", str(g.number)), esc(g.title), el("span", esc(g.status), class_=f"st {_cls(g.status)}"),
+                 el("ul", *[el("li", esc(r)) for r in g.reasons]),
+                 "".join(self.backer(b) for b in g.backing) + "".join(el("p", esc(x), class_="warn") for x in g.problems)]
+                for g in a.gates]
+        note = el("p", esc("Each gate as the acceptance record words it, shown only as far as this bundle bears it out: "
+                           "a gate the record lacks, or that no receipt here backs, did not run; a pass whose receipts "
+                           "hold a case that never ran to a result is not shown as a pass. Gate 2 is CPU code-path "
+                           "evidence about the tree the workers run; gates 1, 3 and 4 read the live workers."), class_="note")
+        return el("section", el("h2", "The four acceptance gates"), el("p", self.acceptance(a)), note,
+                  table(["#", "gate", "status", "the record's reasons", "backed by"], rows, class_="gates"), id="gates")
+
+    def acceptance(self, a: gates.Gates) -> str:
+        word = "accepted" if a.accepted else "not accepted"
+        why = "all four gates passed" if a.accepted else ", ".join(
+            f"gate {g.number} {g.status}" for g in a.gates if g.status != "passed")
+        claimed = "" if a.claimed is None or a.claimed == a.accepted else el("span", esc(
+            f" The record says {'accepted' if a.claimed else 'not accepted'}; this page shows what its receipts bear out."),
+            class_="warn")
+        return el("span", esc(word), class_=f"verdict {_cls(word)}") + esc(f" ({why})") + claimed
+
+    def backer(self, b: gates.Backer) -> str:
+        tree = el("div", esc("tree "), el("code", esc(b.tree)), esc(" "), el("code", esc(b.tree_digest or "digest not recorded")),
+                  class_="note") if b.tree else ""
+        lines = [el("li", el("span", esc(line.word), class_=f"st {_cls(line.word)}"), " ", esc(line.text),
+                    class_="check" if line.depth else None) for line in b.lines]
+        return el("div", el("div", esc(b.who)), tree,
+                  el("div", el("a", esc(b.receipt), href=f"#{anchor(b.receipt)}"), " ",
+                     el("a", "file", href=self.file(b.receipt), class_="file")),
+                  el("ul", *lines), class_="backer")
 
     def grading(self) -> str:
         """An upstream-tests bundle: each test and subtest on both sides (kind and origin) and its grade's cause."""

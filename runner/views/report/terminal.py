@@ -12,6 +12,7 @@ from runner import errors, ui
 from runner.evidence import judging
 from runner.store.sources import TreeIdentity
 from runner.views import grading, styles, timeline
+from runner.views.report import gates
 from runner.views.report.effects import effect_rows, failed_duties
 from runner.views.report.incident import STEPS, Level, arrow, assess
 from runner.views.report.matrix import cell_at, matrix
@@ -46,6 +47,8 @@ def show(ev: Evidence) -> None:
             steps.add_row(f"{f.step.number}. {_t(f.step.text)}", f"[{_level_style(f.level)}]{f.level}[/]",
                           _t("; ".join(refs + f.found) or f.step.beyond))
         o.print(steps)
+    if acceptance := gates.of(ev):
+        _show_gates(acceptance)
     _show_matrix(ev)
     if record := timeline.of_bundle(ev.index.kind, ev.index.extra):
         o.print("[bold]the line, oldest first[/] (one mark per tree)")
@@ -93,6 +96,39 @@ def _show_fix(ev: Evidence, fix: Fix) -> None:
                     f" ({judged.survived} survived, {judged.equivalent} equivalent)")
     if not fix.consistent:
         o.print(f"  [red]the stored differential says {_t(fix.stored.verdict)}; its receipts say {d.verdict}[/]")
+
+
+def _show_gates(a: gates.Gates) -> None:
+    """Each gate's word beside the receipts behind it: whose (worker, tree, tree digest) and every case and check."""
+    table = Table(title="The four acceptance gates", title_justify="left")
+    table.add_column("gate", max_width=32)
+    table.add_column("status")
+    table.add_column("backed by (worker or tree audit, the tree it runs and its digest, receipt)")
+    for g in a.gates:
+        cell: list[str] = []
+        for b in g.backing:
+            tree = f"  tree {b.tree} {b.tree_digest or '(digest not recorded)'}" if b.tree else ""
+            cell.append(f"{_t(b.who)}{_t(tree)}  [dim]{_t(b.receipt)}[/]")
+            cell += [f"{'      ' if line.depth else '  '}[{_backing_style(line.word)}]{_t(line.word)}[/] {_t(line.text)}"
+                     for line in b.lines]
+        cell += [f"[red]{_t(problem)}[/]" for problem in g.problems]
+        table.add_row(f"{g.number}. {_t(g.title)}", f"[{styles.GATE[g.status]}]{g.status}[/]", "\n".join(cell) or "-")
+    ui.out.print(table)
+    ui.out.print(f"acceptance: {_acceptance_words(a)}")
+
+
+def _acceptance_words(a: gates.Gates) -> str:
+    if a.accepted:
+        verdict = "[bold green]accepted[/] (all four gates passed)"
+    else:
+        verdict = "[bold red]not accepted[/] (" + ", ".join(f"gate {g.number} {g.status}" for g in a.gates if g.status != "passed") + ")"
+    if a.claimed is not None and a.claimed != a.accepted:
+        verdict += f"  [red]the record says {'accepted' if a.claimed else 'not accepted'}[/]"
+    return verdict
+
+
+def _backing_style(word: str) -> str:
+    return styles.BACKING.get(word) or styles.STATUS.get(word, "yellow")
 
 
 def _show_matrix(ev: Evidence) -> None:
