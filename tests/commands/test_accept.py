@@ -5,18 +5,22 @@ release's diffprobe environment. The tree audit is real: the release's probes ru
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 from http.server import ThreadingHTTPServer
 
 import orjson
 import pytest
+from rich.console import Console
 
-from runner import cli
+from runner import cli, ui
 from runner.commands import survey
 from runner.store import envs
+from runner.views.report import gates, verified
 from tests.commands.test_gates import serve as gates_serve
 from tests.helpers import check_signed, key_pair
+from tests.views.test_report import CHROMIUM, assert_self_contained, chromium, parse, visible_text
 
 pytestmark = pytest.mark.slow
 
@@ -202,3 +206,35 @@ def test_mixed_fleet_is_refused(cache, server_args, tmp_path, fleet, capsys):
                      "--out", str(tmp_path / "x")])
     assert code == 2 and "mixed fleet" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
+
+
+def test_report_shows_the_four_gates_beside_the_steps(cache, fleet, tmp_path, monkeypatch):
+    """``report`` on a real acceptance: each gate's word, the worker and tree digest behind it, and a
+    failing gate named with its failing check; the page renders offline in a real browser."""
+    urls = fleet("0.5.22", drop=("disaggregation_transfer_backend",))
+    code, record = accept(cache, urls, tmp_path, "--env", BOUNDED)
+    assert code == 1
+    root = tmp_path / "accept"
+    shown = gates.of(verified.gather(root))
+    assert [g.status for g in shown.gates] == ["passed", "passed", "passed", "failed"] and not shown.accepted
+    digest = record["trees"]["pypi:sglang==0.5.22"]
+    assert all(b.tree_digest == digest for g in shown.gates for b in g.backing)
+    assert {b.who for b in shown.gates[3].backing} == {f"prefill worker {urls['prefill']}", f"decode worker {urls['decode']}"}
+
+    buf = io.StringIO()
+    monkeypatch.setattr(ui, "out", Console(file=buf, width=250, highlight=False, soft_wrap=True))
+    page = tmp_path / "r.html"
+    assert cli.main(["report", str(root), "--html", str(page)]) == 0
+    out = buf.getvalue()
+    assert out.index("The incident's seven steps") < out.index("The four acceptance gates")
+    assert "acceptance: not accepted (gate 4 failed)" in out and f"tree pypi:sglang==0.5.22 {digest}" in out
+    assert "not held disaggregation_transfer_backend: not reported" in out
+    html = page.read_text()
+    assert_self_contained(parse(html))
+    if not CHROMIUM.exists():
+        pytest.skip("/usr/bin/chromium absent: the browser half of this test did not run")
+    dom, asked = chromium(tmp_path, page.as_uri(), "--dump-dom")
+    assert asked == []
+    text = visible_text(dom)
+    assert "The four acceptance gates" in text and "not accepted (gate 4 failed)" in text
+    assert all(title in text for title in (g.title for g in shown.gates))
