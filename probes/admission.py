@@ -45,15 +45,16 @@ def _backend() -> dict[str, Any]:
 def _scheduler(journal: Journal, streamer: Double) -> Any:
     """The scheduler as the doors see it: an instance of the tree's own ``Scheduler`` class.
 
-    Calls into its retire path (``retire_unadmitted_request``, ``_release_aborted_request``) are
-    recorded and run the tree's code; a tree whose class lacks the method answers as it would in
-    production, with an AttributeError, never with a retirement the double made up.
+    Calls into its retire path (``retire_unadmitted_request``) are recorded and run the tree's code;
+    a tree whose class lacks the method answers as it would in production, with an AttributeError,
+    never with a retirement the double made up. The cache-side release is read where it lands, at
+    the tree cache, however the tree's retire path reaches it.
     """
     return strict_subject(
         tree.resolve(f"{SCHEDULER}.Scheduler"),
         journal,
         "scheduler",
-        spies=("retire_unadmitted_request", "_release_aborted_request"),
+        spies=("retire_unadmitted_request",),
         output_streamer=streamer,
         beam_coordinator=Double(journal, "beam_coordinator", recorded=("retire_group",)),
         tree_cache=Double(journal, "tree_cache", recorded=("finish",)),
@@ -85,9 +86,7 @@ class _Door:
             "peer_lookups": len(self.journal.calls("kv_manager", "prefill_info_table.get")),
             "retired": [e["args"][0] for e in self.journal.calls("scheduler", "retire_unadmitted_request")],
             "streamed": self.streamed,
-            "released_aborted": [
-                e["args"][0] for e in self.journal.calls("scheduler", "_release_aborted_request")
-            ],
+            "tree_cache_calls": [{k: e[k] for k in ("call", "args", "kwargs")} for e in self.journal.calls("tree_cache")],
             "beam_retired": [e["args"][0] for e in self.journal.calls("beam_coordinator", "retire_group")],
             "session_aborted": [self.req.rid for _ in self.journal.calls("session", "abort_req")],
             "request": _state(self.req),

@@ -71,11 +71,30 @@ def _door_untouched(effects: Effects) -> bool:
     kept = ("metadata_buffer_index", "holds_kv", "holds_mamba", "holds_backup")
     return (
         not effects["retired"]
-        and not effects["released_aborted"]
+        and not effects["tree_cache_calls"]
         and not _streams(effects)
         and not after["finished"]
         and all(before.get(key) == after.get(key) for key in kept)
     )
+
+
+def _names(value: Any, rid: str) -> bool:
+    """Whether a recorded argument names the request: its rid, or a handle holding it."""
+    if isinstance(value, dict):
+        return any(_names(item, rid) for item in value.values())
+    if isinstance(value, list):
+        return any(_names(item, rid) for item in value)
+    return value == rid
+
+
+def _cache_released_aborted(effects: Effects) -> bool:
+    """The tree cache heard exactly once that this request ended aborted (``finish(handle, ABORT)``),
+    whichever helper of the tree's retire path made the call."""
+    calls = effects["tree_cache_calls"]
+    if len(calls) != 1 or calls[0]["call"] != "finish":
+        return False
+    args = [*calls[0]["args"], *calls[0]["kwargs"].values()]
+    return _names(args, _rid(effects)) and any(str(arg).endswith(".ABORT") for arg in args)
 
 
 DOOR_DUTIES = (
@@ -147,8 +166,8 @@ DOOR_DUTIES = (
     Duty(
         "door-cache-released",
         38935,
-        "the cache-side state the rejected request registered was released as aborted",
-        lambda e: e["released_aborted"] == [_rid(e)],
+        "the tree cache was told once that the rejected request ended aborted (its cache-side state released)",
+        _cache_released_aborted,
     ),
     Duty("door-returns", 38935, "the door returned: no failure escaped the tree's code", returned),
     Duty(

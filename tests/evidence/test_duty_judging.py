@@ -22,8 +22,10 @@ def _state(**fields):
 
 
 RETIRED = {"before": _state(), "queues": {"bootstrap": []}, "kv_endpoints": [], "kv_calls": [], "retired": ["rejected"],
-           "released_aborted": ["rejected"], "beam_retired": ["rejected"], "session_aborted": [],
+           "beam_retired": ["rejected"], "session_aborted": [],
            "streamed": [[{"rid": "rejected", "finished_reason": ABORT}]],
+           "tree_cache_calls": [{"call": "finish", "args": [{"CacheRequestHandle": {"rid": "rejected", "attempt_id": 0}},
+                                                            "CacheRequestOutcome.ABORT"], "kwargs": {}}],
            "request": _state(finished=True, finished_reason=ABORT)}
 ADMITTED = RETIRED | {"queues": {"bootstrap": ["rejected"]}}
 

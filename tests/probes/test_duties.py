@@ -25,7 +25,8 @@ RETIRED_AT_DOOR = {
     "kv_endpoints": [],
     "kv_calls": [],
     "retired": ["rejected"],
-    "released_aborted": ["rejected"],
+    "tree_cache_calls": [{"call": "finish", "args": [{"CacheRequestHandle": {"rid": "rejected", "attempt_id": 0}},
+                                                     "CacheRequestOutcome.ABORT"], "kwargs": {}}],
     "beam_retired": ["rejected"],
     "streamed": [[{"rid": "rejected", "finished_reason": REJECTION}]],
     "request": _request(finished=True, finished_reason=REJECTION),
@@ -41,7 +42,7 @@ BREAKS = {
     "door-finished-rejected": lambda e: e["request"].update(finished_reason={**REJECTION, "status_code": 503}),
     "door-streamed-once": lambda e: e["streamed"].append([{"rid": "rejected", "finished_reason": REJECTION}]),
     "door-beam-retired": lambda e: e.update(beam_retired=[]),
-    "door-cache-released": lambda e: e.update(released_aborted=["rejected", "rejected"]),
+    "door-cache-released": lambda e: e["tree_cache_calls"].append(e["tree_cache_calls"][0]),
     "door-returns": lambda e: e.update(escaped={"type": "Absent", "message": "m", "frame": "f"}),
 }
 
@@ -59,6 +60,27 @@ def test_one_broken_duty_makes_the_case_a_bug_and_is_named(duty):
     held = duties.judge("admission", "prefill-door-rejected", effects)
     assert [d for d, ok in held.items() if not ok] == [duty]
     assert duties.classify(held) == "bug"
+
+
+@pytest.mark.parametrize("finish", [
+    {"call": "finish", "args": [{"CacheRequestHandle": {"rid": "rejected", "attempt_id": 0}}, "CacheRequestOutcome.SUCCESS"],
+     "kwargs": {}},
+    {"call": "finish", "args": [{"CacheRequestHandle": {"rid": "other", "attempt_id": 0}}, "CacheRequestOutcome.ABORT"],
+     "kwargs": {}},
+])
+def test_the_cache_must_hear_this_request_ended_aborted(finish):
+    effects = copy.deepcopy(RETIRED_AT_DOOR) | {"tree_cache_calls": [finish]}
+    held = duties.judge("admission", "prefill-door-rejected", effects)
+    assert [d for d, ok in held.items() if not ok] == ["door-cache-released"]
+
+
+def test_the_cache_release_is_read_at_the_cache_whatever_helper_made_it():
+    """0.5.21 reaches ``tree_cache.finish`` through ``Scheduler._release_aborted_request``; a retire path
+    that calls it itself (keywords included) keeps the same duty."""
+    effects = copy.deepcopy(RETIRED_AT_DOOR) | {"tree_cache_calls": [
+        {"call": "finish", "args": [], "kwargs": {"handle": {"CacheRequestHandle": {"rid": "rejected", "attempt_id": 0}},
+                                                  "outcome": "CacheRequestOutcome.ABORT"}}]}
+    assert all(duties.judge("admission", "prefill-door-rejected", effects).values())
 
 
 def test_effects_that_cannot_show_a_duty_fail_it():

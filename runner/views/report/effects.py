@@ -23,7 +23,6 @@ EFFECT_LABELS = {
     "kv_calls:init": "KV receiver init calls",
     "queues": "queue entries",
     "retired": "retired at the door",
-    "released_aborted": "released as aborted",
     "inflight_queue": "re-queued (inflight)",
     "pending_chunk_rids": "pending chunk kept",
     "tree_cache_calls:cache_unfinished_req": "cached as unfinished",
