@@ -11,8 +11,7 @@ from rich.table import Table
 
 from runner import errors, ui
 from runner.commands import options, pipeline
-from runner.evidence import bundle, catalog, judging, pins
-from runner.evidence.mutation import Mutant, Mutation, file_name
+from runner.evidence import bundle, catalog, judging, mutation, pins
 from runner.evidence.observations import Case, ImportResult
 from runner.sandbox import execute
 from runner.store import envs
@@ -45,15 +44,20 @@ class _Run(BaseModel):
     import_: ImportResult
 
 
-def judge(source: str, tree_digest: str, raw: _Run) -> Mutation:
+def judge(source: str, tree_digest: str, raw: _Run) -> mutation.Mutation:
+    """The report, judged here from the recorded effects: the cases unmutated first, then each mutant
+    by the cases that held on them."""
+    baseline = [judging.rejudge(raw.probe, c) for c in raw.baseline]
+    held = {c.id for c in baseline if judging.state(c) == "clean"}
     mutants = []
     for m in raw.mutants:
-        status, why = judging.mutant_status(raw.probe, m)
-        mutants.append(Mutant(id=m["id"], function=m["function"], file=m["file"], line=m["line"], operator=m["operator"],
-                              before=m["before"], after=m["after"], status=status, why=why))
-    score = judging.score(raw.probe, raw.fix, raw.baseline, [m.status for m in mutants])
-    return Mutation(source=source, tree_digest=tree_digest, probe=raw.probe, probe_sha256=catalog.probe_digest(raw.probe),
-                    score=score, targets=raw.targets, missing=raw.missing, mutants=mutants)
+        status, why = judging.mutant_status(raw.probe, m, held)
+        mutants.append(mutation.Mutant(id=m["id"], function=m["function"], file=m["file"], line=m["line"],
+                                       operator=m["operator"], before=m["before"], after=m["after"], status=status, why=why))
+    cases = [mutation.BaselineCase(id=c.id, role=c.role, state=judging.state(c)) for c in baseline]
+    score = judging.score_of(raw.probe, raw.fix, [(c.role, c.state) for c in cases], [m.status for m in mutants])
+    return mutation.Mutation(source=source, tree_digest=tree_digest, probe=raw.probe, probe_sha256=catalog.probe_digest(raw.probe),
+                             score=score, baseline=cases, targets=raw.targets, missing=raw.missing, mutants=mutants)
 
 
 def run_mutants(environment: envs.Env, probe: str, case_timeout: int) -> _Run:
@@ -73,7 +77,7 @@ def run_mutants(environment: envs.Env, probe: str, case_timeout: int) -> _Run:
 
 
 def measure(plan: list[tuple[str, int]], p: pins.Pins, opts: pipeline.Options, interp: envs.Interpreter,
-            torch: list, case_timeout: int) -> list[tuple[str, Mutation]]:
+            torch: list, case_timeout: int) -> list[tuple[str, mutation.Mutation]]:
     """(bundle label of the tree, its mutation report) for each (source, fix) of ``plan``."""
     found = []
     for text, n in plan:
@@ -88,9 +92,9 @@ def measure(plan: list[tuple[str, int]], p: pins.Pins, opts: pipeline.Options, i
     return found
 
 
-def recorded(found: list[tuple[str, Mutation]]) -> tuple[dict[str, bytes], list[dict]]:
+def recorded(found: list[tuple[str, mutation.Mutation]]) -> tuple[dict[str, bytes], list[dict]]:
     """The bundle files (one report per tree and fix) and the scores for ``bundle.json``'s extra."""
-    files = {file_name(label, m): orjson.dumps(m.model_dump(mode="json"), option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n"
+    files = {mutation.file_name(label, m): orjson.dumps(m.model_dump(mode="json"), option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n"
              for label, m in found}
     return files, [m.score.model_dump(mode="json") | {"source": m.source} for _, m in found]
 
@@ -113,7 +117,7 @@ def cmd_mutate(args) -> int:
     return errors.OK if all(m.holds() for m in reports) else errors.DIFFERS
 
 
-def show(found: list[Mutation]) -> None:
+def show(found: list[mutation.Mutation]) -> None:
     for m in found:
         ui.out.print(f"#{m.score.fix} in {escape(m.source)} (probe {m.probe}, baseline {m.score.baseline}): "
                      f"evidence strength: {m.score.strength()}; {m.score.survived} survived, "

@@ -273,6 +273,7 @@ def verify(root: Path, keys: dict[str, dsse.Ed25519PublicKey] | None = None) -> 
     index = _load(root / INDEX, Index, problems)
     receipts: dict[str, Receipt] = {}
     diffs: dict[str, Differential] = {}
+    mutations: dict[str, Mutation] = {}
     for name in sorted(entries):
         if name.startswith("receipts/"):
             r = _load(root / name, Receipt, problems)
@@ -288,7 +289,8 @@ def verify(root: Path, keys: dict[str, dsse.Ed25519PublicKey] | None = None) -> 
             if d is not None:
                 diffs[name] = d
         elif name.startswith(mutation.DIR):
-            _load(root / name, Mutation, problems)
+            if (m := _load(root / name, Mutation, problems)) is not None:
+                mutations[name] = m
     if index is not None:
         for name in index.receipts + index.differentials:
             if name not in entries:
@@ -301,6 +303,7 @@ def verify(root: Path, keys: dict[str, dsse.Ed25519PublicKey] | None = None) -> 
         problems += [f"{name}: {p}" for p in judging.rederive(receipt, version)]
     for name, d in diffs.items():
         problems += [f"{name}: {p}" for p in _rederive_differential(d, receipts)]
+    problems += mutation.rederive(mutations, index.extra, receipts)
     signed, files = _contents(root)
     if not signed and not keys:
         return problems  # unsigned, and nobody asked for a signature: no Statement to derive

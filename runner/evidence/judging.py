@@ -82,7 +82,11 @@ def verdict(cases: list[CaseTransition], not_comparable: str | None = None) -> t
 def status(cases: Iterable[Case]) -> Status:
     """One tree's status over some of its cases (a site's, a fix's, a probe's): a dropped guard is
     named first, then a bug signature, then a harness gap; a bug case observed clean is "fixed"."""
-    shown = [(c.role, state(c)) for c in cases]
+    return status_of([(c.role, state(c)) for c in cases])
+
+
+def status_of(shown: list[tuple[str, State]]) -> Status:
+    """``status`` over (role, state) pairs: what a report that keeps no effects can be judged by."""
     if not shown:
         return "not probed"
     if ("guard", "bug") in shown:
@@ -266,11 +270,13 @@ def rederive(receipt: Receipt, probe_sha256: str | None) -> list[str]:
 MutantStatus = Literal["killed", "survived", "equivalent", "error"]
 
 
-def mutant_status(probe: str, mutant: dict) -> tuple[MutantStatus, str]:
-    """What the cases made of one mutant of a fix's code, and why. Killed: a case judged on the host
-    shows a failed duty, or the tree's own code raised or hung on it (a tree that fails there is not
-    "fixed" either). Error: it could not be run, or a double lacked what the mutant reached for
-    (never a behaviour). Equivalent: the same byte-code, or declared with a reason."""
+def mutant_status(probe: str, mutant: dict, held: set[str]) -> tuple[MutantStatus, str]:
+    """What the cases made of one mutant of a fix's code, and why. Only the cases in ``held`` (clean
+    on the tree unmutated) can tell a mutant: a case the tree already fails would "kill" every
+    mutant. Killed: such a case judged on the host shows a failed duty, or the tree's own code
+    raised or hung on it (a tree that fails there is not "fixed" either). Error: it could not be
+    run, no case held to run it against, or a double lacked what the mutant reached for (never a
+    behaviour). Equivalent: the same byte-code, or declared with a reason."""
     key = probe_duties.mutant_key(mutant["function"], mutant["operator"], mutant["before"])
     if mutant.get("equivalent"):
         return "equivalent", mutant["equivalent"]
@@ -278,9 +284,13 @@ def mutant_status(probe: str, mutant: dict) -> tuple[MutantStatus, str]:
         return "equivalent", probe_duties.EQUIVALENT[key]
     if mutant.get("unappliable"):
         return "error", mutant["unappliable"]
+    if not held:
+        return "error", "no case held on the tree unmutated: nothing can tell a mutant from it"
     errors = []
     for raw in mutant.get("cases", []):
         case = rejudge(probe, Case.model_validate(raw))
+        if case.id not in held:
+            continue
         if case.outcome == "observed" and failed_duties(case):
             return "killed", f"{case.id}: {', '.join(failed_duties(case))}"
         if case.outcome == "timeout" or (case.error is not None and case.error.where == "sglang"):
@@ -305,14 +315,17 @@ class MutationScore(BaseModel):
     baseline: Status  # the unmutated tree: a score means something only when it is "fixed"
 
     def strength(self) -> str:
-        """The score as it reads beside a verdict: killed of scored (mutants less the equivalent)."""
+        """The score as it reads beside a verdict: killed of scored (mutants less the equivalent).
+        Only a fixed tree has a score: elsewhere the fix's duties do not hold to begin with."""
         scored = self.mutants - self.equivalent
+        if self.baseline != "fixed":
+            return f"not measured: the tree unmutated reads {self.baseline}"
         if not scored:
             return "no mutant to score"
         return f"{self.killed} of {scored} mutants of the fix's code paths detected ({100 * self.killed / scored:.1f}%)"
 
 
-def score(probe: str, fix: int, baseline: list[Case], statuses: list[MutantStatus]) -> MutationScore:
+def score_of(probe: str, fix: int, baseline: list[tuple[str, State]], statuses: list[MutantStatus]) -> MutationScore:
+    """The score of a fix's mutants on one tree; ``baseline``: (role, state) of each case unmutated."""
     counts = {s: statuses.count(s) for s in ("killed", "survived", "equivalent", "error")}
-    return MutationScore(fix=fix, probe=probe, mutants=len(statuses), **counts,
-                         baseline=status([rejudge(probe, c) for c in baseline]))
+    return MutationScore(fix=fix, probe=probe, mutants=len(statuses), **counts, baseline=status_of(baseline))

@@ -1,12 +1,23 @@
-"""Mutation reports (``mutation/*.json`` in a bundle): one tree, one fix, every mutant of the fix's
-code and how it ended. A file format of the evidence, so ``verify`` reads it against its schema and
-a bundle of them is attested like one of receipts (statements.bundle_statement)."""
+"""Mutation reports (``mutation/*.json`` in a bundle): one tree, one fix, the fix's cases as they ran on
+the tree unmutated, and every mutant of the fix's code and how it ended. A file format of the evidence,
+so ``verify`` reads it against its schema and a bundle of them is attested like one of receipts
+(statements.bundle_statement).
+
+A mutant's status is judged on the host from the effects its cases recorded (``judging.mutant_status``);
+the report keeps the status and why, not the effects, so verify cannot judge a mutant again. It checks
+what follows from the report itself (``rederive``): the score counts its mutants and baseline,
+``bundle.json`` states the same scores, and, where the bundle holds a receipt of the same tree and probe
+(``run --mutate``), the report was measured on the same bytes with the same probe, its cases as they ran
+unmutated reading as that receipt's do: the score is a measure of the very evidence the verdict rests on.
+"""
 
 from __future__ import annotations
 
+import orjson
 from pydantic import BaseModel, ConfigDict
 
 from runner.evidence import judging
+from runner.evidence.receipts import Receipt
 
 DIR = "mutation/"
 
@@ -27,14 +38,23 @@ class Mutant(_Model):
     why: str  # the case and failed duty that killed it, the reason it is equivalent, what no case covers
 
 
+class BaselineCase(_Model):
+    """One case as it ran on the tree unmutated: only a case that held there can tell a mutant."""
+
+    id: str
+    role: str
+    state: judging.State
+
+
 class Mutation(_Model):
-    """One tree, one fix: the score, and every mutant with how it ended."""
+    """One tree, one fix: the score, the cases as they ran unmutated, and every mutant with how it ended."""
 
     source: str
     tree_digest: str
     probe: str
     probe_sha256: str
     score: judging.MutationScore
+    baseline: list[BaselineCase]
     targets: list[dict]
     missing: list[str]
     mutants: list[Mutant]
@@ -50,3 +70,31 @@ class Mutation(_Model):
 
 def file_name(label: str, m: Mutation) -> str:
     return f"{DIR}{label}.{m.probe}.json"
+
+
+def counted(m: Mutation) -> judging.MutationScore:
+    """The score as the report's own mutants and baseline give it."""
+    return judging.score_of(m.score.probe, m.score.fix, [(c.role, c.state) for c in m.baseline],
+                            [x.status for x in m.mutants])
+
+
+def rederive(reports: dict[str, Mutation], extra: dict, receipts: dict[str, Receipt]) -> list[str]:
+    """What in a bundle's mutation reports (name -> report, each valid against its schema) does not
+    follow from them, one line each."""
+    problems: list[str] = []
+    for name, m in reports.items():
+        if counted(m) != m.score:
+            problems.append(f"{name}: its score does not count its mutants and baseline")
+        for receipt in receipts.values():
+            if receipt.probe.id != m.probe or getattr(receipt.source, "tree_digest", None) != m.tree_digest:
+                continue
+            if receipt.probe.sha256 != m.probe_sha256:
+                problems.append(f"{name}: measured with another version of probe {m.probe} than the receipt of its tree")
+            elif {c.id: judging.state(c) for c in receipt.cases} != {c.id: c.state for c in m.baseline}:
+                problems.append(f"{name}: its cases unmutated do not read as the receipt of its tree does")
+    stated = sorted(orjson.dumps(s, option=orjson.OPT_SORT_KEYS) for s in extra.get("scores", []))
+    derived = sorted(orjson.dumps(m.score.model_dump(mode="json") | {"source": m.source}, option=orjson.OPT_SORT_KEYS)
+                     for m in reports.values())
+    if stated != derived:
+        problems.append("bundle.json: its scores are not those of the bundle's mutation reports")
+    return problems

@@ -12,7 +12,7 @@ import pytest
 from runner import cli
 from runner.commands import mutate
 from runner.evidence import bundle, judging
-from runner.evidence.mutation import Mutant, Mutation
+from runner.evidence.mutation import BaselineCase, Mutant, Mutation
 from runner.files import sha256_file
 from tests.evidence.test_attest import third_party_check
 from tests.helpers import check_signed, key_pair
@@ -25,10 +25,11 @@ def report(baseline: str = "fixed", survivor_why: str = "no case reaches the ret
                       after="if not a:", status="killed", why="rejected: sender created"),
                Mutant(id="m2", function="f", file="sglang/x.py", line=5, operator="drop-call", before="g()", after="pass",
                       status="survived", why=survivor_why)]
-    score = judging.MutationScore(fix=38935, probe="admission", mutants=2, killed=1, survived=1, equivalent=0, error=0,
-                                  baseline=baseline)
+    cases = [BaselineCase(id="rejected", role="bug", state="clean" if baseline == "fixed" else "bug")]
+    score = judging.score_of("admission", 38935, [(c.role, c.state) for c in cases], [m.status for m in mutants])
+    assert score.baseline == baseline
     return Mutation(source="pypi:sglang==0.5.21", tree_digest=TREE_DIGEST, probe="admission", probe_sha256="a" * 64,
-                    score=score, targets=[], missing=[], mutants=mutants)
+                    score=score, baseline=cases, targets=[], missing=[], mutants=mutants)
 
 
 def mutate_cli(monkeypatch, tmp_path: Path, found: Mutation, *extra: str) -> tuple[int, Path]:

@@ -1,0 +1,87 @@
+"""``run --mutate`` and ``mutate`` on real releases (issue #11): the score in the bundle measures the very
+evidence the verdict rests on, a mutant the evidence does not catch is reported as a survivor, and a
+tree without the fix gets no score."""
+
+from __future__ import annotations
+
+import re
+import shutil
+
+import orjson
+import pytest
+
+from probes import duties
+from runner import cli
+from runner.evidence import bundle, catalog, judging, mutation
+
+pytestmark = pytest.mark.slow  # real releases, environments and SGLang imports
+
+
+def _report(out, name: str) -> mutation.Mutation:
+    return mutation.Mutation.model_validate(orjson.loads((out / mutation.DIR / name).read_bytes()))
+
+
+def test_run_mutate_scores_the_evidence_the_verdict_rests_on(release_tree, cache, tmp_path, capsys):
+    release_tree("0.5.19"), release_tree("0.5.20")
+    out = tmp_path / "bundle"
+    assert cli.main(["run", "--pr", "36988", "--mutate", "--out", str(out), "--cache-dir", str(cache.root)]) == 0
+    index, receipts, diffs = bundle.load(out)  # verified, mutation reports included
+    (d,) = diffs.values()
+    assert d.verdict == "fix observed"
+    head = receipts[d.head[0].receipt]
+    (score,) = index.extra["scores"]
+    assert score["source"] == "pypi:sglang==0.5.20" and score["fix"] == 36988
+    m = _report(out, "sglang-0.5.20.prefill-cleanup.json")
+    # The same bytes, the same probe, the same cases reading the same: the verdict's own evidence.
+    assert m.tree_digest == head.source.tree_digest and m.probe_sha256 == head.probe.sha256
+    assert {c.id: c.state for c in m.baseline} == {c.id: judging.state(c) for c in head.cases}
+    assert m.score.baseline == judging.status(head.cases) == "fixed"
+    assert mutation.counted(m) == m.score and m.score.model_dump(mode="json") | {"source": m.source} == score
+    assert m.score.killed >= 95 * (m.score.mutants - m.score.equivalent) / 100
+    capsys.readouterr()
+    assert cli.main(["report", str(out)]) == 0
+    shown = capsys.readouterr().out
+    assert re.search(r"verdict: fix observed.*\n\s+evidence strength: \d+ of \d+ mutants", shown), shown
+
+
+def test_a_mutant_the_evidence_does_not_catch_is_reported_as_a_survivor(release_tree, cache, tmp_path, monkeypatch, capsys):
+    """Evidence weakened on purpose: no case of #36988 declares that the sender is told to abort. The
+    mutant that drops ``sender.abort()`` then passes every case; it must stand in the report as an
+    unexplained survivor, count against the score, and fail the command, never be hidden."""
+    release_tree("0.5.20")
+    dropped = "result-sender-aborted"
+    weak = tmp_path / "probes"
+    shutil.copytree(catalog.probes_dir(), weak, ignore=shutil.ignore_patterns("__pycache__"))
+    text = (weak / "duties.py").read_text()
+    assert text.count(f'RETIRED_ONCE = ("{dropped}", ') == 1
+    text = text.replace(f'RETIRED_ONCE = ("{dropped}", ', "RETIRED_ONCE = (")
+    (weak / "duties.py").write_text(text)
+    monkeypatch.setattr(catalog, "probes_dir", lambda: weak)  # what the sandbox runs
+    monkeypatch.setitem(duties.CASES, "prefill-cleanup",  # what the host judges with
+                        {case: tuple(d for d in ds if d != dropped) for case, ds in duties.CASES["prefill-cleanup"].items()})
+    out = tmp_path / "bundle"
+    code = cli.main(["mutate", "pypi:sglang==0.5.20", "--fix", "36988", "--out", str(out), "--cache-dir", str(cache.root)])
+    shown = capsys.readouterr().out
+    assert code == 1
+    m = _report(out, "sglang-0.5.20.prefill-cleanup.json")
+    (survivor,) = [x for x in m.mutants if x.operator == "delete" and x.before == "sender.abort()"]
+    assert survivor.status == "survived" and survivor.why == ""
+    assert m.score.baseline == "fixed" and m.score.survived >= 1 and m.score.killed < m.score.mutants - m.score.equivalent
+    assert f"{survivor.file}:{survivor.line}" in shown and "(not explained)" in shown
+    index, _, _ = bundle.load(out)
+    assert index.extra["scores"][0]["survived"] == m.score.survived
+
+
+def test_a_tree_without_the_fix_gets_no_score(release_tree, cache, tmp_path, capsys):
+    """0.5.20 predates #38935: its rejected cases fail unmutated, so they kill nothing; only the guards
+    that hold there judge the mutants, and no percentage is claimed."""
+    release_tree("0.5.20")
+    out = tmp_path / "bundle"
+    assert cli.main(["mutate", "pypi:sglang==0.5.20", "--fix", "38935", "--out", str(out), "--cache-dir", str(cache.root)]) == 1
+    assert "evidence strength: not measured: the tree unmutated reads not fixed" in capsys.readouterr().out
+    m = _report(out, "sglang-0.5.20.admission.json")
+    held = {c.id for c in m.baseline if c.state == "clean"}
+    assert held and all(c.role == "guard" for c in m.baseline if c.id in held)
+    assert all(x.why.split(":")[0] in held for x in m.mutants if x.status == "killed")
+    assert sorted(m.missing) == ["sglang.srt.disaggregation.utils.is_unadmitted_reject",
+                                 "sglang.srt.managers.scheduler.Scheduler.retire_unadmitted_request"]
