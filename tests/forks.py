@@ -11,6 +11,7 @@ Edit = tuple[str, str, str]
 
 PREFILL = "sglang/srt/disaggregation/prefill.py"
 DECODE = "sglang/srt/disaggregation/decode.py"
+SCHEDULER = "sglang/srt/managers/scheduler.py"
 SCHEDULE_BATCH = "sglang/srt/managers/schedule_batch.py"
 
 PREFILL_GATE = "        if is_unadmitted_reject(req):\n            self.scheduler.retire_unadmitted_request(req)\n            return\n"
@@ -35,6 +36,11 @@ HANG_AT_PREFILL_DOOR: list[Edit] = [(PREFILL, PREFILL_GATE, PREFILL_GATE.replace
 CRASH_AT_DECODE_DOOR: list[Edit] = [
     (DECODE, DECODE_GATE, DECODE_GATE.replace(RETIRE, "            import os, signal\n            os.kill(os.getpid(), signal.SIGSEGV)\n"))
 ]
+
+# 0.5.21's retire path releases the cache through a helper; a PR head or a fork may call the cache itself.
+RELEASE = "        # that, and a retired request reaches neither.\n        self._release_aborted_request(req)\n"
+RELEASED_INLINE = RELEASE.replace("self._release_aborted_request(req)",
+                                  "self.tree_cache.finish(req.cache_request_handle, CacheRequestOutcome.ABORT)")
 
 
 def make(release_root: Path, dest: Path, edits: list[Edit]) -> Path:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import shutil
+from pathlib import Path
 
 import orjson
 import pytest
@@ -13,8 +14,11 @@ import pytest
 from probes import duties
 from runner import cli
 from runner.evidence import bundle, catalog, judging, mutation
+from tests import forks
+from tests.conftest import git
 
 pytestmark = pytest.mark.slow  # real releases, environments and SGLang imports
+PINS = Path(__file__).resolve().parents[2] / "pins.toml"
 
 
 def _report(out, name: str) -> mutation.Mutation:
@@ -85,3 +89,39 @@ def test_a_tree_without_the_fix_gets_no_score(release_tree, cache, tmp_path, cap
     assert all(x.why.split(":")[0] in held for x in m.mutants if x.status == "killed")
     assert sorted(m.missing) == ["sglang.srt.disaggregation.utils.is_unadmitted_reject",
                                  "sglang.srt.managers.scheduler.Scheduler.retire_unadmitted_request"]
+
+
+def test_run_via_commits_mutate_at_a_pr_head_that_releases_the_cache_its_own_way(upstream_repo, cache, tmp_path):
+    """A PR head like #38935's (reachable only under refs/pull/N/head), whose retire path tells the
+    tree cache itself rather than through 0.5.21's helper: fix observed, and its score measured there."""
+    repo = tmp_path / "upstream"
+    git(tmp_path, "clone", "-q", str(upstream_repo["path"]), str(repo))
+    for key in ("uploadpack.allowFilter", "uploadpack.allowAnySHA1InWant"):
+        git(repo, "config", key, "true")
+    git(repo, "checkout", "-q", "-b", "pr", upstream_repo["commits"]["0.5.21"])
+    scheduler = repo / "python" / "sglang" / "srt" / "managers" / "scheduler.py"
+    text = scheduler.read_text()
+    assert text.count(forks.RELEASE) == 1
+    scheduler.write_text(text.replace(forks.RELEASE, forks.RELEASED_INLINE))
+    git(repo, "-c", "user.email=f@diffprobe.invalid", "-c", "user.name=f", "commit", "-q", "-am", "PR head")
+    head = git(repo, "rev-parse", "HEAD")
+    git(repo, "update-ref", "refs/pull/38935/head", head)
+    git(repo, "checkout", "-q", "main")
+    git(repo, "branch", "-q", "-D", "pr")  # the head is now only under refs/pull
+    pins = tmp_path / "pins.toml"
+    text = PINS.read_text()
+    text = text.replace('base = "17ba2c2e7c7b81f31a8a9e693e7435ab262c16b4"', f'base = "{upstream_repo["commits"]["0.5.20"]}"')
+    text = text.replace('head = "8f3d6944b76c428d884582cb6c82a39db1465360"', f'head = "{head}"')
+    pins.write_text(text)
+    out = tmp_path / "bundle"
+    assert cli.main(["run", "--via", "commits", "--repo", str(repo), "--pr", "38935", "--mutate", "--pins", str(pins),
+                     "--out", str(out), "--cache-dir", str(cache.root)]) == 0
+    index, receipts, diffs = bundle.load(out)
+    (d,) = diffs.values()
+    assert d.verdict == "fix observed"
+    head_receipt = receipts[d.head[0].receipt]
+    assert head_receipt.source.commit == head
+    (score,) = index.extra["scores"]
+    assert score["baseline"] == "fixed" and score["survived"] == 0, score
+    m = _report(out, f"git-{head[:12]}.admission.json")
+    assert m.tree_digest == head_receipt.source.tree_digest

@@ -26,10 +26,6 @@ ABORT_TRY = (
 METADATA = "        maybe_release_metadata_buffer(req, self.req_to_metadata_buffer_idx_allocator)\n        req.pending_bootstrap = False\n        self.tree_cache.finish("
 FINISH = "        self.tree_cache.finish(req.cache_request_handle, CacheRequestOutcome.ABORT)\n        if req.kv.holds_kv or req.kv.holds_mamba:\n"
 CLEAR = "        \"\"\"Release an aborted request when its last prefill result is safe.\"\"\"\n        self.clear_pending_chunk_send(req)\n"
-# 0.5.21's retire path releases the cache through a helper; the duty is the release, not the helper.
-RELEASE = "        # that, and a retired request reaches neither.\n        self._release_aborted_request(req)\n"
-RELEASED_INLINE = RELEASE.replace("self._release_aborted_request(req)",
-                                  "self.tree_cache.finish(req.cache_request_handle, CacheRequestOutcome.ABORT)")
 STREAM = "        req.update_finish_state()\n        self.output_streamer.stream_output([req], req.return_logprob)\n"
 
 # name -> (probe, edits, case that must fail, the duty it must name, the fix's status)
@@ -47,9 +43,9 @@ MUTANTS = {
     "scheduler-lacks-retire": ("admission", [(SCHEDULER, "    def retire_unadmitted_request(self, req: Req) -> None:",
                                               "    def retire_unadmitted_request_v2(self, req: Req) -> None:")],
                                "prefill-door-rejected", "door-retired-by-tree", "not fixed"),
-    "cache-not-released": ("admission", [(SCHEDULER, RELEASE, RELEASE.split("\n", 1)[0] + "\n")],
+    "cache-not-released": ("admission", [(SCHEDULER, forks.RELEASE, forks.RELEASE.split("\n", 1)[0] + "\n")],
                            "prefill-door-rejected", "door-cache-released", "not fixed"),
-    "cache-finished-as-success": ("admission", [(SCHEDULER, RELEASE, RELEASED_INLINE.replace(".ABORT", ".SUCCESS"))],
+    "cache-finished-as-success": ("admission", [(SCHEDULER, forks.RELEASE, forks.RELEASED_INLINE.replace(".ABORT", ".SUCCESS"))],
                                   "decode-door-rejected", "door-cache-released", "not fixed"),
     "rejection-not-streamed": ("admission", [(SCHEDULER, STREAM, STREAM.split("\n", 1)[0] + "\n")],
                                "decode-door-rejected", "door-streamed-once", "not fixed"),
@@ -81,7 +77,7 @@ def test_a_single_duty_mutant_is_never_fixed(name, version, tmp_path, release_tr
 def test_a_retire_path_releasing_the_cache_its_own_way_is_fixed(version, tmp_path, release_tree, opts):
     """The duty is that the tree cache hears the rejected request ended aborted, not which helper
     says so: a retire path calling ``tree_cache.finish`` itself (as a PR head or a fork may) is fixed."""
-    root = forks.make(release_tree(version).root, tmp_path / "fork", [(SCHEDULER, RELEASE, RELEASED_INLINE)])
+    root = forks.make(release_tree(version).root, tmp_path / "fork", [(SCHEDULER, forks.RELEASE, forks.RELEASED_INLINE)])
     text = f"path:{root}"
     _, got = pipeline.probe_sources({text: ["admission"]}, opts)
     receipt = got[(text, "admission")]
