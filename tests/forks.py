@@ -51,3 +51,35 @@ def make(release_root: Path, dest: Path, edits: list[Edit]) -> Path:
         assert text.count(old) == 1, f"{rel}: the text to edit occurs {text.count(old)} times"
         path.write_text(text.replace(old, new))
     return dest
+
+
+def _definition(path: Path, qualname: str) -> str:
+    """The source of one function or method of a real tree, read at test time (never committed)."""
+    import ast
+
+    text = path.read_text()
+    scope: list = ast.parse(text).body
+    node = None
+    for part in qualname.split("."):
+        node = next(n for n in scope if isinstance(n, (ast.ClassDef, ast.FunctionDef)) and n.name == part)
+        scope = node.body
+    lines = text.splitlines(keepends=True)
+    return "".join(lines[node.lineno - 1 : node.end_lineno]) + "\n"
+
+
+def backport_38935(older: Path, fixed: Path, dest: Path) -> Path:
+    """``older`` (0.5.20) with #38935 backported the way a vendor would: both doors gated, and
+    ``is_unadmitted_reject`` and ``Scheduler.retire_unadmitted_request`` taken from ``fixed`` (0.5.21)."""
+    utils = "sglang/srt/disaggregation/utils.py"
+    scheduler_text = _definition(fixed / SCHEDULER, "Scheduler.retire_unadmitted_request")
+    make(older, dest, [
+        (utils, "\ndef is_aborted(", "\n" + _definition(fixed / utils, "is_unadmitted_reject") + "\ndef is_aborted("),
+        (PREFILL, "    is_aborted,\n", "    is_aborted,\n    is_unadmitted_reject,\n"),
+        (PREFILL, "    def add(self, req: Req, num_kv_heads: int) -> None:\n",
+         "    def add(self, req: Req, num_kv_heads: int) -> None:\n" + PREFILL_GATE),
+        (DECODE, "    is_mla_backend,\n", "    is_mla_backend,\n    is_unadmitted_reject,\n"),
+        (DECODE, "        if self._check_if_req_exceed_kv_capacity(req):\n            return\n\n        if is_retracted:\n",
+         DECODE_GATE + "        if self._check_if_req_exceed_kv_capacity(req):\n            return\n\n        if is_retracted:\n"),
+        (SCHEDULER, "    def _add_request_to_queue(", scheduler_text + "    def _add_request_to_queue("),
+    ])
+    return dest

@@ -125,3 +125,15 @@ def test_run_via_commits_mutate_at_a_pr_head_that_releases_the_cache_its_own_way
     assert score["baseline"] == "fixed" and score["survived"] == 0, score
     m = _report(out, f"git-{head[:12]}.admission.json")
     assert m.tree_digest == head_receipt.source.tree_digest
+
+
+def test_mutate_on_an_older_release_with_the_fix_backported(release_tree, cache, tmp_path):
+    """0.5.20 with #38935 backported (both doors gated, the predicate and the retire path taken from
+    0.5.21 at test time): mutate accepts the older base, reads it fixed unmutated and scores it."""
+    root = forks.backport_38935(release_tree("0.5.20").root, release_tree("0.5.21").root, tmp_path / "backport")
+    out = tmp_path / "bundle"
+    assert cli.main(["mutate", f"path:{root}", "--fix", "38935", "--out", str(out), "--cache-dir", str(cache.root)]) == 0
+    (name,) = [p.name for p in (out / mutation.DIR).iterdir()]
+    m = _report(out, name)
+    assert m.score.baseline == "fixed" and not m.missing
+    assert m.score.survived == 0 and m.score.killed >= 95 * (m.score.mutants - m.score.equivalent) / 100
