@@ -57,3 +57,12 @@ def check_signed(root: Path, public: Path, capsys) -> None:
     assert cli.main(["verify", str(root), "--key", str(other)]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "signed only by key(s) not given" in err[0]
+
+
+def pins_38935(dest: Path, base: str, head: str) -> Path:
+    """The project's pins with #38935's base and head moved to commits of a fixture repository."""
+    text = (ROOT / "pins.toml").read_text()
+    text = text.replace('base = "17ba2c2e7c7b81f31a8a9e693e7435ab262c16b4"', f'base = "{base}"')
+    text = text.replace('head = "8f3d6944b76c428d884582cb6c82a39db1465360"', f'head = "{head}"')
+    dest.write_text(text)
+    return dest

@@ -1,14 +1,11 @@
 """`run --via commits` on a local repository whose commits are real release trees."""
 
-from pathlib import Path
-
 import pytest
 
 from runner import cli
 from runner.evidence import bundle
+from tests import helpers
 from tests.conftest import git
-
-PINS = Path(__file__).resolve().parents[2] / "pins.toml"
 
 
 @pytest.mark.slow
@@ -18,11 +15,7 @@ def test_run_via_commits_with_a_pr_head_only_under_refs_pull(upstream_repo, cach
     tree = git(repo, "rev-parse", f"{commits['0.5.21']}^{{tree}}")
     head = git(repo, "commit-tree", tree, "-p", commits["0.5.20"], "-m", "PR head")
     git(repo, "update-ref", "refs/pull/38935/head", head)
-    pins = tmp_path / "pins.toml"
-    text = PINS.read_text()
-    text = text.replace('base = "17ba2c2e7c7b81f31a8a9e693e7435ab262c16b4"', f'base = "{commits["0.5.20"]}"')
-    text = text.replace('head = "8f3d6944b76c428d884582cb6c82a39db1465360"', f'head = "{head[:10]}"')
-    pins.write_text(text)
+    pins = helpers.pins_38935(tmp_path / "pins.toml", commits["0.5.20"], head[:10])
     out = tmp_path / "bundle"
     code = cli.main(["run", "--via", "commits", "--repo", str(repo), "--pr", "38935", "--pins", str(pins),
                      "--out", str(out), "--cache-dir", str(cache.root)])

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import re
 import shutil
-from pathlib import Path
 
 import orjson
 import pytest
@@ -14,11 +13,10 @@ import pytest
 from probes import duties
 from runner import cli
 from runner.evidence import bundle, catalog, judging, mutation
-from tests import forks
+from tests import forks, helpers
 from tests.conftest import git
 
 pytestmark = pytest.mark.slow  # real releases, environments and SGLang imports
-PINS = Path(__file__).resolve().parents[2] / "pins.toml"
 
 
 def _report(out, name: str) -> mutation.Mutation:
@@ -108,11 +106,7 @@ def test_run_via_commits_mutate_at_a_pr_head_that_releases_the_cache_its_own_way
     git(repo, "update-ref", "refs/pull/38935/head", head)
     git(repo, "checkout", "-q", "main")
     git(repo, "branch", "-q", "-D", "pr")  # the head is now only under refs/pull
-    pins = tmp_path / "pins.toml"
-    text = PINS.read_text()
-    text = text.replace('base = "17ba2c2e7c7b81f31a8a9e693e7435ab262c16b4"', f'base = "{upstream_repo["commits"]["0.5.20"]}"')
-    text = text.replace('head = "8f3d6944b76c428d884582cb6c82a39db1465360"', f'head = "{head}"')
-    pins.write_text(text)
+    pins = helpers.pins_38935(tmp_path / "pins.toml", upstream_repo["commits"]["0.5.20"], head)
     out = tmp_path / "bundle"
     assert cli.main(["run", "--via", "commits", "--repo", str(repo), "--pr", "38935", "--mutate", "--pins", str(pins),
                      "--out", str(out), "--cache-dir", str(cache.root)]) == 0
