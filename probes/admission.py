@@ -18,7 +18,7 @@ from typing import Any
 from . import tree
 from .case import Case, Probe
 from . import duties
-from .doubles import Double, Journal, KVTransport, output_streamer, strict_subject
+from .doubles import Double, Journal, KVTransport, ever_assigned, output_streamer, strict_subject
 from .plain import JSON
 
 PREFILL = "sglang.srt.disaggregation.prefill"
@@ -42,21 +42,31 @@ def _backend() -> dict[str, Any]:
     return {} if backend is None else {"transfer_backend": backend}
 
 
+def beam_groups() -> bool:
+    """Whether the tree's scheduler keeps beam groups (a ``beam_coordinator``, 0.5.19 on): only then
+    has a rejected request a group to retire, and only then does the scene give it one."""
+    return ever_assigned(tree.resolve(f"{SCHEDULER}.Scheduler"), "beam_coordinator")
+
+
 def _scheduler(journal: Journal, streamer: Double) -> Any:
     """The scheduler as the doors see it: an instance of the tree's own ``Scheduler`` class.
 
     Calls into its retire path (``retire_unadmitted_request``, ``_release_aborted_request``) are
     recorded and run the tree's code; a tree whose class lacks the method answers as it would in
-    production, with an AttributeError, never with a retirement the double made up.
+    production, with an AttributeError, never with a retirement the double made up. HiCache storage
+    is on, so an era's own release of an aborted request's storage state (``release_aborted_request``
+    before ``_release_aborted_request``) runs where the tree guards it by that option.
     """
+    beams = {"beam_coordinator": Double(journal, "beam_coordinator", recorded=("retire_group",))} if beam_groups() else {}
     return strict_subject(
         tree.resolve(f"{SCHEDULER}.Scheduler"),
         journal,
         "scheduler",
         spies=("retire_unadmitted_request", "_release_aborted_request"),
         output_streamer=streamer,
-        beam_coordinator=Double(journal, "beam_coordinator", recorded=("retire_group",)),
-        tree_cache=Double(journal, "tree_cache", recorded=("finish",)),
+        **beams,
+        tree_cache=Double(journal, "tree_cache", recorded=("finish", "release_aborted_request")),
+        enable_hicache_storage=True,
         enable_hisparse=False,
         server_args=Double(journal, "server_args"),  # read only for a fake transfer, which ours is not
     )
@@ -85,9 +95,14 @@ class _Door:
             "peer_lookups": len(self.journal.calls("kv_manager", "prefill_info_table.get")),
             "retired": [e["args"][0] for e in self.journal.calls("scheduler", "retire_unadmitted_request")],
             "streamed": self.streamed,
+            # the cache-side state of an aborted request released: by the scheduler's helper (0.5.20 on),
+            # or by the tree cache's own abort release of HiCache storage state (before it)
             "released_aborted": [
-                e["args"][0] for e in self.journal.calls("scheduler", "_release_aborted_request")
+                e["args"][0]
+                for e in self.journal.calls("scheduler", "_release_aborted_request")
+                + self.journal.calls("tree_cache", "release_aborted_request")
             ],
+            "beam_groups": beam_groups(),
             "beam_retired": [e["args"][0] for e in self.journal.calls("beam_coordinator", "retire_group")],
             "session_aborted": [self.req.rid for _ in self.journal.calls("session", "abort_req")],
             "request": _state(self.req),

@@ -26,6 +26,7 @@ RETIRED_AT_DOOR = {
     "kv_calls": [],
     "retired": ["rejected"],
     "released_aborted": ["rejected"],
+    "beam_groups": True,
     "beam_retired": ["rejected"],
     "streamed": [[{"rid": "rejected", "finished_reason": REJECTION}]],
     "request": _request(finished=True, finished_reason=REJECTION),
@@ -59,6 +60,16 @@ def test_one_broken_duty_makes_the_case_a_bug_and_is_named(duty):
     held = duties.judge("admission", "prefill-door-rejected", effects)
     assert [d for d, ok in held.items() if not ok] == [duty]
     assert duties.classify(held) == "bug"
+
+
+def test_beam_duty_follows_whether_the_tree_has_beam_groups():
+    """Before 0.5.19 no request has a beam group: nothing to retire, and retiring one is not expected;
+    with beam groups, the rejected request's must be retired."""
+    without = copy.deepcopy(RETIRED_AT_DOOR) | {"beam_groups": False, "beam_retired": []}
+    assert all(duties.judge("admission", "prefill-door-rejected", without).values())
+    for effects in (RETIRED_AT_DOOR | {"beam_retired": []}, without | {"beam_retired": ["rejected"]}):
+        held = duties.judge("admission", "prefill-door-rejected", effects)
+        assert [d for d, ok in held.items() if not ok] == ["door-beam-retired"]
 
 
 def test_effects_that_cannot_show_a_duty_fail_it():
