@@ -11,6 +11,7 @@ reads "fix observed", and a backport that dropped one door reads not fixed at th
 from __future__ import annotations
 
 import ast
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -21,6 +22,8 @@ from runner.commands.backport import BackportRecord
 from runner.evidence import bundle
 
 pytestmark = pytest.mark.slow  # real releases, environments and SGLang imports
+
+PINS = Path(__file__).resolve().parents[2] / "pins.toml"
 
 UTILS = "sglang/srt/disaggregation/utils.py"
 PREFILL = "sglang/srt/disaggregation/prefill.py"
@@ -78,14 +81,15 @@ def _first_statement(text: str, cls: str) -> int:
 
 
 def backported(fixed: Path, old: Path, dest: Path, doors: tuple[str, ...] = ("prefill", "decode"),
-               release: str = RELEASE_0514) -> Path:
-    """``old``'s package files with #38935 taken from ``fixed`` and adapted; only the files it changes.
-    ``doors``: the doors that get the check; ``release``: what the retire path does for the cache side."""
+               release: str = RELEASE_0514, adapt: bool = True) -> Path:
+    """``old``'s package files with #38935 taken from ``fixed`` and adapted (``adapt``: to 0.5.14's API);
+    only the files it changes. ``doors``: the doors that get the check; ``release``: what the retire
+    path does for the cache side."""
     src = {rel: (fixed / rel).read_text() for rel in (UTILS, PREFILL, DECODE, SCHEDULER)}
     out = {rel: (old / rel).read_text() for rel in (UTILS, PREFILL, DECODE, SCHEDULER)}
 
     check = _segment(src[UTILS], _node(src[UTILS], "is_unadmitted_reject"))
-    for field, spelled in REQUEST_FIELDS.items():
+    for field, spelled in REQUEST_FIELDS.items() if adapt else ():
         check = _replace_once(check, field, spelled)
     out[UTILS] += "\n\n" + check
 
@@ -94,13 +98,16 @@ def backported(fixed: Path, old: Path, dest: Path, doors: tuple[str, ...] = ("pr
         out[PREFILL] = _insert_before_line(out[PREFILL], _first_statement(out[PREFILL], "PrefillBootstrapQueue"), gate)
         out[PREFILL] += IMPORT
     if "decode" in doors:
-        assert "is_rebootstrap" not in ast.unparse(_node(out[DECODE], "DecodePreallocQueue", "add").args)
-        gate = _replace_once(_door_gate(src[DECODE], "DecodePreallocQueue"), " and not is_rebootstrap", "")
+        gate = _door_gate(src[DECODE], "DecodePreallocQueue")
+        if adapt:
+            assert "is_rebootstrap" not in ast.unparse(_node(out[DECODE], "DecodePreallocQueue", "add").args)
+            gate = _replace_once(gate, " and not is_rebootstrap", "")
         out[DECODE] = _insert_before_line(out[DECODE], _first_statement(out[DECODE], "DecodePreallocQueue"), gate)
         out[DECODE] += IMPORT
 
     retire = _segment(src[SCHEDULER], _node(src[SCHEDULER], "Scheduler", "retire_unadmitted_request"))
-    retire = _replace_once(_replace_once(retire, BEAM, ""), RELEASE, release)
+    if adapt:
+        retire = _replace_once(_replace_once(retire, BEAM, ""), RELEASE, release)
     assert "def retire_unadmitted_request" not in out[SCHEDULER]
     out[SCHEDULER] = _replace_once(out[SCHEDULER], "    def _add_request_to_queue(", retire + "\n    def _add_request_to_queue(")
 
@@ -175,3 +182,37 @@ def test_backport_that_keeps_the_storage_state_of_a_rejected_request_reads_not_f
     assert code == 1 and differential.verdict == "fix not observed"
     rejected = [c for c in failed if "rejected" in c]
     assert {c: failed[c] for c in rejected} == dict.fromkeys(rejected, ["door-cache-released"])
+
+
+def test_the_fix_as_it_lands_upstream_does_not_carry_onto_0_5_14(cache, tmp_path, release_tree, capsys):
+    """``backport --pr`` offered #38935's own code on its parent release (0.5.20 -> 0.5.20 with the fix,
+    in a repository laid out like upstream): onto 0.5.14 the patch does not apply and the three-way
+    merge conflicts exactly where 0.5.14's API differs (the decode door without ``is_rebootstrap``, a
+    scheduler without beam groups or ``_release_aborted_request``). Reported as one line, exit 2,
+    nothing written: adapting it is the vendor's work, graded with ``--patch`` above."""
+    parent, fixed = release_tree("0.5.20").root, release_tree("0.5.21").root
+    repo = tmp_path / "upstream"
+    shutil.copytree(parent / "sglang", repo / "python" / "sglang", ignore=shutil.ignore_patterns("*.so"))
+    git = lambda *a: subprocess.run(["git", "-C", str(repo), *a], check=True, capture_output=True, text=True).stdout.strip()
+    git("init", "-q", "-b", "main")
+    for key, value in (("user.email", "fixture@diffprobe.invalid"), ("user.name", "fixture"),
+                       ("uploadpack.allowFilter", "true"), ("uploadpack.allowAnySHA1InWant", "true")):
+        git("config", key, value)
+    git("add", "-A")
+    git("commit", "-q", "-m", "0.5.20")
+    base = git("rev-parse", "HEAD")
+    backported(fixed, parent, repo / "python", adapt=False)
+    git("commit", "-q", "-am", "#38935 on 0.5.20")
+    head = git("rev-parse", "HEAD")
+    text = PINS.read_text()
+    text = _replace_once(text, 'base = "17ba2c2e7c7b81f31a8a9e693e7435ab262c16b4"', f'base = "{base}"')
+    text = _replace_once(text, 'head = "8f3d6944b76c428d884582cb6c82a39db1465360"', f'head = "{head}"')
+    pins = tmp_path / "pins.toml"
+    pins.write_text(text)
+    out = tmp_path / "b"
+    code = cli.main(["backport", "--pr", "38935", "--repo", str(repo), "--pins", str(pins), "--onto",
+                     "pypi:sglang==0.5.14", "--out", str(out), "--cache-dir", str(cache.root)])
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("diffprobe: error:")]
+    assert code == 2 and not out.exists()
+    assert len(errors) == 1 and errors[0].endswith(
+        "2 file(s) do not merge: sglang/srt/disaggregation/decode.py, sglang/srt/managers/scheduler.py")
