@@ -358,6 +358,10 @@ _NOT_A_TREE = {"fixed": "no bug observed", "not fixed": "bug observed"}
 def cell_status(ev: Evidence, cells: dict[tuple[str, Column], str], source: Source, col: Column) -> tuple[str | None, Status]:
     name = cells.get((receipts.source_key(source), col))
     st = status(ev.receipts[name].cases if name else [])
+    failed = ev.receipts[name].import_result.error if name else None
+    if failed is not None:  # every case errored for one reason: say it, not only how many
+        st = Status(st.word, f"the tree did not import: {failed.type}: {failed.message}"
+                    + (f" ({failed.frame})" if failed.frame else "") + f"; {st.detail}")
     if source.kind not in TREE_KINDS:
         st = Status(_NOT_A_TREE.get(st.word, st.word), st.detail)
     return name, st

@@ -192,3 +192,20 @@ def test_a_fork_that_breaks_the_guard_reads_the_bug(version, release_tree, cache
     cases = {c["id"]: c for r in sorted((out / "receipts").glob("*.json")) for c in json.loads(r.read_text())["cases"]}
     assert cases[case_id]["classification"] == "bug"
     assert cases[case_id]["duties"][duty] is False
+
+
+def test_a_release_that_does_not_import_says_why(audited, release_tree, capsys):
+    """0.4.10's wheel lacks a file its own scheduler reads at import: the receipt names that file by
+    its path in the tree and the tree's line that reads it (not only torch's frame that raised), the
+    stored tree indeed lacks it (nothing is faked), and the report's matrix says so."""
+    _, _, out = audited("0.4.10")
+    receipt = json.loads(next((out / "receipts").glob("*admission*.json")).read_text())
+    failed = receipt["import_result"]["error"]
+    missing, reader = "sglang/srt/mem_cache/storage/hf3fs/hf3fs_utils.cpp", "sglang/srt/mem_cache/storage/hf3fs/client_hf3fs.py"
+    assert failed["type"] == "FileNotFoundError" and failed["message"].endswith(f"'{missing}'")
+    assert f", called from {reader}:" in failed["frame"]
+    root = release_tree("0.4.10").root
+    assert (root / reader).is_file() and not (root / missing).exists()
+    capsys.readouterr()
+    cli.main(["report", str(out)])
+    assert "the tree did not import: FileNotFoundError" in capsys.readouterr().out
