@@ -30,16 +30,47 @@ PREFILL = "sglang/srt/disaggregation/prefill.py"
 DECODE = "sglang/srt/disaggregation/decode.py"
 SCHEDULER = "sglang/srt/managers/scheduler.py"
 IMPORT = "\nfrom sglang.srt.disaggregation.utils import is_unadmitted_reject\n"
-# 0.5.14's request keeps its KV row, Mamba slot and retraction backup on the request itself
-REQUEST_FIELDS = {
-    "req.kv.holds_kv": "req.req_pool_idx is not None",
-    "req.kv.holds_mamba": "req.mamba_pool_idx is not None",
-    "req.kv.retraction_backup is not None": 'getattr(req, "kv_cache_cpu", None) is not None',
-}
-# 0.5.14 has no beam groups, and releases an aborted request's HiCache storage state as its own abort path does
 BEAM = "        self.beam_coordinator.retire_group(req)\n"
 RELEASE = "        self._release_aborted_request(req)\n"
 RELEASE_0514 = "        if self.enable_hicache_storage:\n            self.tree_cache.release_aborted_request(req.rid)\n"
+# How a vendor adapts #38935's code to each old release's API: replacements in the door check
+# (``is_unadmitted_reject``), the decode door's gate and ``Scheduler.retire_unadmitted_request``.
+ADAPT = {
+    # the request keeps its KV row, Mamba slot and retraction backup itself; no is_rebootstrap at the
+    # decode door; no beam groups; HiCache storage state released as 0.5.14's own abort path does
+    "0.5.14": {
+        "check": {
+            "req.kv.holds_kv": "req.req_pool_idx is not None",
+            "req.kv.holds_mamba": "req.mamba_pool_idx is not None",
+            "req.kv.retraction_backup is not None": 'getattr(req, "kv_cache_cpu", None) is not None',
+        },
+        "decode": {" and not is_rebootstrap": ""},
+        "retire": {BEAM: "", RELEASE: RELEASE_0514},
+    },
+    # the rejection is finished at once (set_finish_with_abort; no to_finish, no is_aborted), no Mamba,
+    # no retracted/rebootstrap parameters at the decode door, no streaming sessions or beam groups,
+    # nothing registered with the cache before the door, and the scheduler streams its own output
+    "0.4.7": {
+        "check": {
+            "return is_aborted(req) and not (": "from sglang.srt.managers.schedule_batch import FINISH_ABORT\n\n"
+            "    return isinstance(req.finished_reason, FINISH_ABORT) and not (",
+            "req.kv.holds_kv": "req.req_pool_idx is not None",
+            "        or req.kv.holds_mamba\n": "",
+            "req.kv.retraction_backup is not None": 'getattr(req, "kv_cache_cpu", None) is not None',
+        },
+        "decode": {"not is_retracted and not is_rebootstrap and ": ""},
+        "retire": {
+            "        if req.session is not None and req.session.streaming:\n            req.session.abort_req()\n"
+            "            req.session = None\n": "",
+            BEAM: "",
+            RELEASE: "",
+            "        reason = req.finished_reason or req.to_finish\n": "",
+            '        req.time_stats.trace_ctx.abort(abort_info={"reason": reason.message})\n': "",
+            "        req.update_finish_state()\n": "",
+            "self.output_streamer.stream_output(": "self.stream_output(",
+        },
+    },
+}
 
 
 def _node(text: str, *names: str) -> ast.AST:
@@ -81,15 +112,16 @@ def _first_statement(text: str, cls: str) -> int:
 
 
 def backported(fixed: Path, old: Path, dest: Path, doors: tuple[str, ...] = ("prefill", "decode"),
-               release: str = RELEASE_0514, adapt: bool = True) -> Path:
-    """``old``'s package files with #38935 taken from ``fixed`` and adapted (``adapt``: to 0.5.14's API);
-    only the files it changes. ``doors``: the doors that get the check; ``release``: what the retire
-    path does for the cache side."""
+               era: str | None = "0.5.14", keep_release: bool = True) -> Path:
+    """``old``'s package files with #38935 taken from ``fixed`` and adapted to release ``era``'s API
+    (None: as is); only the files it changes. ``doors``: the doors that get the check;
+    ``keep_release``: False drops the retire path's release of the request's cache-side state."""
+    adapt = ADAPT[era] if era else {"check": {}, "decode": {}, "retire": {}}
     src = {rel: (fixed / rel).read_text() for rel in (UTILS, PREFILL, DECODE, SCHEDULER)}
     out = {rel: (old / rel).read_text() for rel in (UTILS, PREFILL, DECODE, SCHEDULER)}
 
     check = _segment(src[UTILS], _node(src[UTILS], "is_unadmitted_reject"))
-    for field, spelled in REQUEST_FIELDS.items() if adapt else ():
+    for field, spelled in adapt["check"].items():
         check = _replace_once(check, field, spelled)
     out[UTILS] += "\n\n" + check
 
@@ -99,15 +131,16 @@ def backported(fixed: Path, old: Path, dest: Path, doors: tuple[str, ...] = ("pr
         out[PREFILL] += IMPORT
     if "decode" in doors:
         gate = _door_gate(src[DECODE], "DecodePreallocQueue")
-        if adapt:
-            assert "is_rebootstrap" not in ast.unparse(_node(out[DECODE], "DecodePreallocQueue", "add").args)
-            gate = _replace_once(gate, " and not is_rebootstrap", "")
+        for old_text, new_text in adapt["decode"].items():
+            gate = _replace_once(gate, old_text, new_text)
         out[DECODE] = _insert_before_line(out[DECODE], _first_statement(out[DECODE], "DecodePreallocQueue"), gate)
         out[DECODE] += IMPORT
 
     retire = _segment(src[SCHEDULER], _node(src[SCHEDULER], "Scheduler", "retire_unadmitted_request"))
-    if adapt:
-        retire = _replace_once(_replace_once(retire, BEAM, ""), RELEASE, release)
+    for old_text, new_text in adapt["retire"].items():
+        retire = _replace_once(retire, old_text, new_text)
+    if not keep_release:
+        retire = _replace_once(retire, adapt["retire"][RELEASE], "")
     assert "def retire_unadmitted_request" not in out[SCHEDULER]
     out[SCHEDULER] = _replace_once(out[SCHEDULER], "    def _add_request_to_queue(", retire + "\n    def _add_request_to_queue(")
 
@@ -128,18 +161,18 @@ def patch_file(old: Path, new: Path, tmp: Path) -> Path:
         (tmp / "old" / rel).write_bytes((old / rel).read_bytes())
     diff = subprocess.run(["git", "diff", "--no-index", "old", new.name], cwd=tmp, capture_output=True)
     assert diff.returncode == 1 and diff.stdout, diff.stderr
-    out = tmp / "38935-onto-0.5.14.patch"
+    out = tmp / "38935.patch"
     out.write_bytes(diff.stdout)
     return out
 
 
-def _backport(cache, tmp: Path, release_tree, doors: tuple[str, ...], release: str = RELEASE_0514):
-    """(exit code, backport record, the differential 0.5.14 -> backport, {case: failed duties} of the backport)."""
-    old, fixed = release_tree("0.5.14").root, release_tree("0.5.21").root
-    new = backported(fixed, old, tmp / "new", doors, release)
+def _backport(cache, tmp: Path, release_tree, doors: tuple[str, ...], version: str = "0.5.14", keep_release: bool = True):
+    """(exit code, backport record, the differential release -> backport, {case: failed duties} of the backport)."""
+    old, fixed = release_tree(version).root, release_tree("0.5.21").root
+    new = backported(fixed, old, tmp / "new", doors, version, keep_release)
     patch = patch_file(old, new, tmp)
     out = tmp / "bundle"
-    code = cli.main(["backport", "--pr", "38935", "--onto", "pypi:sglang==0.5.14", "--patch", str(patch),
+    code = cli.main(["backport", "--pr", "38935", "--onto", f"pypi:sglang=={version}", "--patch", str(patch),
                      "--head", "pypi:sglang==0.5.21", "--out", str(out), "--cache-dir", str(cache.root)])
     index, receipts, diffs = bundle.load(out)
     (differential,) = diffs.values()
@@ -152,18 +185,27 @@ def _cases(differential) -> dict[str, tuple[str, str]]:
     return {c.case: (c.base, c.head) for c in differential.cases}
 
 
-def test_backport_of_38935_onto_0_5_14_reads_fix_observed(cache, tmp_path, release_tree):
-    code, record, differential, failed = _backport(cache, tmp_path, release_tree, ("prefill", "decode"))
+# the rejected cases each release can run (0.4.7's requests carry no session)
+REJECTED = {
+    "0.5.14": ("prefill-door-rejected", "decode-door-rejected", "prefill-door-rejected-session",
+               "prefill-door-rejected-plain-session"),
+    "0.4.7": ("prefill-door-rejected", "decode-door-rejected"),
+}
+
+
+@pytest.mark.parametrize("version", sorted(ADAPT))
+def test_backport_of_38935_onto_an_old_release_reads_fix_observed(version, cache, tmp_path, release_tree):
+    code, record, differential, failed = _backport(cache, tmp_path, release_tree, ("prefill", "decode"), version)
     assert record.applied == "applied cleanly"
     assert differential.verdict == "fix observed"
     cases = _cases(differential)
-    for rejected in ("prefill-door-rejected", "decode-door-rejected", "prefill-door-rejected-session"):
-        assert cases[rejected] == ("bug", "clean"), rejected  # 0.5.14 shows the bug, the backport does not
+    for rejected in REJECTED[version]:
+        assert cases[rejected] == ("bug", "clean"), rejected  # the release shows the bug, the backport does not
     # it behaves like 0.5.21 wherever 0.5.14 has the API; the only other rows are cases 0.5.14 cannot run
     differing = [r for r in record.rows if not r.same]
     assert differing and all(r.backport == "not_applicable" for r in differing)
     assert code == 1  # hence not "like head on every case"
-    assert not any(failed.values())  # no beam group to retire in 0.5.14: that duty holds without one
+    assert not any(failed.values())  # no beam group (nor, in 0.4.7, cache-side state) to release: held without
 
 
 def test_backport_without_the_decode_door_reads_not_fixed(cache, tmp_path, release_tree):
@@ -178,7 +220,7 @@ def test_backport_without_the_decode_door_reads_not_fixed(cache, tmp_path, relea
 def test_backport_that_keeps_the_storage_state_of_a_rejected_request_reads_not_fixed(cache, tmp_path, release_tree):
     """Both doors retire, but the retire path forgets the HiCache storage state ``_prefetch_kvcache``
     registered: one duty dropped, named on every rejected case."""
-    code, _, differential, failed = _backport(cache, tmp_path, release_tree, ("prefill", "decode"), release="")
+    code, _, differential, failed = _backport(cache, tmp_path, release_tree, ("prefill", "decode"), keep_release=False)
     assert code == 1 and differential.verdict == "fix not observed"
     rejected = [c for c in failed if "rejected" in c]
     assert {c: failed[c] for c in rejected} == dict.fromkeys(rejected, ["door-cache-released"])
@@ -201,7 +243,7 @@ def test_the_fix_as_it_lands_upstream_does_not_carry_onto_0_5_14(cache, tmp_path
     git("add", "-A")
     git("commit", "-q", "-m", "0.5.20")
     base = git("rev-parse", "HEAD")
-    backported(fixed, parent, repo / "python", adapt=False)
+    backported(fixed, parent, repo / "python", era=None)
     git("commit", "-q", "-am", "#38935 on 0.5.20")
     head = git("rev-parse", "HEAD")
     text = PINS.read_text()

@@ -22,7 +22,7 @@ def _state(**fields):
 
 
 RETIRED = {"before": _state(), "queues": {"bootstrap": []}, "kv_endpoints": [], "kv_calls": [], "retired": ["rejected"],
-           "released_aborted": ["rejected"], "beam_groups": True, "beam_retired": ["rejected"], "session_aborted": [],
+           "released_aborted": ["rejected"], "cache_release": True, "beam_groups": True, "beam_retired": ["rejected"], "session_aborted": [],
            "streamed": [[{"rid": "rejected", "finished_reason": ABORT}]],
            "request": _state(finished=True, finished_reason=ABORT)}
 ADMITTED = RETIRED | {"queues": {"bootstrap": ["rejected"]}}

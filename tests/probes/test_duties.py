@@ -26,7 +26,7 @@ RETIRED_AT_DOOR = {
     "kv_calls": [],
     "retired": ["rejected"],
     "released_aborted": ["rejected"],
-    "beam_groups": True,
+    "cache_release": True, "beam_groups": True,
     "beam_retired": ["rejected"],
     "streamed": [[{"rid": "rejected", "finished_reason": REJECTION}]],
     "request": _request(finished=True, finished_reason=REJECTION),
@@ -70,6 +70,15 @@ def test_beam_duty_follows_whether_the_tree_has_beam_groups():
     for effects in (RETIRED_AT_DOOR | {"beam_retired": []}, without | {"beam_retired": ["rejected"]}):
         held = duties.judge("admission", "prefill-door-rejected", effects)
         assert [d for d, ok in held.items() if not ok] == ["door-beam-retired"]
+
+
+def test_cache_duty_follows_whether_the_tree_has_an_abort_release():
+    """Before 0.5.5 nothing a request registers with the cache has an abort release: none is expected."""
+    without = copy.deepcopy(RETIRED_AT_DOOR) | {"cache_release": False, "released_aborted": []}
+    assert all(duties.judge("admission", "prefill-door-rejected", without).values())
+    for effects in (RETIRED_AT_DOOR | {"released_aborted": []}, without | {"released_aborted": ["rejected"]}):
+        held = duties.judge("admission", "prefill-door-rejected", effects)
+        assert [d for d, ok in held.items() if not ok] == ["door-cache-released"]
 
 
 def test_effects_that_cannot_show_a_duty_fail_it():

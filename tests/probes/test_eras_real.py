@@ -29,6 +29,9 @@ ERAS = {
     "0.5.13": "kv_allocated_len on the request, release_kv_cache, no runtime_context",
     "0.5.18": "optional req.kv record beside req_pool_idx, runtime_context",
 }
+# a request names its session by id only before 0.5.10: no session of its own to release or keep
+SESSION = dict.fromkeys(("prefill-door-rejected-session", "prefill-door-rejected-plain-session"),
+                        "sglang.srt.managers.schedule_batch.Req.session")
 OPTIMISTIC = dict.fromkeys(
     ("aborted-yielded-chunk", "healthy-yielded-result", "healthy-optimistic-chunked", "healthy-optimistic-result"),
     "sglang.srt.managers.schedule_batch.Req.pending_bootstrap",
@@ -42,6 +45,7 @@ NOT_APPLICABLE = {
         "decode-door-retracted": "sglang.srt.disaggregation.decode.DecodePreallocQueue.add(is_retracted)",
         "decode-door-rebootstrap": "sglang.srt.disaggregation.decode.DecodePreallocQueue.add(is_rebootstrap)",
         **OPTIMISTIC,
+        **SESSION,
     },
     "0.4.7": {
         "prefill-door-reentry-mamba": "sglang.srt.managers.schedule_batch.Req.mamba_pool_idx",
@@ -49,10 +53,12 @@ NOT_APPLICABLE = {
         "decode-door-retracted": "sglang.srt.disaggregation.decode.DecodePreallocQueue.add(is_retracted)",
         "decode-door-rebootstrap": "sglang.srt.disaggregation.decode.DecodePreallocQueue.add(is_rebootstrap)",
         **OPTIMISTIC,
+        **SESSION,
     },
     "0.5.5": {
         "decode-door-rebootstrap": "sglang.srt.disaggregation.decode.DecodePreallocQueue.add(is_rebootstrap)",
         **OPTIMISTIC,
+        **SESSION,
     },
     "0.5.13": {
         "decode-door-rebootstrap": "sglang.srt.disaggregation.decode.DecodePreallocQueue.add(is_rebootstrap)",
