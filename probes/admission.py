@@ -53,7 +53,7 @@ def beam_groups() -> bool:
 def cache_abort_release() -> bool:
     """Whether the tree can release the cache-side state of an aborted request: the scheduler's
     ``_release_aborted_request`` (0.5.20 on) or a tree cache's ``release_aborted_request`` (HiCache
-    storage, 0.5.5 on). Before, nothing a request registers with the cache has an abort release."""
+    storage, 0.5.2 on). Before, nothing a request registers with the cache has an abort release."""
     if hasattr(tree.resolve(f"{SCHEDULER}.Scheduler"), "_release_aborted_request"):
         return True
     spec = importlib.util.find_spec("sglang.srt.mem_cache")

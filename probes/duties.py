@@ -148,7 +148,7 @@ DOOR_DUTIES = (
         "door-cache-released",
         38935,
         "the cache-side state the rejected request registered was released as aborted (trees with an abort "
-        "release of it; none before 0.5.5)",
+        "release of it; none before 0.5.2)",
         lambda e: e["released_aborted"] == ([_rid(e)] if e["cache_release"] else []),
     ),
     Duty("door-returns", 38935, "the door returned: no failure escaped the tree's code", returned),

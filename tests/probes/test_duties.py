@@ -73,7 +73,7 @@ def test_beam_duty_follows_whether_the_tree_has_beam_groups():
 
 
 def test_cache_duty_follows_whether_the_tree_has_an_abort_release():
-    """Before 0.5.5 nothing a request registers with the cache has an abort release: none is expected."""
+    """Before 0.5.2 nothing a request registers with the cache has an abort release: none is expected."""
     without = copy.deepcopy(RETIRED_AT_DOOR) | {"cache_release": False, "released_aborted": []}
     assert all(duties.judge("admission", "prefill-door-rejected", without).values())
     for effects in (RETIRED_AT_DOOR | {"released_aborted": []}, without | {"released_aborted": ["rejected"]}):
