@@ -154,6 +154,10 @@ class ResultScene:
         req = tree.make_req(rid, 16, "PREFILL")
         if not shape.bootstrapped and not hasattr(req, "pending_bootstrap"):
             raise tree.Missing("sglang.srt.managers.schedule_batch.Req.pending_bootstrap")  # no optimistic prefill
+        if not shape.bootstrapped and any(shape.chunks_in_flight):
+            # a later chunk in flight while the bootstrap is pending: only trees that keep chunking an optimistic
+            # request until a bootstrapped one waits (0.5.16 on); before, process_prefill_chunk stops it
+            tree.resolve(f"{MIXIN}.has_bootstrapped_waiting_req")
         poll = tree.kv_poll()
         transport = KVTransport(
             journal,
@@ -245,7 +249,7 @@ class ResultScene:
 # --- cases ---------------------------------------------------------------------------------------
 
 
-def result_case(case_id: str, role: str, title: str, shape: Shape, requires: tuple[str, ...] = ()) -> Case:
+def result_case(case_id: str, role: str, title: str, shape: Shape) -> Case:
     return Case(
         id=case_id,
         site="prefill-result",
@@ -253,7 +257,7 @@ def result_case(case_id: str, role: str, title: str, shape: Shape, requires: tup
         title=title,
         duties=duties.declared("prefill-cleanup", case_id),
         build=lambda journal: ResultScene(journal, case_id, shape),
-        requires=(f"{MIXIN}.process_batch_result_disagg_prefill", *requires),
+        requires=(f"{MIXIN}.process_batch_result_disagg_prefill",),
     )
 
 
@@ -355,9 +359,6 @@ PROBE = Probe(
             "guard",
             "healthy optimistic request's middle-chunk result while its last chunk is in flight, then its last",
             Shape(abort="none", chunks_in_flight=(True, False), bootstrapped=False),
-            # a later chunk in flight while the bootstrap is pending: trees that keep chunking an optimistic
-            # request until a bootstrapped one waits (0.5.16 on); before, process_prefill_chunk stops it
-            requires=(f"{MIXIN}.has_bootstrapped_waiting_req",),
         ),
         result_case(
             "healthy-optimistic-result",
