@@ -12,13 +12,15 @@ own tests for #38935 say those must reach their queue, not be retired at the doo
 
 from __future__ import annotations
 
+import importlib.util
+import pathlib
 from collections.abc import Callable
 from typing import Any
 
 from . import tree
 from .case import Case, Probe
 from . import duties
-from .doubles import Double, Journal, KVTransport, output_streamer, strict_subject
+from .doubles import Double, Journal, KVTransport, ever_assigned, output_streamer, strict_subject
 from .plain import JSON
 
 PREFILL = "sglang.srt.disaggregation.prefill"
@@ -42,22 +44,47 @@ def _backend() -> dict[str, Any]:
     return {} if backend is None else {"transfer_backend": backend}
 
 
+def beam_groups() -> bool:
+    """Whether the tree's scheduler keeps beam groups (a ``beam_coordinator``, 0.5.19 on): only then
+    has a rejected request a group to retire, and only then does the scene give it one."""
+    return ever_assigned(tree.resolve(f"{SCHEDULER}.Scheduler"), "beam_coordinator")
+
+
+def cache_abort_release() -> bool:
+    """Whether the tree can release the cache-side state of an aborted request: the scheduler's
+    ``_release_aborted_request`` (0.5.20 on) or a tree cache's ``release_aborted_request`` (HiCache
+    storage, 0.5.2 on). Before, nothing a request registers with the cache has an abort release."""
+    if hasattr(tree.resolve(f"{SCHEDULER}.Scheduler"), "_release_aborted_request"):
+        return True
+    spec = importlib.util.find_spec("sglang.srt.mem_cache")
+    for folder in spec.submodule_search_locations if spec else ():
+        for path in sorted(pathlib.Path(folder).rglob("*.py")):
+            if "def release_aborted_request" in path.read_text(encoding="utf-8", errors="replace"):
+                return True
+    return False
+
+
 def _scheduler(journal: Journal, streamer: Double) -> Any:
     """The scheduler as the doors see it: an instance of the tree's own ``Scheduler`` class.
 
     Calls into its retire path (``retire_unadmitted_request``) are recorded and run the tree's code;
     a tree whose class lacks the method answers as it would in production, with an AttributeError,
     never with a retirement the double made up. The cache-side release is read where it lands, at
-    the tree cache, however the tree's retire path reaches it.
+    the tree cache, however the tree's retire path reaches it. HiCache storage is on, so an era's own
+    release of an aborted request's storage state (``release_aborted_request``, before the cache had
+    outcomes) runs where the tree guards it by that option.
     """
+    beams = {"beam_coordinator": Double(journal, "beam_coordinator", recorded=("retire_group",))} if beam_groups() else {}
     return strict_subject(
         tree.resolve(f"{SCHEDULER}.Scheduler"),
         journal,
         "scheduler",
         spies=("retire_unadmitted_request",),
         output_streamer=streamer,
-        beam_coordinator=Double(journal, "beam_coordinator", recorded=("retire_group",)),
-        tree_cache=Double(journal, "tree_cache", recorded=("finish",)),
+        stream_output=streamer.stream_output,  # trees before the output streamer stream from the scheduler
+        **beams,
+        tree_cache=Double(journal, "tree_cache", recorded=("finish", "release_aborted_request")),
+        enable_hicache_storage=True,
         enable_hisparse=False,
         server_args=Double(journal, "server_args"),  # read only for a fake transfer, which ours is not
     )
@@ -87,6 +114,8 @@ class _Door:
             "retired": [e["args"][0] for e in self.journal.calls("scheduler", "retire_unadmitted_request")],
             "streamed": self.streamed,
             "tree_cache_calls": [{k: e[k] for k in ("call", "args", "kwargs")} for e in self.journal.calls("tree_cache")],
+            "cache_release": cache_abort_release(),
+            "beam_groups": beam_groups(),
             "beam_retired": [e["args"][0] for e in self.journal.calls("beam_coordinator", "retire_group")],
             "session_aborted": [self.req.rid for _ in self.journal.calls("session", "abort_req")],
             "request": _state(self.req),
@@ -206,18 +235,24 @@ def rejected(journal: Journal, rid: str, mode: str) -> Any:
     return req
 
 
+def _in_session(journal: Journal, rid: str, mode: str, streaming: bool) -> Any:
+    """A rejected turn of a session, where the tree's request carries its session (``Req.session``,
+    0.5.10 on; before, a request names its session by id only and holds nothing of it)."""
+    req = rejected(journal, rid, mode)
+    if not ever_assigned(type(req), "session"):
+        raise tree.Missing("sglang.srt.managers.schedule_batch.Req.session")
+    req.session = Double(journal, "session", streaming=streaming, recorded=("abort_req",))
+    return req
+
+
 def rejected_in_session(journal: Journal, rid: str, mode: str) -> Any:
     """A rejected turn of a streaming session, which ``create_req`` marked in flight."""
-    req = rejected(journal, rid, mode)
-    req.session = Double(journal, "session", streaming=True, recorded=("abort_req",))
-    return req
+    return _in_session(journal, rid, mode, streaming=True)
 
 
 def rejected_in_plain_session(journal: Journal, rid: str, mode: str) -> Any:
     """A rejected turn of a session that does not stream: nothing of it is in flight to release."""
-    req = rejected(journal, rid, mode)
-    req.session = Double(journal, "session", streaming=False, recorded=("abort_req",))
-    return req
+    return _in_session(journal, rid, mode, streaming=False)
 
 
 def valid(journal: Journal, rid: str, mode: str) -> Any:

@@ -114,6 +114,23 @@ class Places:
             return self.spot(*exc.asked_at)
         return self.attribute(exc, scripted=False)[1]
 
+    def tree_frame(self, exc: BaseException) -> str | None:
+        """``path:line in func`` of the innermost frame of the tree's own code, if any: for a failure
+        raised in a library the tree called, the tree's line that called it."""
+        inside = [
+            (frame, line)
+            for frame, line in traceback.walk_tb(exc.__traceback__)
+            if self.sglang_root and _inside(os.path.abspath(frame.f_code.co_filename), self.sglang_root)
+        ]
+        if not inside:
+            return None
+        frame, line = inside[-1]
+        return self.spot(frame.f_code.co_filename, line, frame.f_code.co_name)
+
+    def in_tree(self, text: str) -> str:
+        """``text`` with this machine's path of the tree cut to the tree's own paths (``sglang/...``)."""
+        return text.replace(os.path.abspath(self.sglang_root) + os.sep, "") if self.sglang_root else text
+
     def spot(self, path: str, line: int, func: str) -> str:
         return f"{self.display(path)}:{line} in {func}"
 

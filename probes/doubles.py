@@ -142,7 +142,7 @@ class Double:
                 object.__setattr__(self, call, journal.method(name, call))
         for key, value in members.items():
             if isinstance(value, FunctionType):
-                if spec is not None and not hasattr(spec, key) and not _ever_assigned(spec, key):
+                if spec is not None and not hasattr(spec, key) and not ever_assigned(spec, key):
                     continue  # never a method the tree's class does not have
                 if not getattr(value, "recorded", False):
                     value = journal.method(name, key, value)
@@ -155,7 +155,7 @@ class Double:
         if attr.startswith("__") and attr.endswith("__"):
             raise AttributeError(attr)  # keep Python's own protocols working
         what = f"{self._name}.{attr}"
-        if self._spec is not None and not _ever_assigned(self._spec, attr):
+        if self._spec is not None and not ever_assigned(self._spec, attr):
             raise self._journal.lacking(what, tree_lacks=True)
         if _read_by_name(sys._getframe(1)):
             raise self._journal.lacking(what, tree_lacks=False)
@@ -177,7 +177,7 @@ def _read_by_name(frame: Any) -> bool:
 _SOURCES: dict[str, str] = {}
 
 
-def _ever_assigned(cls: type, attr: str) -> bool:
+def ever_assigned(cls: type, attr: str) -> bool:
     """Whether any module defining a class of ``cls``'s MRO assigns ``self.<attr>`` (or sets it
     by name): then a real instance may hold it and its absence here is a gap of our model."""
     name = re.escape(attr)

@@ -88,13 +88,19 @@ def _names(value: Any, rid: str) -> bool:
 
 
 def _cache_released_aborted(effects: Effects) -> bool:
-    """The tree cache heard exactly once that this request ended aborted (``finish(handle, ABORT)``),
-    whichever helper of the tree's retire path made the call."""
+    """The tree cache heard exactly once that this request ended aborted, whichever helper of the
+    tree's retire path made the call: ``finish(handle, ABORT)`` where the cache has outcomes (0.5.20
+    on), or the HiCache storage ``release_aborted_request`` before that (0.5.2 on). A tree with no
+    abort release at all is held to telling the cache nothing."""
     calls = effects["tree_cache_calls"]
-    if len(calls) != 1 or calls[0]["call"] != "finish":
+    if not effects["cache_release"]:
+        return not calls
+    if len(calls) != 1:
         return False
     args = [*calls[0]["args"], *calls[0]["kwargs"].values()]
-    return _names(args, _rid(effects)) and any(str(arg).endswith(".ABORT") for arg in args)
+    if calls[0]["call"] == "finish":
+        return _names(args, _rid(effects)) and any(str(arg).endswith(".ABORT") for arg in args)
+    return calls[0]["call"] == "release_aborted_request" and _names(args, _rid(effects))
 
 
 DOOR_DUTIES = (
@@ -160,13 +166,14 @@ DOOR_DUTIES = (
     Duty(
         "door-beam-retired",
         38935,
-        "the rejected request's beam group (if any) was retired with it",
-        lambda e: e["beam_retired"] == [_rid(e)],
+        "the rejected request's beam group was retired with it (trees with beam groups; none before 0.5.19)",
+        lambda e: e["beam_retired"] == ([_rid(e)] if e["beam_groups"] else []),
     ),
     Duty(
         "door-cache-released",
         38935,
-        "the tree cache was told once that the rejected request ended aborted (its cache-side state released)",
+        "the tree cache was told once that the rejected request ended aborted (its cache-side state released; "
+        "trees with an abort release of it, none before 0.5.2)",
         _cache_released_aborted,
     ),
     Duty("door-returns", 38935, "the door returned: no failure escaped the tree's code", returned),
@@ -254,6 +261,12 @@ def _last_chunk(chunk: Mapping[str, Any]) -> bool:
     return bool(kwargs.get("last_chunk")) or kwargs.get("token_id") is not None
 
 
+def _middle_sends(effects: Effects) -> int:
+    """Middle chunks whose KV result processing sends: one per result before the last under overlap
+    scheduling; none without it (``process_prefill_chunk`` sends them ahead of the next forward)."""
+    return len(effects["results"]) - 1 if effects["overlap"] else 0
+
+
 def _metadata_freed(effects: Effects) -> bool:
     index = effects["before"]["metadata_buffer_index"]
     return _final(effects)["metadata_frees"] == ([index] if index >= 0 else [])
@@ -275,6 +288,30 @@ def _mamba_freed(effects: Effects) -> bool:
 def _cache_finished_aborted(effects: Effects) -> bool:
     finishes = _tree_cache(effects, "finish")
     return len(finishes) == 1 and any("ABORT" in str(arg) for arg in finishes[0]["args"])
+
+
+def _kept_for_bootstrap(effects: Effects) -> bool:
+    """Kept for its bootstrap: waiting in the transfer queue with its KV cached and held and its sender
+    untouched; or, where the tree asked its sender (which answers: still bootstrapping), released once and
+    re-queued once for prefill, an optimistic retry (0.5.13-0.5.15). Never aborted, freed of its metadata,
+    finished or streamed."""
+    final = _final(effects)
+    rid, calls = _rid(final), final["sender_calls"]
+    if final["metadata_frees"] or final["streamed"] or final["request"]["finished"]:
+        return False
+    waits = (
+        final["inflight_queue"] == [rid]
+        and len(_cached_unfinished(effects)) == 1
+        and not (calls or final["requeued"] or final["kv_releases"])
+    )
+    retried = (
+        calls == ["poll"]
+        and final["requeued"] == [rid]
+        and not final["inflight_queue"]
+        and len(final["kv_releases"]) == 1
+        and not final["request"]["holds_kv"]
+    )
+    return waits or retried
 
 
 RESULT_DUTIES = (
@@ -362,7 +399,7 @@ RESULT_DUTIES = (
         "result-last-chunk-sent",
         36988,
         "a bootstrapped healthy request sent its last KV chunk exactly once, after any middle chunks (a guard)",
-        lambda e: [_last_chunk(c) for c in _final(e)["kv_chunks_sent"]] == [False] * (len(e["results"]) - 1) + [True],
+        lambda e: [_last_chunk(c) for c in _final(e)["kv_chunks_sent"]] == [False] * _middle_sends(e) + [True],
     ),
     Duty(
         "result-yield-requeued",
@@ -376,6 +413,13 @@ RESULT_DUTIES = (
         36988,
         "a healthy result whose bootstrap is pending sent no KV yet (a guard)",
         lambda e: not _final(e)["kv_chunks_sent"],
+    ),
+    Duty(
+        "result-kept-for-bootstrap",
+        36988,
+        "a healthy result whose bootstrap is pending waits for it in the transfer queue, or is retried once its "
+        "sender said the bootstrap is still in progress; never aborted, freed, finished or streamed (a guard)",
+        _kept_for_bootstrap,
     ),
     Duty(
         "result-healthy-kept",
@@ -431,10 +475,8 @@ CASES: dict[str, dict[str, tuple[str, ...]]] = {
         "healthy-chunked-result": HEALTHY,
         "healthy-yielded-result": ("result-yield-requeued", "result-returns"),
         "healthy-yielded-bootstrapped": ("result-healthy-kept", "result-returns"),
-        "healthy-optimistic-chunked": ("result-queued-for-transfer", "result-waits-for-bootstrap",
-                                       "result-healthy-kept", "result-returns"),
-        "healthy-optimistic-result": ("result-queued-for-transfer", "result-waits-for-bootstrap",
-                                      "result-healthy-kept", "result-returns"),
+        "healthy-optimistic-chunked": ("result-kept-for-bootstrap", "result-waits-for-bootstrap", "result-returns"),
+        "healthy-optimistic-result": ("result-kept-for-bootstrap", "result-waits-for-bootstrap", "result-returns"),
     },
 }
 

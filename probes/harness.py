@@ -101,7 +101,12 @@ def warm_up() -> None:
 
 
 def _import_error(exc: BaseException, places: Places) -> dict[str, Any]:
-    return error(type(exc).__name__, str(exc) or type(exc).__name__, "import", places.frame(exc))
+    """The import failure, with the tree's own line that led to it when it was raised in a library
+    (a file the tree reads at import, missing from it, fails in torch's extension builder)."""
+    frame, own = places.frame(exc), places.tree_frame(exc)
+    if own is not None and own != frame:
+        frame = f"{frame}, called from {own}"
+    return error(type(exc).__name__, places.in_tree(str(exc) or type(exc).__name__), "import", frame)
 
 
 def imported_files(sglang_root: str | None, names: Iterable[str]) -> set[str]:

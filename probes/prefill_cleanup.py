@@ -47,7 +47,7 @@ class Shape:
     middle_chunks: int | None = None  # results still to come before the last (default: one per chunk in flight)
     has_sender: bool = True
     bootstrapped: bool = True  # False: optimistic prefill, bootstrap still pending
-    overlap: bool = False  # overlap scheduling: a middle chunk's KV is sent from result processing
+    overlap: bool = False  # overlap scheduling, where the tree has it: a middle chunk's KV is sent from result processing
 
 
 def _inflight_queue(prefill: Any) -> str:
@@ -63,8 +63,9 @@ class ResultScene:
     def __init__(self, journal: Journal, rid: str, shape: Shape) -> None:
         self.journal = journal
         self.shape = shape
-        self.releases: list[dict[str, JSON]] = []
         prefill = tree.module(PREFILL)
+        self.overlap = shape.overlap and tree.overlap_prefill(prefill)
+        self.releases: list[dict[str, JSON]] = []
         tree.single_rank_polls(prefill, journal)
         if hasattr(prefill, "release_kv_cache"):  # earlier trees call the tree cache directly
             prefill.release_kv_cache = journal.method("mem_cache", "release_kv_cache", self._release_kv_cache)
@@ -122,7 +123,7 @@ class ResultScene:
             enable_hicache_storage=True,
             chunked_req=None,
             # without overlap, middle chunks are sent by the chunked-prefill step, not here
-            enable_overlap=shape.overlap,
+            enable_overlap=self.overlap,
             # a rank that logs no stats, for trees whose own metrics methods run here (0.5.7-0.5.12)
             temp_prefill_info=None,
             enable_metrics=False,
@@ -151,9 +152,17 @@ class ResultScene:
     @staticmethod
     def _request(journal: Journal, rid: str, shape: Shape) -> Any:
         req = tree.make_req(rid, 16, "PREFILL")
+        if not shape.bootstrapped and not hasattr(req, "pending_bootstrap"):
+            raise tree.Missing("sglang.srt.managers.schedule_batch.Req.pending_bootstrap")  # no optimistic prefill
+        if not shape.bootstrapped and any(shape.chunks_in_flight):
+            # a later chunk in flight while the bootstrap is pending: only trees that keep chunking an optimistic
+            # request until a bootstrapped one waits (0.5.16 on); before, process_prefill_chunk stops it
+            tree.resolve(f"{MIXIN}.has_bootstrapped_waiting_req")
+        poll = tree.kv_poll()
         transport = KVTransport(
             journal,
-            poll_state=tree.kv_poll().WaitingForInput,
+            # what a sender answers a tree that asks: handshake done, or (optimistic) still in progress
+            poll_state=poll.WaitingForInput if shape.bootstrapped else poll.Bootstrapping,
             abort_error=RuntimeError("transport is down") if shape.sender_abort_fails else None,
         )
         req.disagg_kv_sender = transport.endpoint("sender", backend=None) if shape.has_sender else None
@@ -162,8 +171,6 @@ class ResultScene:
             object.__setattr__(
                 req.disagg_kv_sender, "pop_decode_prefix_len", journal.method(name, "pop_decode_prefix_len", lambda: 0)
             )
-        if not shape.bootstrapped and not hasattr(req, "pending_bootstrap"):
-            raise tree.Missing("sglang.srt.managers.schedule_batch.Req.pending_bootstrap")  # no optimistic prefill
         req.pending_bootstrap = not shape.bootstrapped
         req.metadata_buffer_index = shape.metadata_index
         middle = len(shape.chunks_in_flight) - 1 if shape.middle_chunks is None else shape.middle_chunks
@@ -236,7 +243,7 @@ class ResultScene:
         }
 
     def effects(self) -> dict[str, JSON]:
-        return {"before": self.before, "results": self.snapshots}
+        return {"before": self.before, "results": self.snapshots, "overlap": self.overlap}
 
 
 # --- cases ---------------------------------------------------------------------------------------

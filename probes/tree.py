@@ -185,6 +185,14 @@ def set_middle_chunks(req: Any, count: int) -> None:
     raise Missing("sglang.srt.managers.schedule_batch.Req.inflight_middle_chunks")
 
 
+def overlap_prefill(prefill: Any) -> bool:
+    """Whether the tree runs its PD prefill worker with overlap scheduling at all: trees with an
+    overlap loop (``event_loop_overlap_disagg_prefill``, 0.4.5.post3 on) send a middle chunk's KV
+    from result processing; before it, the one (normal) loop sends it from ``process_prefill_chunk``
+    ahead of the next forward, and result processing only counts the chunk down."""
+    return hasattr(prefill.SchedulerDisaggregationPrefillMixin, "event_loop_overlap_disagg_prefill")
+
+
 def server_defaults(*names: str) -> dict[str, Any]:
     """The stock server's value of each option the tree's ``ServerArgs`` declares (the others are left
     out, so reading them stays a gap)."""

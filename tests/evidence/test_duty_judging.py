@@ -22,7 +22,7 @@ def _state(**fields):
 
 
 RETIRED = {"before": _state(), "queues": {"bootstrap": []}, "kv_endpoints": [], "kv_calls": [], "retired": ["rejected"],
-           "beam_retired": ["rejected"], "session_aborted": [],
+           "cache_release": True, "beam_groups": True, "beam_retired": ["rejected"], "session_aborted": [],
            "streamed": [[{"rid": "rejected", "finished_reason": ABORT}]],
            "tree_cache_calls": [{"call": "finish", "args": [{"CacheRequestHandle": {"rid": "rejected", "attempt_id": 0}},
                                                             "CacheRequestOutcome.ABORT"], "kwargs": {}}],

@@ -27,6 +27,7 @@ RETIRED_AT_DOOR = {
     "retired": ["rejected"],
     "tree_cache_calls": [{"call": "finish", "args": [{"CacheRequestHandle": {"rid": "rejected", "attempt_id": 0}},
                                                      "CacheRequestOutcome.ABORT"], "kwargs": {}}],
+    "cache_release": True, "beam_groups": True,
     "beam_retired": ["rejected"],
     "streamed": [[{"rid": "rejected", "finished_reason": REJECTION}]],
     "request": _request(finished=True, finished_reason=REJECTION),
@@ -81,6 +82,37 @@ def test_the_cache_release_is_read_at_the_cache_whatever_helper_made_it():
         {"call": "finish", "args": [], "kwargs": {"handle": {"CacheRequestHandle": {"rid": "rejected", "attempt_id": 0}},
                                                   "outcome": "CacheRequestOutcome.ABORT"}}]}
     assert all(duties.judge("admission", "prefill-door-rejected", effects).values())
+
+
+def test_beam_duty_follows_whether_the_tree_has_beam_groups():
+    """Before 0.5.19 no request has a beam group: nothing to retire, and retiring one is not expected;
+    with beam groups, the rejected request's must be retired."""
+    without = copy.deepcopy(RETIRED_AT_DOOR) | {"beam_groups": False, "beam_retired": []}
+    assert all(duties.judge("admission", "prefill-door-rejected", without).values())
+    for effects in (RETIRED_AT_DOOR | {"beam_retired": []}, without | {"beam_retired": ["rejected"]}):
+        held = duties.judge("admission", "prefill-door-rejected", effects)
+        assert [d for d, ok in held.items() if not ok] == ["door-beam-retired"]
+
+
+def test_cache_duty_follows_whether_the_tree_has_an_abort_release():
+    """Before 0.5.2 nothing a request registers with the cache has an abort release: none is expected."""
+    without = copy.deepcopy(RETIRED_AT_DOOR) | {"cache_release": False, "tree_cache_calls": []}
+    assert all(duties.judge("admission", "prefill-door-rejected", without).values())
+    told = RETIRED_AT_DOOR["tree_cache_calls"]
+    for effects in (RETIRED_AT_DOOR | {"tree_cache_calls": []}, without | {"tree_cache_calls": told}):
+        held = duties.judge("admission", "prefill-door-rejected", effects)
+        assert [d for d, ok in held.items() if not ok] == ["door-cache-released"]
+
+
+def test_before_the_cache_had_outcomes_the_hicache_abort_release_is_the_cache_release():
+    """0.5.2 .. 0.5.19: a faithful backport releases the request's HiCache storage state through the tree
+    cache's ``release_aborted_request``; once for this request holds, twice or for another does not."""
+    once = {"call": "release_aborted_request", "args": ["rejected"], "kwargs": {}}
+    assert all(duties.judge("admission", "prefill-door-rejected", RETIRED_AT_DOOR | {"tree_cache_calls": [once]}).values())
+    other = once | {"args": ["other"]}
+    for calls in ([once, once], [other]):
+        held = duties.judge("admission", "prefill-door-rejected", RETIRED_AT_DOOR | {"tree_cache_calls": calls})
+        assert [d for d, ok in held.items() if not ok] == ["door-cache-released"]
 
 
 def test_effects_that_cannot_show_a_duty_fail_it():

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from runner import cli
+from tests import forks
 
 pytestmark = pytest.mark.slow
 
@@ -28,6 +29,9 @@ ERAS = {
     "0.5.13": "kv_allocated_len on the request, release_kv_cache, no runtime_context",
     "0.5.18": "optional req.kv record beside req_pool_idx, runtime_context",
 }
+# a request names its session by id only before 0.5.10: no session of its own to release or keep
+SESSION = dict.fromkeys(("prefill-door-rejected-session", "prefill-door-rejected-plain-session"),
+                        "sglang.srt.managers.schedule_batch.Req.session")
 OPTIMISTIC = dict.fromkeys(
     ("aborted-yielded-chunk", "healthy-yielded-result", "healthy-optimistic-chunked", "healthy-optimistic-result"),
     "sglang.srt.managers.schedule_batch.Req.pending_bootstrap",
@@ -41,6 +45,7 @@ NOT_APPLICABLE = {
         "decode-door-retracted": "sglang.srt.disaggregation.decode.DecodePreallocQueue.add(is_retracted)",
         "decode-door-rebootstrap": "sglang.srt.disaggregation.decode.DecodePreallocQueue.add(is_rebootstrap)",
         **OPTIMISTIC,
+        **SESSION,
     },
     "0.4.7": {
         "prefill-door-reentry-mamba": "sglang.srt.managers.schedule_batch.Req.mamba_pool_idx",
@@ -48,12 +53,19 @@ NOT_APPLICABLE = {
         "decode-door-retracted": "sglang.srt.disaggregation.decode.DecodePreallocQueue.add(is_retracted)",
         "decode-door-rebootstrap": "sglang.srt.disaggregation.decode.DecodePreallocQueue.add(is_rebootstrap)",
         **OPTIMISTIC,
+        **SESSION,
     },
     "0.5.5": {
         "decode-door-rebootstrap": "sglang.srt.disaggregation.decode.DecodePreallocQueue.add(is_rebootstrap)",
         **OPTIMISTIC,
+        **SESSION,
     },
-    "0.5.13": {"decode-door-rebootstrap": "sglang.srt.disaggregation.decode.DecodePreallocQueue.add(is_rebootstrap)"},
+    "0.5.13": {
+        "decode-door-rebootstrap": "sglang.srt.disaggregation.decode.DecodePreallocQueue.add(is_rebootstrap)",
+        # its process_prefill_chunk stops a chunked request whose bootstrap is pending: no later chunk in flight
+        "healthy-optimistic-chunked": "sglang.srt.disaggregation.prefill.SchedulerDisaggregationPrefillMixin"
+        ".has_bootstrapped_waiting_req",
+    },
     "0.5.18": {},
 }
 
@@ -138,3 +150,68 @@ def test_audit_of_an_old_tree_says_not_fixed_from_behaviour(audited):
     assert code == 1
     rows = json.loads((out / "bundle.json").read_text())["extra"]["rows"]
     assert {f["fix"]: f["status"] for f in rows[0]["fixes"]} == {36988: "not fixed", 38935: "not fixed"}
+
+
+def test_guards_read_what_each_era_does(audited):
+    """Guards that read the bug in the first release-line sweep, each observed as its era works.
+
+    0.4.5 has no overlap loop for the PD prefill worker (scheduler.py:2014-2015 start only
+    ``event_loop_normal_disagg_prefill``): ``process_prefill_chunk`` sends a middle chunk's KV
+    (prefill.py:226) and result processing only counts it down (prefill.py:172-180), so the scene
+    runs it without overlap and only the last chunk is sent from there. 0.5.13 polls an optimistic
+    request's sender at its final result (prefill.py:546-577); told the bootstrap is still in
+    progress it releases and re-queues the request for another attempt (prefill.py:841-843,
+    1005-1040): a retry, not a retirement.
+    """
+    early = audited("0.4.5")[1]["healthy-chunked-result"]
+    assert early["classification"] == "clean" and early["effects"]["overlap"] is False
+    assert [c["kwargs"] for c in early["effects"]["results"][-1]["kv_chunks_sent"]] == [{"token_id": 11}]
+    later = audited("0.5.18")[1]["healthy-chunked-result"]
+    assert later["classification"] == "clean" and later["effects"]["overlap"] is True
+    assert len(later["effects"]["results"][-1]["kv_chunks_sent"]) == 2  # the middle chunk sent from here too
+    retried = audited("0.5.13")[1]["healthy-optimistic-result"]
+    final = retried["effects"]["results"][-1]
+    assert retried["classification"] == "clean"
+    assert final["sender_calls"] == ["poll"] and final["requeued"] == ["healthy-optimistic-result"]
+    assert not final["kv_chunks_sent"] and not final["streamed"] and not final["metadata_frees"]
+
+
+# single-statement forks of those eras that break what the guards protect: each must read the bug
+# (0.4.5: the last chunk is never sent; 0.5.13: a request still bootstrapping is neither retried nor queued, lost)
+GUARD_MUTANTS = {
+    "0.4.5": ("healthy-chunked-result", "result-last-chunk-sent",
+              [(forks.PREFILL, "                self.send_kv_chunk(req, token_id=next_token_id)\n", "")]),
+    "0.5.13": ("healthy-optimistic-result", "result-kept-for-bootstrap",
+               [(forks.PREFILL, "            if not defer_release:\n                self.optimistic_release_and_requeue(req)\n"
+                 "            return False\n        elif poll == KVPoll.WaitingForInput:",
+                 "            if not defer_release:\n                pass\n"
+                 "            return False\n        elif poll == KVPoll.WaitingForInput:")]),
+}
+
+
+@pytest.mark.parametrize("version", sorted(GUARD_MUTANTS))
+def test_a_fork_that_breaks_the_guard_reads_the_bug(version, release_tree, cache, tmp_path):
+    case_id, duty, edits = GUARD_MUTANTS[version]
+    fork = forks.make(release_tree(version).root, tmp_path / "fork", edits)
+    out = tmp_path / "audit"
+    cli.main(["audit", f"path:{fork}", "--out", str(out), "--cache-dir", str(cache.root)])
+    cases = {c["id"]: c for r in sorted((out / "receipts").glob("*.json")) for c in json.loads(r.read_text())["cases"]}
+    assert cases[case_id]["classification"] == "bug"
+    assert cases[case_id]["duties"][duty] is False
+
+
+def test_a_release_that_does_not_import_says_why(audited, release_tree, capsys):
+    """0.4.10's wheel lacks a file its own scheduler reads at import: the receipt names that file by
+    its path in the tree and the tree's line that reads it (not only torch's frame that raised), the
+    stored tree indeed lacks it (nothing is faked), and the report's matrix says so."""
+    _, _, out = audited("0.4.10")
+    receipt = json.loads(next((out / "receipts").glob("*admission*.json")).read_text())
+    failed = receipt["import_result"]["error"]
+    missing, reader = "sglang/srt/mem_cache/storage/hf3fs/hf3fs_utils.cpp", "sglang/srt/mem_cache/storage/hf3fs/client_hf3fs.py"
+    assert failed["type"] == "FileNotFoundError" and failed["message"].endswith(f"'{missing}'")
+    assert f", called from {reader}:" in failed["frame"]
+    root = release_tree("0.4.10").root
+    assert (root / reader).is_file() and not (root / missing).exists()
+    capsys.readouterr()
+    cli.main(["report", str(out)])
+    assert "the tree did not import: FileNotFoundError" in capsys.readouterr().out

@@ -100,4 +100,8 @@ def _named(text: str) -> str:
 def cell_at(ev: Evidence, cells: dict[tuple[str, Column], str], source: Source, col: Column) -> tuple[str | None, Cell]:
     name = cells.get((receipts.source_key(source), col))
     st = judged(ev.receipts[name].cases if name else [])
+    failed = ev.receipts[name].import_result.error if name else None
+    if failed is not None:  # every case errored for one reason: say it, not only how many
+        st = Cell(st.word, f"the tree did not import: {failed.type}: {failed.message}"
+                  + (f" ({failed.frame})" if failed.frame else "") + f"; {st.detail}")
     return name, Cell(judging.source_status(st.word, source.kind in TREE_KINDS), st.detail)
