@@ -1,0 +1,77 @@
+"""The sandbox's resource limits against a greedy process (tests/sandbox/greedy.py as a script, no
+SGLang): a fork bomb, a memory balloon and a 10 GiB write each stop at the limit they hit, the host
+is left as it was, and the run records the limits in force. The limits are small here, so that
+each attack ends fast and costs the machine little."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from runner.errors import BadInput
+from runner.evidence.receipts import Limits
+from runner.sandbox import bwrap, execute, limits
+from tests.sandbox import greedy
+from tests.sandbox.host import processes_with
+
+pytestmark = pytest.mark.skipif(not bwrap.version(), reason="bubblewrap cannot run here")
+SMALL = "memory=512M,processes=48,address-space=2G,file-size=16M,open-files=256"
+
+
+def _run(tmp_path: Path, attack: str, monkeypatch) -> tuple[dict | None, execute.Isolated]:
+    monkeypatch.setenv(limits.VARIABLE, SMALL)
+    work = tmp_path / attack
+    code = work / "code"
+    code.mkdir(parents=True)
+    shutil.copy(greedy.__file__, code / "greedy.py")
+    python = Path(os.path.realpath(sys.executable))
+    run = execute.run_isolated([str(python), "-I", "-S", str(code / "greedy.py"), attack, str(work / "out")],
+                               work_dir=work, timeout=120, read_only=[python.parents[1], code])
+    try:
+        return json.loads((work / "out" / "report.json").read_text()), run
+    except (OSError, ValueError):  # no room left for it, or killed first
+        return None, run
+
+
+def test_the_limits_asked_for_are_read_and_bad_text_is_refused():
+    assert limits.configured({}) == limits.DEFAULTS
+    assert limits.configured({limits.VARIABLE: "memory=2G, open-files=100"}) == limits.DEFAULTS.model_copy(
+        update={"memory": 2 << 30, "open_files": 100})
+    for bad in ("memory=lots", "swap=1G", "processes=0", "memory"):
+        with pytest.raises(BadInput):
+            limits.configured({limits.VARIABLE: bad})
+
+
+def test_a_fork_bomb_stops_at_the_process_limit(tmp_path, monkeypatch):
+    report, run = _run(tmp_path, "fork", monkeypatch)
+    assert run.isolation.limits.file_size == 16 << 20 and run.isolation.limits.open_files == 256
+    if run.isolation.limits.processes is None:
+        pytest.skip("no cgroup of our own can be made here: nothing bounds the number of processes")
+    assert run.code == 0 and report["fork"] < 48, run.log_tail
+    assert processes_with(str(tmp_path / "fork" / "code")) == []  # its children ended with the run
+
+
+def test_a_memory_balloon_is_killed_at_the_memory_limit_or_refused_its_address_space(tmp_path, monkeypatch):
+    report, run = _run(tmp_path, "balloon", monkeypatch)
+    assert run.isolation.limits.address_space == 2 << 30
+    if run.isolation.limits.memory:  # the kernel kills it at 512 MiB, all its processes together
+        assert report is None and run.code == 128 + 9, run.log_tail
+    else:  # refused (MemoryError) at the address-space limit
+        assert report["balloon"] < 2 << 30
+
+
+def test_a_ten_gib_write_stops_at_the_file_size_and_result_limits(tmp_path, monkeypatch):
+    """Files of 16 MiB at most, all of them within the result tmpfs: what reaches the host's disk."""
+    _, run = _run(tmp_path, "write", monkeypatch)
+    files = list((tmp_path / "write" / "out").iterdir())
+    assert files and all(p.stat().st_size <= 16 << 20 for p in files)
+    assert sum(p.stat().st_size for p in files) <= bwrap.RESULTS_BYTES
+
+
+def test_limits_are_recorded_only_where_in_force():
+    assert limits.merged(Limits(memory=1), Limits(open_files=2)) == Limits(memory=1, open_files=2)
