@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import sys
 import time
 
@@ -41,11 +40,11 @@ def balloon(limit: int = 64 << 30) -> int:
     return size
 
 
-def write(directory: str, total: int = TEN_GIB) -> int:
-    """Bytes written into files of ``directory``, a new file whenever one is refused."""
-    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a refused write raises instead of killing
+def write(directory: str, total: int = TEN_GIB, files: int = 64) -> int:
+    """Bytes written into files of ``directory``, a new file whenever one is refused (Python
+    ignores SIGXFSZ: a write past the file-size limit raises)."""
     chunk, written, index = b"x" * (8 << 20), 0, 0
-    while written < total and index < 64:
+    while written < total and index < files:
         try:
             with open(os.path.join(directory, f"fill-{index}"), "wb") as handle:
                 while written < total:
@@ -53,6 +52,13 @@ def write(directory: str, total: int = TEN_GIB) -> int:
         except OSError:
             index += 1
     return written
+
+
+def one_file(path: str, total: int = TEN_GIB) -> None:
+    """One file of ``total`` bytes, as a careless tree would write it: a refusal raises."""
+    with open(path, "wb") as handle:
+        for _ in range(total >> 23):
+            handle.write(b"x" * (8 << 20))
 
 
 if __name__ == "__main__":
