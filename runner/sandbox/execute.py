@@ -189,7 +189,7 @@ def run_isolated(argv: list[str], *, work_dir: Path, timeout: int, read_only: Se
     else:
         home = work_dir / "home"
         home.mkdir(exist_ok=True)
-        command, env, where, fds = [*network_wrapper(), *argv], scrubbed_env(home), cwd or home, ()
+        command, env, where, fds = [*death_wrapper(), *network_wrapper(), *argv], scrubbed_env(home), cwd or home, ()
     asked = limits.configured()
     prefix, per_process = limits.rlimits(asked)
     started = now()
@@ -281,6 +281,15 @@ def log_tail(path: Path, lines: int = 15) -> str:
     with open(path, "rb") as handle:
         handle.seek(max(0, os.fstat(handle.fileno()).st_size - LOG_TAIL_BYTES))
         return "\n".join(handle.read().decode(errors="replace").splitlines()[-lines:])
+
+
+@functools.cache
+def death_wrapper() -> tuple[str, ...]:
+    """Outside the sandbox: the command prefix that kills the process when diffprobe dies (what
+    --die-with-parent does in it), or () without ``setpriv``. What it started itself is ended by
+    the run's cgroup, or by the next run's sweep of it (runner/sandbox/limits.py)."""
+    setpriv = shutil.which("setpriv")
+    return (setpriv, "--pdeathsig", "KILL", "--") if setpriv else ()
 
 
 @functools.cache
