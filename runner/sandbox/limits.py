@@ -101,10 +101,17 @@ def _ours() -> dict[str, Path]:
     return found
 
 
+def _owner() -> str:
+    """Who makes a group: our PID namespace and pid (a hierarchy may be shared with other PID
+    namespaces, whose pids we cannot see and whose groups are not ours to sweep)."""
+    return f"{PREFIX}{os.stat('/proc/self/ns/pid').st_ino}-{os.getpid()}-"
+
+
 def _sweep(parent: Path) -> None:
-    """Groups left by a diffprobe that was killed: their owner's pid in the name is gone."""
-    for stale in parent.glob(f"{PREFIX}*-*"):
-        m = re.match(rf"{PREFIX}(\d+)-", stale.name)
+    """Groups left by a diffprobe of our PID namespace that was killed: its pid is gone."""
+    namespace = _owner().split("-")[1]
+    for stale in parent.glob(f"{PREFIX}{namespace}-*-*"):
+        m = re.match(rf"{PREFIX}{namespace}-(\d+)-", stale.name)
         if m and not Path(f"/proc/{m.group(1)}").exists():
             _remove(stale)
 
@@ -157,7 +164,7 @@ def _make(base: Path, name: str, controller: str, asked: Limits) -> Path | None:
 def group(asked: Limits) -> Iterator[Group]:
     """A cgroup for one run, with the pids and memory limits this machine lets us set; removed at
     the end, with anything still in it."""
-    name = f"{PREFIX}{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    name = f"{_owner()}{uuid.uuid4().hex[:8]}"
     made = {controller: path for controller, base in _ours().items() if (path := _make(base, name, controller, asked))}
     try:
         yield Group(tuple(dict.fromkeys(made.values())), Limits(processes=asked.processes if "pids" in made else None,
