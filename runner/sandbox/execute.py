@@ -39,6 +39,7 @@ from runner.evidence.observations import Observations
 from runner.files import owner_alive
 from runner.sandbox import bwrap, limits
 from runner.evidence.receipts import Isolation
+from runner.store import envs
 from runner.store.envs import Env, scrubbed_env
 from runner.store.sources import TreeIdentity
 
@@ -192,6 +193,8 @@ def run_isolated(argv: list[str], *, work_dir: Path, timeout: int, read_only: Se
         command, env, where, fds = [*death_wrapper(), *network_wrapper(), *argv], scrubbed_env(home), cwd or home, ()
     asked = limits.configured()
     prefix, per_process = limits.rlimits(asked)
+    if not sandboxed:  # it can write into the shared layer: until it has ended, each use checks the seal
+        envs.LAYERS_CHECKED.clear()
     started = now()
     try:
         with limits.group(asked) as group, open(log_path, "wb") as log:
@@ -213,6 +216,8 @@ def run_isolated(argv: list[str], *, work_dir: Path, timeout: int, read_only: Se
                 _live.discard(proc)
         if sandboxed:
             unpack(handed_back.result(), out)
+        else:
+            envs.LAYERS_CHECKED.clear()
         in_force = limits.merged(group.limits, per_process)
         isolation = bwrap.isolation(mounts, _drain(info_read), in_force) if sandboxed else Isolation(
             sandbox="none", namespaces=["net"] if network_wrapper() else [], limits=in_force)

@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from runner.errors import Infrastructure
+from runner.sandbox import execute
 from runner.store import envs
 from runner.store.cache import Store, read_model, write_model
 from runner.store.seal import seal
@@ -20,7 +21,8 @@ TORCH = [TorchSource(kind="index", location="file:///x", chosen_by="default")]
 
 
 @pytest.fixture
-def layer(tmp_path, interp):
+def layer(tmp_path, interp, monkeypatch):
+    monkeypatch.setattr(envs, "LAYERS_CHECKED", set())
     store = Store(tmp_path / "cache")
     root = store.layer(envs.layer_key(interp))
     site = root / "lib" / "python3" / "site-packages"
@@ -67,3 +69,17 @@ def test_a_layer_built_before_seals_is_sealed_as_found(layer, interp, capsys):
     envs.layer(store, interp, TORCH)
     assert "without a seal" in capsys.readouterr().err
     assert read_model(root / "layer.json", envs.LayerStamp).seal == stamp.seal
+
+
+def test_the_seal_is_checked_again_after_a_run_that_could_write_into_the_layer(layer, interp, tmp_path):
+    """Once per process while only sandboxed runs use it (they see it read-only); an unsandboxed
+    run could plant into it, so the next use checks again."""
+    store, root, site = layer
+    envs.layer(store, interp, TORCH)
+    (site / "zz-planted.pth").write_text("import os\n")  # by a hand, outside any run of this process
+    envs.layer(store, interp, TORCH)  # not seen: checked already in this process
+    work = tmp_path / "work"
+    work.mkdir()
+    execute.run_isolated(["/bin/true"], work_dir=work, timeout=60, read_only=[], sandboxed=False)
+    with pytest.raises(Infrastructure, match="altered since it was sealed"):
+        envs.layer(store, interp, TORCH)
