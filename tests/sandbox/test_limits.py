@@ -5,10 +5,12 @@ each attack ends fast and costs the machine little."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -75,3 +77,25 @@ def test_a_ten_gib_write_stops_at_the_file_size_and_result_limits(tmp_path, monk
 
 def test_limits_are_recorded_only_where_in_force():
     assert limits.merged(Limits(memory=1), Limits(open_files=2)) == Limits(memory=1, open_files=2)
+
+
+def test_only_regular_files_at_plain_paths_come_back_from_the_result_tmpfs(tmp_path):
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        def add(name: str, kind: bytes = tarfile.REGTYPE, data: bytes = b"{}", link: str = "") -> None:
+            info = tarfile.TarInfo(name)
+            info.type, info.size, info.linkname = kind, len(data) if kind == tarfile.REGTYPE else 0, link
+            tar.addfile(info, io.BytesIO(data) if kind == tarfile.REGTYPE else None)
+        add("./admission.json")
+        add("./nested/outcomes.json")
+        add("../escaped.json")
+        add("/abs.json")
+        add("./link.json", tarfile.SYMTYPE, link="/etc/passwd")
+        add("./hard.json", tarfile.LNKTYPE, link="admission.json")
+        add("./fifo", tarfile.FIFOTYPE)
+    out = tmp_path / "run" / "out"
+    out.mkdir(parents=True)
+    execute.unpack(buffer.getvalue(), out)
+    assert sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()) == ["admission.json", "nested/outcomes.json"]
+    assert not (tmp_path / "run" / "escaped.json").exists() and not any(p.is_symlink() for p in out.rglob("*"))
+    execute.unpack(b"not a tar" * 100, out)  # a damaged archive: nothing more, no exception
