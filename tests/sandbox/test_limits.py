@@ -18,6 +18,7 @@ import pytest
 from runner.errors import BadInput
 from runner.evidence.receipts import Limits
 from runner.sandbox import bwrap, execute, limits
+from runner.views.report import sources
 from tests.sandbox import greedy
 from tests.sandbox.host import processes_with
 
@@ -75,8 +76,11 @@ def test_a_ten_gib_write_stops_at_the_file_size_and_result_limits(tmp_path, monk
     assert sum(p.stat().st_size for p in files) <= bwrap.RESULTS_BYTES
 
 
-def test_limits_are_recorded_only_where_in_force():
+def test_limits_are_recorded_and_reported_only_where_in_force():
     assert limits.merged(Limits(memory=1), Limits(open_files=2)) == Limits(memory=1, open_files=2)
+    assert sources.resources(Limits(memory=8 << 30, processes=512, file_size=1 << 29)) == (
+        "limits: memory 8 GiB, 512 processes, files up to 0.5 GiB")
+    assert sources.resources(Limits()) == "limits: none recorded"  # a receipt from before limits
 
 
 def test_only_regular_files_at_plain_paths_come_back_from_the_result_tmpfs(tmp_path):
