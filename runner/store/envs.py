@@ -373,7 +373,7 @@ def env(tree: Tree, cache: Store, interp: Interpreter, torch: list[TorchSource] 
 
 def runs(python: Path) -> bool:
     try:
-        return subprocess.run([str(python), "-I", "-c", ""], capture_output=True, timeout=60).returncode == 0
+        return subprocess.run([str(python), "-I", "-B", "-c", ""], capture_output=True, timeout=60).returncode == 0
     except (OSError, subprocess.SubprocessError):
         return False
 
