@@ -25,6 +25,7 @@ import os
 import re
 import shutil
 import signal
+import subprocess
 import time
 import uuid
 from dataclasses import dataclass
@@ -153,11 +154,24 @@ def _make(base: Path, name: str, controller: str, asked: Limits) -> Path | None:
             except OSError:
                 if index == 0:  # the limit itself; the swap companion is optional
                     raise
+        _try_join(path)
         return path
     except OSError:
         if made:
             _remove(path)
         return None
+
+
+def _try_join(path: Path) -> None:
+    """Move a throwaway process into the group (OSError where we may make a group but not move
+    into it, as cgroup v2 delegation can allow): a run must never start claiming a limit it
+    could not join, nor fail because of it."""
+    probe = subprocess.Popen(["/bin/sh", "-c", "read line"], stdin=subprocess.PIPE)
+    try:
+        (path / "cgroup.procs").write_text(str(probe.pid))
+    finally:
+        probe.kill()
+        probe.wait()
 
 
 @contextlib.contextmanager

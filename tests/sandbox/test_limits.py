@@ -103,3 +103,17 @@ def test_only_regular_files_at_plain_paths_come_back_from_the_result_tmpfs(tmp_p
     assert sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()) == ["admission.json", "nested/outcomes.json"]
     assert not (tmp_path / "run" / "escaped.json").exists() and not any(p.is_symlink() for p in out.rglob("*"))
     execute.unpack(b"not a tar" * 100, out)  # a damaged archive: nothing more, no exception
+
+
+def test_a_group_we_may_make_but_not_join_is_neither_used_nor_claimed(monkeypatch, tmp_path):
+    def refused(path):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(limits, "_try_join", refused)
+    with limits.group(limits.DEFAULTS) as group:
+        assert group.dirs == () and group.join() == [] and group.limits == Limits()
+    monkeypatch.setenv(limits.VARIABLE, SMALL)
+    work = tmp_path / "work"
+    work.mkdir()
+    run = execute.run_isolated(["/bin/true"], work_dir=work, timeout=60, read_only=[])
+    assert run.code == 0 and run.isolation.limits.processes is None and run.isolation.limits.file_size == 16 << 20
