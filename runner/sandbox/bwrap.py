@@ -81,15 +81,17 @@ def _command(exe: str, mounts: Mounts, env: dict[str, str], cwd: str | None, inf
 
 
 def command(argv: list[str], mounts: Mounts, env: dict[str, str], cwd: str | None, info_fd: int,
-            results_fd: int) -> list[str]:
+            results_fd: int, deadline: int) -> list[str]:
     """``argv`` inside the sandbox; ``info_fd`` receives bubblewrap's account of the namespaces
     it made (read it with :func:`isolation`), ``results_fd`` a tar of the result directory once
-    ``argv`` has ended. That directory is a tmpfs of ``RESULTS_BYTES``: what a run writes there
-    never reaches the host's disk unbounded, and only its regular files are taken
-    (``execute.unpack``)."""
+    ``argv`` has ended or was stopped at ``deadline`` seconds (``timeout``: SIGTERM, SIGKILL 5 s
+    later, exit 124), so that what it wrote until then still comes back. That directory is a
+    tmpfs of ``RESULTS_BYTES``: what a run writes there never reaches the host's disk unbounded,
+    and only its regular files are taken (``execute.unpack``)."""
     exe = shutil.which("bwrap")
     assert exe and version() and mounts.results, "bubblewrap is not usable here: callers check version() first"
-    hand_back = (f'"$@" {results_fd}>&-; status=$?; tar -C "$0" -cf - . >&{results_fd}; exit $status')
+    hand_back = (f'timeout -k 5 {deadline} "$@" {results_fd}>&-; status=$?; tar -C "$0" -cf - . >&{results_fd}; '
+                 'exit $status')
     return [*_command(exe, mounts, {**env, "HOME": HOME, "TMPDIR": "/tmp"}, cwd, info_fd),
             "/bin/bash", "-c", hand_back, str(mounts.results), *argv]
 

@@ -25,6 +25,7 @@ import subprocess
 import tarfile
 import tempfile
 import threading
+import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -51,6 +52,7 @@ MAX_CASES = 50
 RESULT_BYTES = 64 << 20  # a result file larger than this is not one
 LOG_TAIL_BYTES = 64 << 10
 RUN_PREFIX = "diffprobe-run-"
+HAND_BACK_SECONDS = 60  # past a sandboxed run's deadline: for it to be stopped and its results handed back
 NO_SANDBOX = "only a pinned release or commit runs outside its sandbox; pass --unsandboxed to run this tree's code unconfined"
 
 
@@ -185,7 +187,8 @@ def run_isolated(argv: list[str], *, work_dir: Path, timeout: int, read_only: Se
     results_read, results_write = os.pipe() if sandboxed else (-1, -1)
     mounts = bwrap.Mounts(tuple(read_only), out, tuple(hidden))
     if sandboxed:
-        command = bwrap.command(argv, mounts, scrubbed_env(), str(cwd) if cwd else None, info_write, results_write)
+        command = bwrap.command(argv, mounts, scrubbed_env(), str(cwd) if cwd else None, info_write, results_write,
+                                timeout)
         env, where, fds = {"PATH": "/usr/bin:/bin"}, work_dir, (info_write, results_write)
     else:
         home = work_dir / "home"
@@ -195,7 +198,7 @@ def run_isolated(argv: list[str], *, work_dir: Path, timeout: int, read_only: Se
     prefix, per_process = limits.rlimits(asked)
     if not sandboxed:  # it can write into the shared layer: until it has ended, each use checks the seal
         envs.LAYERS_CHECKED.clear()
-    started = now()
+    started, clock = now(), time.monotonic()
     try:
         with limits.group(asked) as group, open(log_path, "wb") as log:
             proc = subprocess.Popen([*group.join(), *prefix, *command], stdout=log, stderr=subprocess.STDOUT,
@@ -206,14 +209,16 @@ def run_isolated(argv: list[str], *, work_dir: Path, timeout: int, read_only: Se
                 info_write = results_write = -1
                 handed_back, results_read = _Drain(results_read), -1  # it closes its end when done
             _live.add(proc)
-            try:
-                code: int | None = proc.wait(timeout=timeout)
+            try:  # sandboxed, the deadline is kept inside (bwrap.command); ours is the safety net
+                code: int | None = proc.wait(timeout=timeout + (HAND_BACK_SECONDS if sandboxed else 0))
             except subprocess.TimeoutExpired:
                 code = None
             finally:
                 if proc.poll() is None:  # past the deadline, or interrupted: take the whole group down
                     _kill_group(proc)
                 _live.discard(proc)
+            if sandboxed and code in (124, 128 + signal.SIGKILL) and time.monotonic() - clock >= timeout:
+                code = None  # stopped at its deadline inside; what it wrote until then came back
         if sandboxed:
             unpack(handed_back.result(), out)
         else:
