@@ -158,9 +158,17 @@ def run_forked(case: Case, places: Places, timeout: float, log: ImportLog) -> tu
     case an error and never stops the harness."""
     sys.stdout.flush()
     sys.stderr.flush()
-    read_fd, write_fd = os.pipe()
     start = time.monotonic()
-    pid = os.fork()
+    try:
+        read_fd, write_fd = os.pipe()
+    except OSError as exc:  # the tree holds every file it may open
+        return _limit_hit(case, f"no pipe for the case's process: {exc}")
+    try:
+        pid = os.fork()
+    except OSError as exc:  # the tree holds every process the run may have (a fork bomb)
+        os.close(read_fd)
+        os.close(write_fd)
+        return _limit_hit(case, f"no process for the case: {exc}")
     if pid == 0:
         os.close(read_fd)
         _child(case, places, write_fd, log)
@@ -184,12 +192,24 @@ def run_forked(case: Case, places: Places, timeout: float, log: ImportLog) -> tu
         result = _bare("error", error("MalformedResult", f"the case's result message is not well-formed: {problem}", "process"))
     elif os.WIFSIGNALED(status):
         name = signal.Signals(os.WTERMSIG(status)).name
-        result = _bare("error", error("Signal", f"case process killed by {name}", "process"))
+        result = _bare("error", error("Signal", f"case process killed by {name}{LIMIT_SIGNALS.get(name, '')}", "process"))
     else:
         message = f"case process exited with status {os.WEXITSTATUS(status)} without a result"
         result = _bare("error", error("NoResult", message, "process"))
     return {**case.header(), **result, "duration_ms": _ms_since(start)}, {}
 
+
+def _limit_hit(case: Case, message: str) -> tuple[dict[str, Any], dict]:
+    """A case that could not start because the tree holds what the sandbox's limits allow."""
+    return {**case.header(), **_bare("error", error("Limit", message, "process")), "duration_ms": 0}, {}
+
+
+# What a signal says about the sandbox's limits (runner/sandbox/limits.py): the case hit one.
+LIMIT_SIGNALS = {
+    "SIGKILL": " (from outside: the run's memory limit, when it was reached)",
+    "SIGXFSZ": ": a file it wrote reached the file-size limit",
+    "SIGXCPU": ": it reached the CPU-time limit",
+}
 
 # The result channel: one JSON object per case, nothing else (docs/probe-contract.md).
 MAX_MESSAGE = 8 << 20

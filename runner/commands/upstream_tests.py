@@ -167,7 +167,9 @@ def run_side(name: str, text: str, tree: sources.Tree, environment: envs.Env, te
         for path, data in test.files().items():
             (tests_dir / path).parent.mkdir(parents=True, exist_ok=True)
             (tests_dir / path).write_bytes(data)
-        argv = [str(environment.python), "-I", str(plugin), "--out", str(out), "--root", str(tests_dir),
+        # -B: pytest writes no byte-code (its assertion rewriting included) into the shared layer, whose seal an
+        # unsandboxed run would otherwise break (runner/store/envs.py); outcomes are the same.
+        argv = [str(environment.python), "-I", "-B", str(plugin), "--out", str(out), "--root", str(tests_dir),
                 str(tests_dir / test.path)]
         with ui.step(f"pytest {test.path} on {name} {text}"):
             run = execute.run_isolated(argv, work_dir=work_dir, cwd=tests_dir, timeout=timeout, sandboxed=sandboxed,

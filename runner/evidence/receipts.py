@@ -55,6 +55,16 @@ class Standins(_Model):
     sha256: str
 
 
+class Limits(_Model):
+    """Resource limits in force for a run's processes (runner/sandbox/limits.py); None: not in force."""
+
+    memory: int | None = None  # bytes, every process together (a cgroup)
+    processes: int | None = None  # processes and threads together (a cgroup)
+    address_space: int | None = None  # bytes, each process (RLIMIT_AS)
+    file_size: int | None = None  # bytes, each file written (RLIMIT_FSIZE)
+    open_files: int | None = None  # each process (RLIMIT_NOFILE)
+
+
 class Isolation(_Model):
     """The isolation actually in force for one run, as recorded in its receipt."""
 
@@ -64,6 +74,7 @@ class Isolation(_Model):
     read_only: list[str] = []  # host paths, bound read-only at the same path
     writable: list[str] = []  # the run's result directory, nothing else
     private: list[str] = []  # empty tmpfs of its own
+    limits: Limits = Limits()
 
     @property
     def sandboxed(self) -> bool:

@@ -6,8 +6,8 @@ the host), a private tmpfs /tmp and HOME, read-only binds of what it runs (the s
 interpreter, the tree's environment, the shared layer, the stored tree, the probes) and exactly
 one writable directory: that run's results. It starts from an empty environment (--clearenv),
 cannot reach our terminal (--new-session), dies with diffprobe (--die-with-parent), and
-everything it starts ends with it (the PID namespace dies with its first process). Each write is
-bounded by RLIMIT_FSIZE, each tmpfs by its size.
+everything it starts ends with it (the PID namespace dies with its first process). Each tmpfs is
+bounded by its size; processes, memory, files and their sizes by runner/sandbox/limits.py.
 """
 
 from __future__ import annotations
@@ -20,12 +20,12 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from runner.evidence.receipts import Isolation
+from runner.evidence.receipts import Isolation, Limits
 
 NAMESPACES = ("user", "mount", "pid", "net", "ipc", "uts", "cgroup")
 HOME = "/home/probe"
 TMPFS_BYTES = 1 << 30
-FILE_BYTES = 1 << 30  # RLIMIT_FSIZE: no file the tree writes (log, results, tmpfs) grows past this
+RESULTS_BYTES = 128 << 20  # the result directory's tmpfs: all a run can hand back
 SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc/ld.so.cache")
 
 
@@ -74,22 +74,29 @@ def _command(exe: str, mounts: Mounts, env: dict[str, str], cwd: str | None, inf
     for path in mounts.hidden:
         args += ["--size", "4096", "--tmpfs", str(path), "--remount-ro", str(path)]
     if mounts.results is not None:
-        args += ["--bind", str(mounts.results), str(mounts.results)]
+        args += ["--size", str(RESULTS_BYTES), "--tmpfs", str(mounts.results)]
     for key, value in env.items():
         args += ["--setenv", key, value]
     return [*args, "--chdir", cwd or HOME, "--"]
 
 
-def command(argv: list[str], mounts: Mounts, env: dict[str, str], cwd: str | None, info_fd: int) -> list[str]:
-    """``argv`` inside the sandbox, each write bounded; ``info_fd`` receives bubblewrap's account
-    of the namespaces it made (read it with :func:`isolation`)."""
+def command(argv: list[str], mounts: Mounts, env: dict[str, str], cwd: str | None, info_fd: int,
+            results_fd: int, deadline: int) -> list[str]:
+    """``argv`` inside the sandbox; ``info_fd`` receives bubblewrap's account of the namespaces
+    it made (read it with :func:`isolation`), ``results_fd`` a tar of the result directory once
+    ``argv`` has ended or was stopped at ``deadline`` seconds (``timeout``: SIGTERM, SIGKILL 5 s
+    later, exit 124), so that what it wrote until then still comes back. That directory is a
+    tmpfs of ``RESULTS_BYTES``: what a run writes there never reaches the host's disk unbounded,
+    and only its regular files are taken (``execute.unpack``)."""
     exe = shutil.which("bwrap")
-    assert exe and version(), "bubblewrap is not usable here: callers check version() first"
-    limit = [shutil.which("prlimit"), f"--fsize={FILE_BYTES}", "--"] if shutil.which("prlimit") else []
-    return [*limit, *_command(exe, mounts, {**env, "HOME": HOME, "TMPDIR": "/tmp"}, cwd, info_fd), *argv]
+    assert exe and version() and mounts.results, "bubblewrap is not usable here: callers check version() first"
+    hand_back = (f'timeout -k 5 {deadline} "$@" {results_fd}>&-; status=$?; tar -C "$0" -cf - . >&{results_fd}; '
+                 'exit $status')
+    return [*_command(exe, mounts, {**env, "HOME": HOME, "TMPDIR": "/tmp"}, cwd, info_fd),
+            "/bin/bash", "-c", hand_back, str(mounts.results), *argv]
 
 
-def isolation(mounts: Mounts, info: bytes) -> Isolation:
+def isolation(mounts: Mounts, info: bytes, limits: Limits) -> Isolation:
     """What was in force: each namespace bubblewrap reports that differs from ours (the user
     namespace is required by --unshare-user: without it bubblewrap does not start)."""
     try:
@@ -104,5 +111,5 @@ def isolation(mounts: Mounts, info: bytes) -> Isolation:
     return Isolation(
         sandbox="bubblewrap", version=version(), namespaces=found,
         read_only=[p for p in SYSTEM if os.path.lexists(p)] + [str(p) for p in mounts.read_only],
-        writable=[str(mounts.results)] if mounts.results else [], private=["/tmp", HOME],
+        writable=[str(mounts.results)] if mounts.results else [], private=["/tmp", HOME], limits=limits,
     )

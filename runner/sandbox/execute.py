@@ -16,12 +16,16 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import io
 import os
 import shutil
 import signal
 import stat
 import subprocess
+import tarfile
 import tempfile
+import threading
+import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -34,8 +38,9 @@ from runner.evidence import catalog
 from runner.evidence.materials import rederive
 from runner.evidence.observations import Observations
 from runner.files import owner_alive
-from runner.sandbox import bwrap
+from runner.sandbox import bwrap, limits
 from runner.evidence.receipts import Isolation
+from runner.store import envs
 from runner.store.envs import Env, scrubbed_env
 from runner.store.sources import TreeIdentity
 
@@ -47,6 +52,7 @@ MAX_CASES = 50
 RESULT_BYTES = 64 << 20  # a result file larger than this is not one
 LOG_TAIL_BYTES = 64 << 10
 RUN_PREFIX = "diffprobe-run-"
+HAND_BACK_SECONDS = 60  # past a sandboxed run's deadline: for it to be stopped and its results handed back
 NO_SANDBOX = "only a pinned release or commit runs outside its sandbox; pass --unsandboxed to run this tree's code unconfined"
 
 
@@ -178,38 +184,99 @@ def run_isolated(argv: list[str], *, work_dir: Path, timeout: int, read_only: Se
     out.mkdir(exist_ok=True)
     log_path = work_dir / "log.txt"
     info_read, info_write = os.pipe() if sandboxed else (-1, -1)
+    results_read, results_write = os.pipe() if sandboxed else (-1, -1)
     mounts = bwrap.Mounts(tuple(read_only), out, tuple(hidden))
     if sandboxed:
-        command = bwrap.command(argv, mounts, scrubbed_env(), str(cwd) if cwd else None, info_write)
-        env, where, fds = {"PATH": "/usr/bin:/bin"}, work_dir, (info_write,)
+        command = bwrap.command(argv, mounts, scrubbed_env(), str(cwd) if cwd else None, info_write, results_write,
+                                timeout)
+        env, where, fds = {"PATH": "/usr/bin:/bin"}, work_dir, (info_write, results_write)
     else:
         home = work_dir / "home"
         home.mkdir(exist_ok=True)
-        command, env, where, fds = [*network_wrapper(), *argv], scrubbed_env(home), cwd or home, ()
-    started = now()
+        command, env, where, fds = [*death_wrapper(), *network_wrapper(), *argv], scrubbed_env(home), cwd or home, ()
+    asked = limits.configured()
+    prefix, per_process = limits.rlimits(asked)
+    if not sandboxed:  # it can write into the shared layer: until it has ended, each use checks the seal
+        envs.LAYERS_CHECKED.clear()
+    started, clock = now(), time.monotonic()
     try:
-        with open(log_path, "wb") as log:
-            proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                    cwd=where, start_new_session=True, pass_fds=fds)
+        with limits.group(asked) as group, open(log_path, "wb") as log:
+            proc = subprocess.Popen([*group.join(), *prefix, *command], stdout=log, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, env=env, cwd=where, start_new_session=True, pass_fds=fds)
             if sandboxed:
                 os.close(info_write)
-                info_write = -1
+                os.close(results_write)
+                info_write = results_write = -1
+                handed_back, results_read = _Drain(results_read), -1  # it closes its end when done
             _live.add(proc)
-            try:
-                code: int | None = proc.wait(timeout=timeout)
+            try:  # sandboxed, the deadline is kept inside (bwrap.command); ours is the safety net
+                code: int | None = proc.wait(timeout=timeout + (HAND_BACK_SECONDS if sandboxed else 0))
             except subprocess.TimeoutExpired:
                 code = None
             finally:
                 if proc.poll() is None:  # past the deadline, or interrupted: take the whole group down
                     _kill_group(proc)
                 _live.discard(proc)
-        isolation = bwrap.isolation(mounts, _drain(info_read)) if sandboxed else Isolation(
-            sandbox="none", namespaces=["net"] if network_wrapper() else [])
+            if sandboxed and code in (124, 128 + signal.SIGKILL) and time.monotonic() - clock >= timeout:
+                code = None  # stopped at its deadline inside; what it wrote until then came back
+        if sandboxed:
+            unpack(handed_back.result(), out)
+        else:
+            envs.LAYERS_CHECKED.clear()
+        in_force = limits.merged(group.limits, per_process)
+        isolation = bwrap.isolation(mounts, _drain(info_read), in_force) if sandboxed else Isolation(
+            sandbox="none", namespaces=["net"] if network_wrapper() else [], limits=in_force)
     finally:
-        for fd in (info_read, info_write):
+        for fd in (info_read, info_write, results_read, results_write):
             if fd >= 0:
                 os.close(fd)
     return Isolated(code, started, now(), isolation, log_tail(log_path))
+
+
+class _Drain(threading.Thread):
+    """Reads a sandbox's hand-back while it runs (a full pipe would block it), keeping at most
+    what its result tmpfs can hold plus the archive's headers; owns the descriptor."""
+
+    def __init__(self, fd: int):
+        super().__init__(daemon=True)
+        self.fd, self.data, self.limit = fd, bytearray(), bwrap.RESULTS_BYTES + (4 << 20)
+        self.start()
+
+    def run(self) -> None:
+        try:
+            while chunk := os.read(self.fd, 1 << 16):
+                if len(self.data) <= self.limit:
+                    self.data += chunk
+        except OSError:
+            pass
+        finally:
+            os.close(self.fd)
+
+    def result(self) -> bytes:
+        self.join(timeout=30)  # every writer is in the sandbox, which has ended
+        return bytes(self.data) if len(self.data) <= self.limit else b""
+
+
+def unpack(archive: bytes, out: Path) -> None:
+    """The regular files of a sandbox's result directory, from its tar, into ``out``: nothing but
+    regular files at plain relative paths within ``RESULT_BYTES`` each; a damaged archive ends
+    the unpacking (what is missing is then reported missing by the caller)."""
+    try:
+        with tarfile.open(fileobj=io.BytesIO(archive), mode="r:") as tar:
+            for member in tar:
+                parts = Path(member.name).parts
+                if not member.isreg() or member.size > RESULT_BYTES or not parts or parts[0] == "/" or ".." in parts:
+                    continue
+                target = out.joinpath(*[p for p in parts if p != "."])
+                if target == out:
+                    continue
+                target.parent.mkdir(parents=True, exist_ok=True)  # only ever directories and files of ours
+                source = tar.extractfile(member)
+                if source is not None:
+                    with open(target, "wb") as handle:
+                        shutil.copyfileobj(source, handle)
+    except (tarfile.TarError, OSError, EOFError):
+        return
 
 
 def _drain(fd: int) -> bytes:
@@ -228,6 +295,15 @@ def log_tail(path: Path, lines: int = 15) -> str:
     with open(path, "rb") as handle:
         handle.seek(max(0, os.fstat(handle.fileno()).st_size - LOG_TAIL_BYTES))
         return "\n".join(handle.read().decode(errors="replace").splitlines()[-lines:])
+
+
+@functools.cache
+def death_wrapper() -> tuple[str, ...]:
+    """Outside the sandbox: the command prefix that kills the process when diffprobe dies (what
+    --die-with-parent does in it), or () without ``setpriv``. What it started itself is ended by
+    the run's cgroup, or by the next run's sweep of it (runner/sandbox/limits.py)."""
+    setpriv = shutil.which("setpriv")
+    return (setpriv, "--pdeathsig", "KILL", "--") if setpriv else ()
 
 
 @functools.cache

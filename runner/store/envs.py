@@ -7,10 +7,10 @@ the stand-in finder on ``sys.path``: that tree's sglang is the only one importab
 tree costs a few seconds (the host compiles the tree's byte-code into the environment's overlay of
 the tree when it builds it). Both are built under a scratch name and renamed when complete, then
 described by a stamp; an entry without a valid stamp does not exist. Both are read-only to every
-run (runner/sandbox/). A tree's environment is also sealed (runner/store/seal.py): a file added or
-changed in it since, a planted ``.pth`` or byte-code, makes it damaged, and it is rebuilt. The
-shared layer is not (45 000 entries, and tools run by hand may add byte-code to it): it is
-protected by being read-only to every sandboxed run.
+run (runner/sandbox/). Both are also sealed (runner/store/seal.py), and the seal is checked before
+use: a file added or changed since, a planted ``.pth`` or byte-code, makes a tree's environment
+damaged, and it is rebuilt; the shared layer (73 000 entries, 2.4 GiB, shared by every run) is
+refused with one line instead, since rebuilding it under other runs would break them.
 """
 
 from __future__ import annotations
@@ -54,6 +54,7 @@ ENV_FORMAT = 3  # bump when the layout of a tree's environment changes (2: byte-
 # What a seal leaves out: the stamp that holds it, and the store's last-used marker (gc), which
 # every use touches. Neither is code a run could load.
 STAMPS = ("env.json", USED)
+LAYER_STAMPS = ("layer.json", USED)
 
 
 class Interpreter(BaseModel):
@@ -80,6 +81,7 @@ class LayerStamp(BaseModel):
     packages: list[str]
     torch: TorchRecord  # where the CPU torch came from: source, URL, sha256
     choice: str  # which layer this is and why (CHOICE)
+    seal: str | None = None  # runner/store/seal.py; None: built before layers were sealed
 
 
 class EnvStamp(BaseModel):
@@ -176,6 +178,7 @@ def _layer(cache: Store, interp: Interpreter, torch: list[TorchSource] | None = 
     final = cache.layer(key)
     stamp = read_model(final / "layer.json", LayerStamp)
     if stamp and stamp.key == key and (final / stamp.site_packages).is_dir():
+        _check_seal(final, stamp)
         named = sources[0] if sources[0].chosen_by != "default" else None
         if named and named.location != stamp.torch.source.location:
             ui.warn(f"layer {key} already holds {stamp.torch.requirement} from {torch_source.describe(stamp.torch.source)}; "
@@ -210,9 +213,29 @@ def _layer(cache: Store, interp: Interpreter, torch: list[TorchSource] | None = 
         site = _site_packages(scratch / "bin" / "python").relative_to(scratch)
         write_model(scratch / "layer.json", LayerStamp(
             format=FORMAT, key=key, lock_sha256=lock, interpreter=interp, site_packages=str(site), packages=packages,
-            torch=record, choice=CHOICE,
+            torch=record, choice=CHOICE, seal=seal(scratch, exclude=LAYER_STAMPS),
         ))
     return final, read_model(final / "layer.json", LayerStamp)
+
+
+# Layers whose seal held in this process, and which seal: checked again only after a run that
+# could write into them (an unsandboxed one: execute.run_isolated clears this). Sealing the layer
+# costs 0.4 s of CPU (73 000 stat calls), 5% of a tree's harness run; a sweep pays it once.
+LAYERS_CHECKED: set[tuple[Path, str]] = set()
+
+
+def _check_seal(root: Path, stamp: LayerStamp) -> None:
+    """Refuse a layer altered since it was sealed; seal, as found, one built before layers were."""
+    if (root, stamp.seal) in LAYERS_CHECKED:
+        return
+    found = seal(root, exclude=LAYER_STAMPS)
+    if stamp.seal is None:
+        ui.warn(f"dependency layer {root} was built without a seal; sealed as it is now")
+        write_model(root / "layer.json", stamp.model_copy(update={"seal": found}))
+    elif found != stamp.seal:
+        raise Infrastructure(f"dependency layer {root} was altered since it was sealed (a planted .pth or byte-code?); "
+                             "no tree runs with it: remove it to have it rebuilt")
+    LAYERS_CHECKED.add((root, found))
 
 
 def _virtualenv(interp: Interpreter, dest: Path, *, seed: bool, log: Path, step: str) -> None:
@@ -350,7 +373,7 @@ def env(tree: Tree, cache: Store, interp: Interpreter, torch: list[TorchSource] 
 
 def runs(python: Path) -> bool:
     try:
-        return subprocess.run([str(python), "-I", "-c", ""], capture_output=True, timeout=60).returncode == 0
+        return subprocess.run([str(python), "-I", "-B", "-c", ""], capture_output=True, timeout=60).returncode == 0
     except (OSError, subprocess.SubprocessError):
         return False
 

@@ -15,7 +15,7 @@ from runner import cli
 from runner.commands import upstream_tests
 from runner.evidence import bundle, schema
 from runner.evidence.upstream import UpstreamTestsRecord
-from runner.store import envs
+from runner.store import envs, seal
 from runner.commands.upstream_layout import UpstreamFile
 
 # Upstream-style and self-contained: imports only the tree's sglang, pytest and the standard library.
@@ -158,6 +158,19 @@ def _commit_file(repo: Path, parent: str, path: str, content: str, tmp_path: Pat
     commit = git("commit-tree", git("write-tree"), "-p", parent, "-m", f"add {path}")
     git("update-ref", "refs/heads/upstream-tests-fixture", commit)
     return commit
+
+
+@pytest.mark.slow
+def test_an_unsandboxed_run_writes_nothing_into_the_shared_layer(tmp_path, cache, interp):
+    """pytest rewrites assertions into byte-code next to each plugin it loads (some live in the
+    shared layer): outside the sandbox that would break the layer's seal and refuse every later run."""
+    tests = tmp_path / NAME
+    tests.write_text(LOCAL)
+    layer = envs.layer(cache, interp)[0]
+    before = seal.seal(layer, exclude=envs.LAYER_STAMPS)
+    code, _ = _run(tmp_path, cache, "--tests", str(tests), "--base", "pypi:sglang==0.5.20", "--head", "pypi:sglang==0.5.21",
+                   "--unsandboxed")
+    assert code == 0 and seal.seal(layer, exclude=envs.LAYER_STAMPS) == before
 
 
 @pytest.mark.slow

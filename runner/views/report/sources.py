@@ -4,7 +4,7 @@ live server or a model; every field that pins it down; the stand-ins and the san
 from __future__ import annotations
 
 from runner.evidence import receipts
-from runner.evidence.receipts import Receipt, Source
+from runner.evidence.receipts import Limits, Receipt, Source
 from runner.store.sources import TreeIdentity
 
 TREE_KINDS = ("git", "pypi", "path")
@@ -74,4 +74,15 @@ def sandbox(r: Receipt) -> tuple[str, bool]:
         return "not recorded (before the sandbox)", False
     if not i.sandboxed:
         return "UNSANDBOXED: the tree's code ran with the user's rights", False
-    return f"bubblewrap {i.version} ({', '.join(i.namespaces)} namespaces; writable: {', '.join(i.writable)})", True
+    return f"bubblewrap {i.version} ({', '.join(i.namespaces)} namespaces; writable: {', '.join(i.writable)}; {resources(i.limits)})", True
+
+
+def resources(found: Limits) -> str:
+    """The resource limits a run was under, in a few words (those not in force are not named)."""
+    gib = 1 << 30
+    words = [f"memory {found.memory / gib:g} GiB" if found.memory else "",
+             f"{found.processes} processes" if found.processes else "",
+             f"{found.address_space / gib:g} GiB address space" if found.address_space else "",
+             f"files up to {found.file_size / gib:g} GiB" if found.file_size else "",
+             f"{found.open_files} open files" if found.open_files else ""]
+    return "limits: " + (", ".join(w for w in words if w) or "none recorded")
