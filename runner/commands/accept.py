@@ -23,8 +23,9 @@ from runner.commands import gate, options, pipeline, survey
 from runner.evidence import bundle, pins, static
 from runner.evidence.observations import Case
 from runner.evidence.receipts import Receipt, ServerIdentity, host_environment, host_probe, make
+from runner.evidence.records import Acceptance, GateResult
 from runner.sandbox import execute
-from runner.views.acceptance import GATES, KIND, Acceptance, GateResult, print_gates
+from runner.views.acceptance import GATES, KIND, print_gates
 
 ROLES = ("prefill", "decode")
 DEFERRED = "SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE"

@@ -15,9 +15,7 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Literal
 
-from pydantic import BaseModel
 from rich.markup import escape
 from rich.table import Table
 
@@ -28,27 +26,7 @@ from runner.sandbox import execute
 from runner.store import sources, specs
 from runner.files import digest_name, sha256_bytes
 from runner.evidence.receipts import Receipt
-
-Applied = Literal["applied cleanly", "applied by three-way merge", "already applied", "taken as applied"]
-
-
-class Row(BaseModel):
-    probe: str
-    case: str
-    backport: str
-    head: str
-    same: bool
-
-
-class BackportRecord(BaseModel):
-    pr: int
-    onto: str
-    head: str
-    patch_sha256: str | None
-    applied: Applied
-    files: list[str]
-    rows: list[Row]
-    behaves_like_head: bool
+from runner.evidence.records import Applied, BackportRecord, BackportRow
 
 
 def _strip(patch: bytes) -> int:
@@ -124,13 +102,13 @@ def apply(onto: sources.Tree, patch: bytes, work: Path, base: sources.Tree | Non
         patch_file.unlink(missing_ok=True)
 
 
-def compare(fix_probes: list[str], mine: dict[str, Receipt], head: dict[str, Receipt]) -> list[Row]:
+def compare(fix_probes: list[str], mine: dict[str, Receipt], head: dict[str, Receipt]) -> list[BackportRow]:
     rows = []
     for probe in fix_probes:
         ids = list(dict.fromkeys([c.id for c in mine[probe].cases] + [c.id for c in head[probe].cases]))
         for case_id in ids:
             a, b = judging.state(mine[probe].case(case_id)), judging.state(head[probe].case(case_id))
-            rows.append(Row(probe=probe, case=case_id, backport=a, head=b, same=judging.conclusive(a) and a == b))
+            rows.append(BackportRow(probe=probe, case=case_id, backport=a, head=b, same=judging.conclusive(a) and a == b))
     return rows
 
 

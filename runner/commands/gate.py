@@ -38,6 +38,7 @@ from runner.sandbox import execute
 from runner.errors import BadInput, Infrastructure
 from runner.evidence.observations import Case, CaseError
 from runner.evidence.receipts import ServerIdentity, host_environment, host_probe, make
+from runner.evidence.records import GateRecord
 
 INFO_PATHS = ("/server_info", "/get_server_info")  # the second is the older, deprecated name
 REPORTED = ("version", "model_path", "served_model_name", "context_length", "max_total_num_tokens",
@@ -269,7 +270,7 @@ def cmd_gate(args) -> int:
                    host_environment(), cases, started_at=started, finished_at=execute.now())
     out = bundle.write(bundle.out_path(args.out, f"gate-{args.gate}"), kind=f"gate-{args.gate}",
                        created_at=started, receipts=[receipt], differentials=[], pins_sha256=None, limits=LIMITS,
-                       extra={"gate": args.gate, "url": url}, signers=signers)
+                       extra=GateRecord(gate=args.gate, url=url).model_dump(mode="json"), signers=signers)
     for case in cases:
         if case.outcome == "observed":
             mark = "[red]✗ FAIL[/]" if case.classification == "bug" else "[green]✓ pass[/]"

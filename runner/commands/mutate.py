@@ -13,6 +13,7 @@ from runner import errors, ui
 from runner.commands import options, pipeline
 from runner.evidence import bundle, catalog, judging, mutation, pins
 from runner.evidence.observations import Case, ImportResult
+from runner.evidence.records import MutationRecord
 from runner.sandbox import execute
 from runner.store import envs
 
@@ -110,7 +111,7 @@ def cmd_mutate(args) -> int:
     found = measure(plan, p, opts, envs.interpreter(args.python), options.torch(args), args.case_timeout)
     files, scores = recorded(found)
     out = bundle.write(target, kind="mutation", created_at=started, receipts=[], differentials=[], pins_sha256=None,
-                       files=files, limits=MUTATION_LIMITS, extra={"scores": scores}, signers=signers)
+                       files=files, limits=MUTATION_LIMITS, extra=MutationRecord(scores=scores).model_dump(mode="json"), signers=signers)
     reports = [m for _, m in found]
     show(reports)
     ui.out.print(f"bundle: {out}")

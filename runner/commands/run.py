@@ -5,6 +5,7 @@ from __future__ import annotations
 from runner import errors, ui
 from runner.commands import mutate, options, pipeline
 from runner.evidence import bundle, pins, receipts
+from runner.evidence.records import RunRecord
 from runner.files import sha256_file
 from runner.sandbox import execute
 from runner.store import envs, specs
@@ -49,8 +50,8 @@ def cmd_run(args) -> int:
     out = bundle.write(
         out, kind="run", created_at=started, files=files,
         receipts=list({bundle.receipt_name(r): r for r in got.values()}.values()), differentials=diffs, pins_sha256=sha256_file(pins_path),
-        extra={"via": args.via, "fixes": numbers, "repo": repo if args.via == "commits" else None}
-        | ({"scores": scores} if args.mutate else {}), signers=signers,
+        extra=RunRecord(via=args.via, fixes=numbers, repo=repo if args.via == "commits" else None,
+                        scores=scores if args.mutate else None).model_dump(mode="json"), signers=signers,
     )
     summary.differentials(diffs)
     ui.out.print(f"bundle: {out}  (check with: diffprobe verify {out}  or  cd {out} && sha256sum -c {bundle.MANIFEST})")

@@ -1,9 +1,16 @@
-"""What audit, sweep and merge bundles record beside their receipts (``bundle.json`` ``extra``):
-one row per source with each fix's status by door and the static findings."""
+"""What each kind of bundle records beside its receipts (``bundle.json`` ``extra``), one model per
+kind, so every file diffprobe writes has a schema (runner.evidence.schema): a sweep's rows (audit,
+sweep and merge bundles), a run's sides, a backport's comparison, an acceptance's gates, mutation
+scores, a gate's server and the synthetic model's configurations. The upstream-tests record lives
+with the other upstream-tests formats (runner.evidence.upstream). Models only: the commands fill
+them, and the rules they apply stay with the commands and with judging."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_serializer
+from typing_extensions import TypedDict
 
 from runner.evidence import judging, static
 
@@ -40,3 +47,112 @@ def windows(rows: list[Row]) -> list[judging.Window]:
     fixes = sorted({f.fix for r in rows for f in r.fixes})
     return [judging.window(fix, [(r.source, next((f for f in r.fixes if f.fix == fix), None)) for r in rows])
             for fix in fixes]
+
+
+# --- the other kinds: strict, so a schema says exactly what a bundle of that kind holds -----------
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Score(judging.MutationScore):
+    """A fix's mutation score in one tree (its report is the bundle's ``mutation/*.json``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    source: str
+
+
+class MutationRecord(_Record):
+    """What a mutation bundle (``diffprobe mutate``) adds: one score per tree and fix."""
+
+    scores: list[Score]
+
+
+class RunRecord(_Record):
+    """What a run bundle adds: where each fix's base and head trees came from."""
+
+    via: Literal["releases", "commits"] = Field(description="the release brackets on PyPI, or the pinned commits")
+    fixes: list[int]
+    repo: str | None = Field(description="the git repository of --via commits; null with --via releases")
+    scores: list[Score] | None = Field(None, description="with --mutate only, absent without: each fix's mutation "
+                                                         "score at its head")
+
+    @model_serializer(mode="wrap")
+    def _scores_absent(self, handler) -> dict:
+        """Without --mutate a run bundle has no ``scores`` key at all (not null), as it always had."""
+        dumped = handler(self)
+        if self.scores is None:
+            del dumped["scores"]
+        return dumped
+
+
+Applied = Literal["applied cleanly", "applied by three-way merge", "already applied", "taken as applied"]
+
+
+class BackportRow(_Record):
+    """One case of the fix's probes, in the backport and in the upstream head."""
+
+    probe: str
+    case: str
+    backport: judging.State
+    head: judging.State
+    same: bool = Field(description="both conclusive and equal")
+
+
+class BackportRecord(_Record):
+    """What a backport bundle adds: how the fix was applied and whether the result behaves like head."""
+
+    pr: int
+    onto: str = Field(description="the tree the fix was applied onto, as given")
+    head: str = Field(description="the upstream head it is compared with")
+    patch_sha256: str | None = Field(description="the patch applied (the PR's diff or --patch); null with --applied")
+    applied: Applied
+    files: list[str] = Field(description="the files the patch changed")
+    rows: list[BackportRow]
+    behaves_like_head: bool
+
+
+class AcceptedWorker(TypedDict):
+    """A worker of the fleet, as it reported itself, and the tree it was judged by."""
+
+    __pydantic_config__ = ConfigDict(extra="forbid")
+    role: Literal["prefill", "decode"]
+    endpoint: str | None
+    version: str | None
+    tree: str
+
+
+class GateResult(_Record):
+    gate: Literal[1, 2, 3, 4]
+    title: str
+    passed: bool
+    reasons: list[str] = Field(description="why it failed; for a pass, what it rests on")
+    receipts: list[str]
+
+
+class Acceptance(_Record):
+    """What an accept bundle adds: the fleet, the trees it runs, and the four gates."""
+
+    workers: dict[str, AcceptedWorker] = Field(description="worker URL -> role, endpoint, version, tree source")
+    trees: dict[str, str] = Field(description="tree source -> tree digest")
+    gates: list[GateResult]
+    accepted: bool
+
+
+GateName = Literal["pool", "canary", "latency"]
+
+
+class GateRecord(_Record):
+    """What a gate bundle (kind ``gate-NAME``) adds: which gate, against which server."""
+
+    gate: GateName
+    url: str
+
+
+class ModelRecord(_Record):
+    """What a model bundle adds: the synthetic model it ran, under which switches, and its steps."""
+
+    synthetic: str = Field(description="the label that says this is diffprobe's state machine, not SGLang code")
+    configurations: dict[str, dict[str, bool]] = Field(description="name -> fault and defence switches")
+    steps: dict[str, str] = Field(description="step number -> name, where a situation stops")

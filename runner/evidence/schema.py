@@ -12,7 +12,8 @@ from runner.evidence.mutation import Mutation
 from runner.evidence.observations import Observations
 from runner.evidence.pins import Pins
 from runner.evidence.receipts import Differential, Receipt
-from runner.evidence.records import SweepRecord
+from runner.evidence.records import (Acceptance, BackportRecord, GateRecord, ModelRecord, MutationRecord, RunRecord,
+                                     SweepRecord)
 from runner.evidence.upstream import Outcomes, UpstreamTestsRecord
 
 MODELS = {
@@ -26,6 +27,13 @@ MODELS = {
     "envelope": Envelope,  # attestations/*.intoto.json (DSSE); the Statements inside follow in-toto's spec
     "pytest-outcomes": Outcomes,  # what upstream-tests' pytest plugin writes in a tree's environment
     "upstream-tests": UpstreamTestsRecord,  # bundle.json "extra" of upstream-tests bundles: test files, grading
+    # bundle.json "extra" of the other kinds of bundle, by kind
+    "run": RunRecord,
+    "backport": BackportRecord,
+    "accept": Acceptance,
+    "mutation-scores": MutationRecord,  # of mutation bundles (mutation/*.json, the reports, are another format)
+    "gate": GateRecord,  # of gate-pool, gate-canary and gate-latency bundles
+    "model": ModelRecord,
 }
 DIR = Path(__file__).resolve().parents[2] / "evidence" / "schema"
 

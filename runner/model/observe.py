@@ -8,6 +8,7 @@ from pathlib import Path
 from runner.evidence import bundle, dsse
 from runner.evidence.observations import Case
 from runner.evidence.receipts import ModelIdentity, Receipt, host_environment, host_probe, make
+from runner.evidence.records import ModelRecord
 from runner.model import incident
 from runner.model.incident import SITUATIONS, STEPS, Cluster, Situation, Switches
 from runner.sandbox import execute
@@ -54,6 +55,6 @@ def write(out: Path, configs: dict[str, Switches], results: dict[str, list[Recei
     return bundle.write(
         out, kind="model", created_at=execute.now(), receipts=[r for rs in results.values() for r in rs],
         differentials=[], pins_sha256=None, limits=LIMITS,
-        extra={"synthetic": LABEL, "configurations": {n: s.model_dump() for n, s in configs.items()},
-               "steps": {str(k): v for k, v in STEPS.items()}}, signers=signers,
+        extra=ModelRecord(synthetic=LABEL, configurations={n: s.model_dump() for n, s in configs.items()},
+                          steps={str(k): v for k, v in STEPS.items()}).model_dump(mode="json"), signers=signers,
     )

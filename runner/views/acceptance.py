@@ -1,14 +1,12 @@
-"""An acceptance as ``bundle.json``'s ``extra`` records it (``diffprobe accept``), and the gates as the
-command prints them. Which checks each gate runs and when it passes are ``commands/accept.py``'s rules;
-this is the record they write, which ``accept`` and ``report`` both show."""
+"""The four acceptance gates' titles, and an acceptance as the command prints it. The record itself
+(``bundle.json``'s ``extra``, ``diffprobe accept``) is ``runner.evidence.records.Acceptance``, which
+``accept`` writes and ``report`` shows; which checks each gate runs and when it passes are
+``commands/accept.py``'s rules."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from pydantic import BaseModel
-
 from runner import ui
+from runner.evidence.records import Acceptance
 
 KIND = "accept"  # the bundle kind ``diffprobe accept`` writes
 # The write-up's four acceptance gates, by number.
@@ -18,23 +16,6 @@ GATES = {
     3: "transfer / read: KV checksum or canary in force on every worker",
     4: "lifetime / ownership: deferred release in force on prefill and decode",
 }
-
-
-class GateResult(BaseModel):
-    gate: int
-    title: str
-    passed: bool
-    reasons: list[str]  # why it failed; for a pass, what it rests on
-    receipts: list[str]
-
-
-class Acceptance(BaseModel):
-    """What ``bundle.json``'s ``extra`` holds for an acceptance bundle."""
-
-    workers: dict[str, dict[str, Any]]  # url -> role, endpoint, version, tree source
-    trees: dict[str, str]  # tree source -> tree digest
-    gates: list[GateResult]
-    accepted: bool
 
 
 def print_gates(record: Acceptance) -> None:

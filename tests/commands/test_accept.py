@@ -10,7 +10,6 @@ import json
 import subprocess
 from http.server import ThreadingHTTPServer
 
-import orjson
 import pytest
 from rich.console import Console
 
@@ -20,6 +19,7 @@ from runner.store import envs
 from runner.views.report import gates, verified
 from tests.commands.test_gates import serve as gates_serve
 from tests.helpers import check_signed, key_pair
+from tests.records import checked
 from tests.views.test_report import CHROMIUM, assert_self_contained, chromium, parse, visible_text
 
 pytestmark = pytest.mark.slow
@@ -141,7 +141,7 @@ def accept(cache, urls, tmp_path, *extra: str) -> tuple[int, dict]:
     out = tmp_path / "accept"
     code = cli.main(["accept", "--prefill", urls["prefill"], "--decode", urls["decode"], "--router", urls["router"],
                      "--cache-dir", str(cache.root), "--out", str(out), *extra])
-    record = orjson.loads((out / "bundle.json").read_bytes())["extra"] if (out / "bundle.json").exists() else {}
+    record = checked(out) if (out / "bundle.json").exists() else {}
     return code, record
 
 

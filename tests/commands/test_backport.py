@@ -6,8 +6,9 @@ import pytest
 
 from runner import cli
 from runner.evidence import bundle
-from runner.commands.backport import BackportRecord
+from runner.evidence.records import BackportRecord
 from tests import forks
+from tests.records import checked
 
 pytestmark = pytest.mark.slow  # real releases, environments and SGLang imports
 
@@ -31,7 +32,7 @@ def _backport(upstream_repo, cache, pr_pins, out, *extra):
 
 
 def _record(out) -> BackportRecord:
-    return BackportRecord.model_validate(bundle.load(out)[0].extra)
+    return BackportRecord.model_validate(checked(out))
 
 
 def test_fix_applied_onto_an_older_tree_behaves_like_head(upstream_repo, cache, pr_pins, tmp_path):

@@ -22,6 +22,7 @@ from runner import cli
 from runner.evidence import bundle
 from runner.evidence.receipts import Receipt
 from tests.helpers import check_signed, key_pair
+from tests.records import checked
 
 SECONDS_PER_TOKEN = 100e-6
 
@@ -103,6 +104,7 @@ def gate(args: list[str], out: Path, capsys) -> tuple[int, str, Receipt | None]:
     receipt = None
     if out.exists():
         assert bundle.verify(out) == []
+        assert checked(out)["gate"] == args[0]
         (name,) = [p for p in (out / "receipts").iterdir()]
         receipt = Receipt.model_validate(orjson.loads(name.read_bytes()))
     return code, text.out + text.err, receipt

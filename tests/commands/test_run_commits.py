@@ -6,6 +6,7 @@ from runner import cli
 from runner.evidence import bundle
 from tests import helpers
 from tests.conftest import git
+from tests.records import checked
 
 
 @pytest.mark.slow
@@ -20,6 +21,7 @@ def test_run_via_commits_with_a_pr_head_only_under_refs_pull(upstream_repo, cach
     code = cli.main(["run", "--via", "commits", "--repo", str(repo), "--pr", "38935", "--pins", str(pins),
                      "--out", str(out), "--cache-dir", str(cache.root)])
     assert code == 0
+    assert checked(out) == {"via": "commits", "fixes": [38935], "repo": str(repo)}
     _, receipts, diffs = bundle.load(out)
     (d,) = diffs.values()
     assert d.verdict == "fix observed"

@@ -18,7 +18,8 @@ from runner import cli
 from runner.evidence import bundle
 from runner.evidence.observations import Case, CaseError
 from runner.evidence.receipts import ProbeRef, ServerIdentity, make
-from runner.views.acceptance import GATES, Acceptance, GateResult
+from runner.evidence.records import Acceptance, GateResult
+from runner.views.acceptance import GATES
 from runner.views.report import gates, verified
 from tests.views.test_report import (ENV, HOSTILE, admission, assert_self_contained, cleanup, html_of, parse, pypi, receipt,
                                      terminal)  # noqa: F401 (terminal: a fixture)

@@ -16,8 +16,9 @@ from pydantic import ValidationError
 
 from runner.evidence import judging
 from runner.evidence.receipts import Receipt
+from runner.evidence.records import Acceptance, GateResult
 from runner.store.sources import TreeIdentity
-from runner.views.acceptance import GATES, KIND, Acceptance, GateResult
+from runner.views.acceptance import GATES, KIND
 from runner.views.report.verified import Evidence
 
 GateStatus = Literal["passed", "failed", "not run"]
