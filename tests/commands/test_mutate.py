@@ -16,6 +16,7 @@ from runner.evidence.mutation import BaselineCase, Mutant, Mutation
 from runner.files import sha256_file
 from tests.evidence.test_attest import third_party_check
 from tests.helpers import check_signed, key_pair
+from tests.records import checked
 
 TREE_DIGEST = "h1:" + base64.b64encode(bytes(range(32))).decode()
 
@@ -36,6 +37,7 @@ def mutate_cli(monkeypatch, tmp_path: Path, found: Mutation, *extra: str) -> tup
     monkeypatch.setattr(mutate, "measure", lambda *a, **k: [("sglang-0.5.21", found)])
     out = tmp_path / "m"
     code = cli.main(["mutate", "--fix", "38935", "--cache-dir", str(tmp_path / "cache"), "--out", str(out), *extra])
+    assert checked(out)["scores"] == [found.score.model_dump(mode="json") | {"source": found.source}]
     return code, out
 
 

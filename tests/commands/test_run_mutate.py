@@ -15,6 +15,7 @@ from runner import cli
 from runner.evidence import bundle, catalog, judging, mutation
 from tests import forks, helpers
 from tests.conftest import git
+from tests.records import checked
 
 pytestmark = pytest.mark.slow  # real releases, environments and SGLang imports
 
@@ -31,7 +32,7 @@ def test_run_mutate_scores_the_evidence_the_verdict_rests_on(release_tree, cache
     (d,) = diffs.values()
     assert d.verdict == "fix observed"
     head = receipts[d.head[0].receipt]
-    (score,) = index.extra["scores"]
+    (score,) = checked(out)["scores"]
     assert score["source"] == "pypi:sglang==0.5.20" and score["fix"] == 36988
     m = _report(out, "sglang-0.5.20.prefill-cleanup.json")
     # The same bytes, the same probe, the same cases reading the same: the verdict's own evidence.
@@ -82,6 +83,7 @@ def test_a_tree_without_the_fix_gets_no_score(release_tree, cache, tmp_path, cap
     assert cli.main(["mutate", "pypi:sglang==0.5.20", "--fix", "38935", "--out", str(out), "--cache-dir", str(cache.root)]) == 1
     assert "evidence strength: not measured: the tree unmutated reads not fixed" in capsys.readouterr().out
     m = _report(out, "sglang-0.5.20.admission.json")
+    assert checked(out)["scores"] == [m.score.model_dump(mode="json") | {"source": m.source}]
     held = {c.id for c in m.baseline if c.state == "clean"}
     assert held and all(c.role == "guard" for c in m.baseline if c.id in held)
     assert all(x.why.split(":")[0] in held for x in m.mutants if x.status == "killed")
@@ -115,7 +117,7 @@ def test_run_via_commits_mutate_at_a_pr_head_that_releases_the_cache_its_own_way
     assert d.verdict == "fix observed"
     head_receipt = receipts[d.head[0].receipt]
     assert head_receipt.source.commit == head
-    (score,) = index.extra["scores"]
+    (score,) = checked(out)["scores"]
     assert score["baseline"] == "fixed" and score["survived"] == 0, score
     m = _report(out, f"git-{head[:12]}.admission.json")
     assert m.tree_digest == head_receipt.source.tree_digest
@@ -129,5 +131,6 @@ def test_mutate_on_an_older_release_with_the_fix_backported(release_tree, cache,
     assert cli.main(["mutate", f"path:{root}", "--fix", "38935", "--out", str(out), "--cache-dir", str(cache.root)]) == 0
     (name,) = [p.name for p in (out / mutation.DIR).iterdir()]
     m = _report(out, name)
+    assert checked(out)["scores"] == [m.score.model_dump(mode="json") | {"source": m.source}]
     assert m.score.baseline == "fixed" and not m.missing
     assert m.score.survived == 0 and m.score.killed >= 95 * (m.score.mutants - m.score.equivalent) / 100
