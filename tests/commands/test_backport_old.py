@@ -18,8 +18,9 @@ from pathlib import Path
 import pytest
 
 from runner import cli
-from runner.commands.backport import BackportRecord
 from runner.evidence import bundle
+from runner.evidence.records import BackportRecord
+from tests.records import checked
 
 pytestmark = pytest.mark.slow  # real releases, environments and SGLang imports
 
@@ -178,7 +179,7 @@ def _backport(cache, tmp: Path, release_tree, doors: tuple[str, ...], version: s
     (differential,) = diffs.values()
     (mine,) = [r for r in receipts.values() if r.source.kind == "path"]
     failed = {c.id: [d for d, ok in (c.duties or {}).items() if not ok] for c in mine.cases}
-    return code, BackportRecord.model_validate(index.extra), differential, failed
+    return code, BackportRecord.model_validate(checked(out)), differential, failed
 
 
 def _cases(differential) -> dict[str, tuple[str, str]]:
