@@ -15,6 +15,7 @@ from runner.commands import gate
 from runner.evidence import bundle
 from runner.evidence.records import Applied, GateName, RunRecord, Score
 from runner.evidence.schema import MODELS
+from runner.model.incident import Switches
 from tests.records import KINDS, checked, validator
 
 EVIDENCE = Path(__file__).resolve().parents[2] / "evidence"
@@ -51,6 +52,7 @@ def test_a_model_bundle_record(tmp_path, capsys):
     assert cli.main(["model", "--out", str(out)]) == 0
     record = checked(out)
     assert "not SGLang code" in record["synthetic"] and "incident" in record["configurations"]
+    assert all(set(switches) == set(Switches.model_fields) for switches in record["configurations"].values())
 
 
 def test_the_schemas_refuse_what_the_models_refuse():
