@@ -163,12 +163,17 @@ def run_forked(case: Case, places: Places, timeout: float, log: ImportLog) -> tu
         read_fd, write_fd = os.pipe()
     except OSError as exc:  # the tree holds every file it may open
         return _limit_hit(case, f"no pipe for the case's process: {exc}")
+    reap(block=False)
     try:
         pid = os.fork()
-    except OSError as exc:  # the tree holds every process the run may have (a fork bomb)
-        os.close(read_fd)
-        os.close(write_fd)
-        return _limit_hit(case, f"no process for the case: {exc}")
+    except OSError:
+        reap()  # children still exiting count against the run's process limit: wait for them, once
+        try:
+            pid = os.fork()
+        except OSError as exc:  # the tree holds every process the run may have (a fork bomb)
+            os.close(read_fd)
+            os.close(write_fd)
+            return _limit_hit(case, f"no process for the case: {exc}")
     if pid == 0:
         os.close(read_fd)
         _child(case, places, write_fd, log)
@@ -264,10 +269,15 @@ def _plain(value: Any, depth: int) -> bool:
 EXITING: list[int] = []  # children that delivered their result and are still exiting
 
 
-def reap() -> None:
+def reap(block: bool = True) -> None:
+    """Collect children that delivered their result; without ``block``, only those already gone.
+    Every case reaps the ones before it: a mutation run forks thousands of cases, and unreaped
+    children would fill the run's process limit (its cgroup counts them until they are waited for)."""
+    still = []
     for pid in EXITING:
-        os.waitpid(pid, 0)
-    EXITING.clear()
+        if os.waitpid(pid, 0 if block else os.WNOHANG)[0] == 0:
+            still.append(pid)
+    EXITING[:] = still
 
 
 def _child(case: Case, places: Places, write_fd: int, log: ImportLog) -> None:

@@ -105,3 +105,14 @@ def test_names_must_be_lists_of_strings():
     assert harness.well_formed(json.dumps({"result": GOOD, "modules": [1], "standins": []}).encode())[0] is None
     assert harness.well_formed(json.dumps({"result": GOOD, "modules": "x", "standins": []}).encode())[0] is None
     assert harness.well_formed(json.dumps({"result": GOOD, "modules": ["a"], "standins": ["b"]}).encode())[0] is not None
+
+
+def test_cases_that_delivered_their_result_are_reaped_as_the_run_goes_on(monkeypatch):
+    """A mutation run forks thousands of cases in one process: children left unwaited for stay in
+    the process table (and in the run's process limit) until reaped, and once they filled it every
+    later case read as a Limit error. Each case now collects the ones before it."""
+    for _ in range(60):
+        assert _run(monkeypatch, lambda pipes: GOOD)["outcome"] == "observed"
+    assert len(harness.EXITING) < 10
+    harness.reap()
+    assert harness.EXITING == []
