@@ -83,3 +83,16 @@ def backport_38935(older: Path, fixed: Path, dest: Path) -> Path:
         (SCHEDULER, "    def _add_request_to_queue(", scheduler_text + "    def _add_request_to_queue("),
     ])
     return dest
+
+
+# A hostile driver planted in a tree finds the probe case it runs inside (its id) by walking the stack.
+CASE_ID = """
+def _case_id():
+    frame = sys._getframe()
+    while frame is not None:
+        case = frame.f_locals.get("case")
+        if getattr(case, "id", None):
+            return case.id
+        frame = frame.f_back
+    return None
+"""

@@ -16,14 +16,7 @@ from . import _greedy as greedy
 ATTACK, WHERE = ATTACK_AND_WHERE
 
 
-def _case_id():
-    frame = sys._getframe()
-    while frame is not None:
-        case = frame.f_locals.get("case")
-        if getattr(case, "id", None):
-            return case.id
-        frame = frame.f_back
-    return None
+""" + forks.CASE_ID + """
 
 
 def attack():

@@ -30,14 +30,7 @@ from . import _hostile_payloads as payloads
 CONFIG = json.loads(CONFIG_JSON)
 
 
-def _case_id():
-    frame = sys._getframe()
-    while frame is not None:
-        case = frame.f_locals.get("case")
-        if getattr(case, "id", None):
-            return case.id
-        frame = frame.f_back
-    return None
+''' + forks.CASE_ID + '''
 
 
 def _forge_writer():
