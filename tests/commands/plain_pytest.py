@@ -33,7 +33,7 @@ class Plain:
 
 def run(python: Path, directory: Path, test_file: str, env: dict[str, str], timeout: int = 900) -> Plain:
     junit = directory.parent / "plain-junit.xml"
-    argv = [str(python), "-I", "-m", "pytest", "-rA", "-p", "no:cacheprovider", f"--junitxml={junit}", test_file]
+    argv = [str(python), "-I", "-B", "-m", "pytest", "-rA", "-p", "no:cacheprovider", f"--junitxml={junit}", test_file]
     proc = subprocess.run(argv, cwd=directory, env={**env, "COLUMNS": "400"}, capture_output=True, text=True,
                           timeout=timeout)
     return parse(proc.stdout, junit.read_text() if junit.exists() else "", test_file, proc.returncode)

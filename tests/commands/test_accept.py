@@ -68,7 +68,7 @@ def server_args(release_tree, cache, interp):
     def get(version: str) -> dict:
         if version not in got:
             environment = envs.env(release_tree(version), cache, interp)
-            out = subprocess.run([str(environment.python), "-I", "-c", DEFAULTS], capture_output=True, text=True,
+            out = subprocess.run([str(environment.python), "-I", "-B", "-c", DEFAULTS], capture_output=True, text=True,
                                  timeout=300, check=True)
             got[version] = json.loads(out.stdout.strip().splitlines()[-1])
         return got[version]
