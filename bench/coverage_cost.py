@@ -116,9 +116,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--case-rounds", type=int, default=3)
     args = parser.parse_args()
-    n, on, off = per_case(args.source, args.case_rounds)
-    print(f"per case ({n} case runs, CPU of each case's process): with lines {1000 * on / n:.1f} ms, without "
-          f"{1000 * off / n:.1f} ms, +{1000 * (on - off) / n:.1f} ms a case (ratio {on / off:.2f})", flush=True)
+    n, case_on, case_off = per_case(args.source, args.case_rounds)
+    print(f"per case ({n} case runs, CPU of each case's process): with lines {1000 * case_on / n:.1f} ms, without "
+          f"{1000 * case_off / n:.1f} ms, +{1000 * (case_on - case_off) / n:.1f} ms a case (ratio {case_on / case_off:.2f})",
+          flush=True)
     arms = [(lines, sandboxed) for sandboxed in (True, False) for lines in (True, False)]
     got: dict[tuple[bool, bool], list[dict[str, float]]] = {arm: [] for arm in arms}
     with tempfile.TemporaryDirectory() as work:
@@ -136,8 +137,9 @@ def main() -> None:
         where = "sandboxed" if sandboxed else "unsandboxed"
         print(f"  {where:11} {figure:5}: with lines {on:7.2f}, without {off:7.2f}, ratio {on / off:.3f} (+{on - off:.2f} s)")
     cpu = med[(False, False)]["cpu"]
-    print(f"per-case cost times the audit's {n // args.case_rounds} cases: {(on - off) / args.case_rounds:.2f} s, "
-          f"{100 * (on - off) / args.case_rounds / cpu:.1f}% of an audit's CPU ({cpu:.2f} s without lines)")
+    extra = (case_on - case_off) / args.case_rounds
+    print(f"per-case cost times the audit's {n // args.case_rounds} cases: {extra:.2f} s, "
+          f"{100 * extra / cpu:.1f}% of an audit's CPU ({cpu:.2f} s without lines)")
 
 
 if __name__ == "__main__":
