@@ -50,7 +50,7 @@ def load_package() -> ModuleType:
 
 
 load_package()  # before the imports below: ``probes`` is not on sys.path
-from probes.case import Case, Places, Probe, error, run_case  # noqa: E402
+from probes.case import Case, Places, Probe, error, not_applicable, run_case, unmet  # noqa: E402
 from probes.coverage import Recorder, canonical  # noqa: E402
 from probes.tree import publish_defaults  # noqa: E402
 
@@ -91,15 +91,16 @@ def import_sglang(modules: tuple[str, ...], places: Places) -> dict[str, Any]:
     }
 
 
-def warm_up() -> None:
+def warm_up(probes: Iterable[Probe] = ()) -> None:
     """Do once here what every case does first: publishing the default server configuration
-    imports a dozen modules lazily, which each child would otherwise pay again (~60 ms a case).
-    Every case publishes afresh, so nothing of this call reaches one; a failure is left to the
-    cases, which meet it again and report it."""
-    try:
-        publish_defaults()
-    except Exception:
-        pass
+    imports a dozen modules lazily, which each child would otherwise pay again (~60 ms a case), and
+    each probe's own ``warm``. Every case publishes afresh, so nothing of this call reaches one; a
+    failure is left to the cases, which meet it again and report it."""
+    for warm in (publish_defaults, *(p.warm for p in probes if p.warm is not None)):
+        try:
+            warm()
+        except Exception:
+            pass
 
 
 def _import_error(exc: BaseException, places: Places) -> dict[str, Any]:
@@ -391,7 +392,10 @@ def main(argv: list[str]) -> int:
     # One import serves every probe: the import is most of the cost of a run.
     imported = import_sglang(tuple(dict.fromkeys(m for probe in probes for m in probe.imports)), places)
     if imported["outcome"] == "ok":
-        warm_up()
+        warm_up(probes)
+    # Asked here, before any case is forked: a case the tree cannot run costs no process (and anything the
+    # question imports is the parent's, like the import itself).
+    lacking = {c.id: unmet(c) for probe in probes for c in selected[probe.id]} if imported["outcome"] == "ok" else {}
     known = frozenset(sys.modules)
     parent_files, parent_standins = imported_files(sglang_root, known), standins_among(known)
     log = ImportLog(known)
@@ -411,6 +415,9 @@ def main(argv: list[str]) -> int:
         for case in selected[probe.id]:
             if imported["outcome"] != "ok":
                 results.append({**case.header(), **_bare("error", imported["error"]), "duration_ms": 0})
+                continue
+            if lacking.get(case.id) is not None:
+                results.append({**case.header(), **not_applicable(lacking[case.id]), "lines": None, "duration_ms": 0})
                 continue
             result, payload = run_forked(case, places, args.case_timeout, log)
             results.append(result)
