@@ -162,32 +162,40 @@ def typing_repr(hint) -> str:
 
 
 def layout_answers(asked: list[dict]) -> tuple[str | None, list[dict]]:
+    """Each side's cut of the stand-in shape (what its ranks would digest), and where the tree has its
+    comparability rule, the rule's signature over it."""
+    rule = conn = None
+    loaded = None
     try:
         utils = importlib.import_module("sglang.srt.disaggregation.utils")
         conn = importlib.import_module("sglang.srt.disaggregation.base.conn")
+        rule = getattr(utils, "kv_layout_signature", None)
     except Exception as e:
-        return None, [{"signature": None, "error": f"disaggregation modules not imported: {first_line(e)}"} for _ in asked]
-    rule = getattr(utils, "kv_layout_signature", None)
-    if rule is None:
-        return None, [{"signature": None, "error": None} for _ in asked]
+        loaded = f"disaggregation modules not imported: {first_line(e)}"
     out = []
     for side in asked:
         try:
             tp, dp, pp = int(side["tp_size"]), int(side.get("dp_size") or 1), int(side.get("pp_size") or 1)
             attn_tp = tp // dp if side.get("enable_dp_attention") and dp > 0 and tp % dp == 0 else tp
             dtype = str(side.get("kv_cache_dtype") or "auto")
-            width = 1 if ("fp8" in dtype or "int8" in dtype) else 2
             page = int(side.get("page_size") or 1)
-            layers = -(-SHAPE["layers"] // pp)  # the first stage's share
+            cut = {"attn_tp": attn_tp, "pp_stage_layers": -(-SHAPE["layers"] // pp), "page_size": page, "kv_cache_dtype": dtype}
+        except Exception as e:
+            out.append({"signature": None, "error": f"layout not read: {first_line(e)}"})
+            continue
+        if rule is None:
+            out.append({"signature": None, "error": loaded, "cut": cut})
+            continue
+        try:
+            width = 1 if ("fp8" in dtype or "int8" in dtype) else 2
             item = max(1, SHAPE["kv_heads"] // attn_tp) * SHAPE["head_dim"] * width * page
             args = conn.KVArgs()
             args.page_size, args.kv_cache_dtype_str, args.kv_layout, args.swa_kv_cache_layout = page, dtype, None, None
-            args.state_types, args.kv_item_lens, args.state_item_lens = [], [item] * (2 * layers), []
-            out.append({"signature": int(rule(args)), "error": None,
-                        "cut": {"attn_tp": attn_tp, "pp_stage_layers": layers, "page_size": page, "kv_cache_dtype": dtype}})
+            args.state_types, args.kv_item_lens, args.state_item_lens = [], [item] * (2 * cut["pp_stage_layers"]), []
+            out.append({"signature": int(rule(args)), "error": None, "cut": cut})
         except Exception as e:
-            out.append({"signature": None, "error": first_line(e)})
-    return f"{utils.__name__}.kv_layout_signature", out
+            out.append({"signature": None, "error": first_line(e), "cut": cut})
+    return (f"{utils.__name__}.kv_layout_signature" if rule is not None else None), out
 
 
 def backend_answers(names: list[str]) -> dict:

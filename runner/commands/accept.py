@@ -383,9 +383,8 @@ def pair_comparable(p: Worker, d: Worker, fleet: Fleet) -> list[Check]:
         return [(False, f"prefill {p.url} <-> decode {d.url}: a layout that cannot be read ("
                         f"{said_p if lp is None else said_d}): failing closed")]
     checks: list[Check] = []
+    sp, sd = answers.layouts[fleet.workers.index(p)], answers.layouts[fleet.workers.index(d)]
     if answers.rule:
-        i, j = fleet.workers.index(p), fleet.workers.index(d)
-        sp, sd = answers.layouts[i], answers.layouts[j]
         if sp.signature is None or sd.signature is None:
             checks.append((False, f"the tree's {answers.rule} did not answer ({sp.error or sd.error}): failing closed"))
         else:
@@ -403,10 +402,12 @@ def pair_comparable(p: Worker, d: Worker, fleet: Fleet) -> list[Check]:
                                   "should_verify_kv_checksum, not evaluated here: failing closed"))
         else:
             checks.append((True, f"{backend.show()}: its KV manager verifies every comparable peer (the base rule)"))
+    elif sp.cut is None or sd.cut is None:
+        checks.append((False, f"the tree did not cut this pair's layouts ({sp.error or sd.error}): failing closed"))
     else:
-        differ = [n for n in LAYOUT if lp[n] != ld[n]]
+        differ = [k for k in sp.cut if sp.cut[k] != sd.cut.get(k)]
         checks.append((not differ, "the tree has no comparability rule (no kv_layout_signature): decode compares every "
-                                   "digest; " + ("both sides report the same layout" if not differ else
+                                   "digest; " + ("both sides digest the same layout" if not differ else
                                                  f"prefill {p.url} ({said_p}) and decode {d.url} ({said_d}) differ in "
                                                  f"{', '.join(differ)}: digests over other bytes never verify")))
     return checks

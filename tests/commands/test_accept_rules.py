@@ -33,12 +33,13 @@ def worker(role: str, url: str, states: list[dict] | None = None, **top) -> acce
 
 
 def answers(env: dict | None = None, values: list | None = None, rule: str | None = None, signatures: list | None = None,
-            backends: dict | None = None) -> Answers:
+            backends: dict | None = None, cuts: list | None = None) -> Answers:
     """A tree's answers: ``env`` (name, raw) -> value; every value in ``values`` valid."""
     a = Answers(env=[{"name": n, "raw": r, "kind": "EnvBool" if isinstance(v, bool) else "EnvInt", "value": v}
                      for (n, r), v in (env or {}).items()],
                 fields={}, values=[{"field": f, "valid": True, "why": "as declared"} for f, _ in values or []],
-                server_args_error=None, rule=rule, shape={}, layouts=[{"signature": s} for s in signatures or []],
+                server_args_error=None, rule=rule, shape={},
+                layouts=[{"signature": s} for s in signatures or []] + [{"signature": None, "cut": c} for c in cuts or []],
                 backends=backends or {})
     a._checked.update({(f, accept.server_config._key(v)): x for (f, v), x in zip(values or [], a.values)})
     return a
@@ -211,14 +212,21 @@ def test_a_backend_with_a_rule_of_its_own_or_unknown_fails_closed(own):
 
 
 @pytest.mark.parametrize("tp_d,ok", [(2, True), (1, False)])
-def test_without_a_rule_in_the_tree_only_equal_layouts_verify(tp_d, ok):
-    p, d, fleet = pair_fleet(2, tp_d, answers(values=VALUES))
+def test_without_a_rule_in_the_tree_only_pairs_cut_alike_verify(tp_d, ok):
+    cuts = [{"attn_tp": 2, "page_size": 1}, {"attn_tp": tp_d, "page_size": 1}]
+    p, d, fleet = pair_fleet(2, tp_d, answers(values=VALUES, cuts=cuts))
     [(held, what)] = accept.pair_comparable(p, d, fleet)
-    assert held is ok and "no comparability rule" in what and (ok or "differ in tp_size" in what)
+    assert held is ok and "no comparability rule" in what and (ok or "differ in attn_tp" in what)
+
+
+def test_without_a_rule_a_layout_the_tree_did_not_cut_fails_closed():
+    p, d, fleet = pair_fleet(2, 2, answers(values=VALUES, signatures=[None], cuts=[{"attn_tp": 2}]))  # prefill: no cut
+    [(held, what)] = accept.pair_comparable(p, d, fleet)
+    assert not held and "did not cut" in what
 
 
 def test_an_unreadable_layout_fails_the_pair_closed():
-    p, d, fleet = pair_fleet(2, 2, answers(values=VALUES[2:]))  # tp_size 2 not as the tree declares it
+    p, d, fleet = pair_fleet(2, 2, answers(values=VALUES[2:], cuts=[{}, {}]))  # tp_size 2 not as the tree declares it
     [(held, what)] = accept.pair_comparable(p, d, fleet)
     assert not held and "a layout that cannot be read" in what
 

@@ -75,6 +75,18 @@ def of(ev: Evidence) -> Gates | None:
     return Gates(gates, accepted=all(g.status == "passed" for g in gates), claimed=record.accepted)
 
 
+def unused(ev: Evidence, receipt: str) -> set[str]:
+    """The case ids of ``receipt`` that an accept bundle's gate did not rest on (an alternative it did
+    not need, such as gate 3's canary where the checksum verifies every pair): shown as not used."""
+    if ev.index.kind != KIND:
+        return set()
+    try:
+        record = Acceptance.model_validate(ev.index.extra)
+    except ValidationError:
+        return set()
+    return {case for g in record.gates if receipt in g.receipts for case in g.unused}
+
+
 def gate(n: int, result: GateResult | None, record: Acceptance, ev: Evidence) -> Gate:
     if result is None:
         return Gate(n, GATES[n], "not run", [], [], ["not in this bundle's acceptance record"])
