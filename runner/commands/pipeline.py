@@ -98,6 +98,14 @@ def _same_or_fail(text: str, first: dict[str, execute.Run], again: dict[str, exe
                 f"{probe} on {text}: run {attempt} observed differently from run 1 (cases: {', '.join(differing)})")
 
 
+def tally(receipt: Receipt) -> str:
+    """A receipt's cases as the progress line counts them: not-applicable cases by that name, as the
+    receipt and ``report`` say, not among the inconclusive ones (their classification)."""
+    counts, absent = receipt.summary.classifications, receipt.summary.outcomes["not_applicable"]
+    parts = [f"{counts['bug']} bug", f"{counts['clean']} clean"] + ([f"{absent} not applicable"] if absent else [])
+    return ", ".join([*parts, f"{counts['inconclusive'] - absent} inconclusive"])
+
+
 def probe_sources(
     plan: dict[str, list[str]], opts: Options, on_tree: Callable[[str, sources.Tree], None] | None = None,
 ) -> tuple[dict[str, sources.Tree], dict[tuple[str, str], Receipt]]:
@@ -149,9 +157,7 @@ def probe(
         for probe, run in runs.items():
             receipt = receipt_of(probe_ref(probe, run.observations.fix), trees[text].identity, environment, run)
             results.record(opts.cache, receipt, key)
-            counts = receipt.summary.classifications
-            ui.err.print(f"[green]✓[/] {probe} on {escape(text)}: {counts['bug']} bug, {counts['clean']} clean, "
-                         f"{counts['inconclusive']} inconclusive")
+            ui.err.print(f"[green]✓[/] {probe} on {escape(text)}: {tally(receipt)}")
             fresh[(text, probe)] = receipt
         return fresh
 
