@@ -168,10 +168,16 @@ def probe(
                      f"observed {receipt.started_at} via {escape(receipt.source.source)})")
 
     pool = ThreadPoolExecutor(max_workers=workers_for_memory(opts.probe.jobs))
+    # The shared layer (built once: a minute cold; its seal checked warm) is made ready on its own
+    # thread once the first tree is resolved and allowed to run, and while it is being built the
+    # next sources are resolved (downloaded) here; every environment waits for it.
+    ahead = ThreadPoolExecutor(max_workers=1, thread_name_prefix="layer")
+    layer = None
     futures = []
     try:
         for text in plan:
-            trees[text] = resolve(text, opts)
+            if text not in trees:
+                trees[text] = resolve(text, opts)
             digest = trees[text].identity.tree_digest
             if on_tree:
                 on_tree(text, trees[text])
@@ -182,6 +188,14 @@ def probe(
             sandboxed = opts.sandboxed(trees[text])  # before anything of the tree is built or run
             if not sandboxed:
                 ui.err.print(f"[bold red]unsandboxed:[/] {escape(text)} runs without bubblewrap, with your rights")
+            if layer is None:
+                layer = ahead.submit(envs.layer, opts.cache, interp, torch)
+                for later in plan:
+                    if layer.done():
+                        break
+                    if later not in trees:
+                        trees[later] = resolve(later, opts)
+            layer.result()
             environment = envs.env(trees[text], opts.cache, interp, torch)
             for note in environment.stamp.notes:
                 ui.warn(f"{text}: {note}")
@@ -200,9 +214,11 @@ def probe(
             got.update(f.result())
     except BaseException:
         pool.shutdown(wait=False, cancel_futures=True)
+        ahead.shutdown(wait=False)
         execute.kill_all()
         raise
     pool.shutdown()
+    ahead.shutdown()
     for text, earlier in same.items():
         for probe in plan[text]:
             reuse_one(text, probe, got[(earlier, probe)], f"the receipt of {escape(earlier)}, the same tree")
