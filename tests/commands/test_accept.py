@@ -28,8 +28,9 @@ from runner.store import envs
 from runner.views.report import gates, verified
 from tests.commands.test_gates import serve as gates_serve
 from tests.helpers import check_signed, key_pair
+from tests import tools
 from tests.records import checked
-from tests.views.test_report import CHROMIUM, assert_self_contained, chromium, parse, visible_text
+from tests.views.test_report import assert_self_contained, chromium, parse, visible_text
 
 pytestmark = pytest.mark.slow
 
@@ -349,8 +350,7 @@ def test_report_shows_the_four_gates_beside_the_steps(cache, fleet, tmp_path, mo
     assert "not held disaggregation_transfer_backend: reported by" in out and "deferred-release-in-force-rank-0" in out
     html = page.read_text()
     assert_self_contained(parse(html))
-    if not CHROMIUM.exists():
-        pytest.skip("/usr/bin/chromium absent: the browser half of this test did not run")
+    tools.need("chromium")  # the browser half
     dom, asked = chromium(tmp_path, page.as_uri(), "--dump-dom")
     assert asked == []
     text = visible_text(dom)
