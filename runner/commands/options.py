@@ -110,5 +110,19 @@ def signers(args: argparse.Namespace) -> list[dsse.Signer]:
     return [dsse.load_signer(Path(key))] if key else []
 
 
+MAX_NONCE = 256
+
+
+def nonce(p: argparse.ArgumentParser, help: str) -> None:
+    """``--nonce``: a verifier's challenge, bound into the signed Statements (attest) or required of them (verify)."""
+    p.add_argument("--nonce", metavar="NONCE", type=_nonce, help=help)
+
+
+def _nonce(value: str) -> str:
+    if not value or len(value) > MAX_NONCE or not value.isprintable():
+        raise argparse.ArgumentTypeError(f"a nonce is 1 to {MAX_NONCE} printable characters")
+    return value
+
+
 def path(value: str | None) -> Path | None:
     return Path(value) if value else None
