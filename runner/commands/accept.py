@@ -313,8 +313,8 @@ def layout(w: Worker, answers: Answers) -> tuple[dict | None, str]:
                                                                    ((n, got[n].value) for n in LAYOUT) if v is not None)
 
 
-def ask_trees(fleet: Fleet, opts: pipeline.Options, trees: dict) -> None:
-    """Each tree's own reading of everything its workers report (in its sandbox)."""
+def ask_trees(fleet: Fleet, opts: pipeline.Options, trees: dict, args, ends: float) -> None:
+    """Each tree's own reading of everything its workers report (in its sandbox, within the deadline)."""
     interp = envs.interpreter(opts.probe.python)
     torch = opts.probe.torch()
     for source, tree in trees.items():
@@ -331,7 +331,13 @@ def ask_trees(fleet: Fleet, opts: pipeline.Options, trees: dict) -> None:
                                 and re.fullmatch(r"[a-z0-9_]+", b)}),
         }
         environment = envs.env(tree, opts.cache, interp, torch)
-        fleet.answers[source] = server_config.ask(environment, questions, sandboxed=opts.sandboxed(tree))
+        left = int(ends - time.monotonic())
+        try:
+            fleet.answers[source] = server_config.ask(environment, questions, sandboxed=opts.sandboxed(tree),
+                                                      timeout=max(1, min(server_config.TIMEOUT, left)))
+        except errors.Infrastructure:
+            past(ends, args, "the trees' reading of the workers' configuration")
+            raise
 
 
 # --- checks: each a list of (passed, what) --------------------------------------------------------
@@ -475,12 +481,14 @@ def pool_gate(args, fleet: Fleet, started: str, ends: float) -> list[Receipt]:
     for w in fleet.workers:
         context, source = gate.context_of(args, w.url, w.info, w.endpoint)
         states = w.states
-        dp = w.info.get("dp_size")
+        dp, attention = (server_arg(w, None, name, fleet.of(w)) for name in ("dp_size", "enable_dp_attention"))
         if states is None:
             cases = [gate.unread("pool-ranks", f"{w.name()} reports no per-rank state (internal_states) in {w.endpoint}: "
                                                "its ranks' pools cannot be read, failing closed")]
-        elif gate._int(dp) and dp != len(states) and w.info.get("enable_dp_attention") is not True:
-            cases = [gate.unread("pool-ranks", f"{w.name()} reports dp_size {dp} but {len(states)} rank state(s) in "
+        elif "dp_size" in w.info and not dp.known:
+            cases = [gate.unread("pool-ranks", f"{w.name()}: {dp.show()}: how many ranks it has is not known")]
+        elif dp.known and dp.value != len(states) and attention.value is not True:  # DP attention: one state per group
+            cases = [gate.unread("pool-ranks", f"{w.name()} reports dp_size {dp.value} but {len(states)} rank state(s) in "
                                                f"{w.endpoint}: the other ranks' pools cannot be read, failing closed")]
         else:
             cases = []
@@ -618,6 +626,7 @@ def cmd_accept(args) -> int:
     opts = pipeline.options(args, pins.load(options.path(args.pins)), options.probe(args))
     sources = list(dict.fromkeys(tree_of.values()))
     probed = {p.row.source: p for p in survey.probe(sources, opts)}
+    past(ends, args, "the tree audit")
     trees = {s: pipeline.resolve(s, opts) for s in sources}  # stored already: re-verified, not fetched
     for w in workers:
         said = tree_version(trees[tree_of[w.url]].root)
@@ -625,9 +634,7 @@ def cmd_accept(args) -> int:
             ui.warn(f"{w.url} reports version {w.version} but its tree {tree_of[w.url]} is {said}")
     fleet = Fleet(workers, tree_of, {}, {s: {f.id: f for f in probed[s].row.static} for s in sources},
                   declarations(args.env, workers))
-    past(ends, args, "the tree audit")
-    ask_trees(fleet, opts, trees)
-    past(ends, args, "the trees' reading of the workers' configuration")
+    ask_trees(fleet, opts, trees, args, ends)
     roles = {w.url: w.role for w in workers}
 
     audit = audit_gates(probed, fleet)

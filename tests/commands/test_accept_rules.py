@@ -9,6 +9,7 @@ answers are in test_accept.py.
 from __future__ import annotations
 
 import argparse
+import json
 import socket
 import socketserver
 import threading
@@ -17,7 +18,7 @@ import time
 import pytest
 
 from runner import cli, errors
-from runner.commands import accept, gate
+from runner.commands import accept, gate, pipeline, survey
 from runner.sandbox.server_config import Answers
 
 P, D, D2 = "http://10.0.0.1:30000", "http://10.0.0.2:30000", "http://10.0.0.3:30000"
@@ -46,7 +47,8 @@ def answers(env: dict | None = None, values: list | None = None, rule: str | Non
 
 
 def fleet_of(workers, declared=None, tree_answers=None) -> accept.Fleet:
-    return accept.Fleet(workers, {w.url: TREE for w in workers}, {TREE: tree_answers or answers()}, {},
+    counts = [["dp_size", n] for n in range(1, 4)]
+    return accept.Fleet(workers, {w.url: TREE for w in workers}, {TREE: tree_answers or answers(values=counts)}, {},
                         {w.url: (declared or {}).get(w.url, {}) for w in workers})
 
 
@@ -180,6 +182,42 @@ def test_fewer_rank_states_than_data_parallel_ranks_fails_closed():
     w = worker("decode", D, [cap(40000)], dp_size=2)
     [(_, c, why)] = judged(fleet_of([w]))[D]
     assert c == "inconclusive" and "reports dp_size 2 but 1 rank state(s)" in why
+
+
+@pytest.mark.parametrize("dp", ["2", 2.0, None])
+def test_a_rank_count_not_as_the_tree_declares_it_fails_closed(dp):
+    w = worker("decode", D, [cap(40000)], dp_size=dp)
+    [(_, c, why)] = judged(fleet_of([w]))[D]
+    assert c == "inconclusive" and "dp_size" in why and "not as the tree's ServerArgs declares it" in why
+
+
+def test_with_dp_attention_the_ranks_answer_as_one_group():
+    w = worker("decode", D, [cap(40000)], dp_size=2, enable_dp_attention=True)
+    tree = answers(values=[["dp_size", 2], ["enable_dp_attention", True]])
+    [(_, c, _)] = judged(fleet_of([w], tree_answers=tree))[D]
+    assert c == "clean"
+
+
+# --- the tree audit: gate 2's reasons name the workers; the later defences' fixes back gates 3 and 4 ----
+
+
+def test_the_audit_backs_each_gate_with_its_fixes_and_names_the_workers_running_the_tree():
+    from types import SimpleNamespace as NS
+
+    from runner.evidence.judging import FixStatus, SiteStatus
+
+    ws = [worker("prefill", P), worker("decode", D), worker("decode", D2)]
+    fleet = fleet_of(ws)
+    not_fixed = FixStatus(fix=38935, status="not fixed", sites=[
+        SiteStatus(fix=38935, site="prefill-door", status="not fixed", cases={}),
+        SiteStatus(fix=38935, site="decode-door", status="fixed", cases={})])
+    later = FixStatus(fix=41023, status="not fixed", sites=[])
+    receipts = [NS(probe=NS(fix=fix)) for fix in (36988, 38935, 41023, 39500)]
+    probed = {TREE: NS(receipts=receipts, row=NS(fixes=[FixStatus(fix=36988, status="fixed", sites=[]), not_fixed, later]))}
+    audit = accept.audit_gates(probed, fleet)
+    assert [len(audit[n][0]) for n in (2, 3, 4)] == [2, 1, 1]
+    assert audit[2][1] == [f"{TREE} (run by prefill {P}, decode {D}, decode {D2}): #38935 not fixed (prefill-door not fixed)"]
+    assert audit[4][1] == [f"{TREE} (run by prefill {P}, decode {D}, decode {D2}): #41023 not fixed"] and audit[3][1] == []
 
 
 # --- gate 3: the pair rule is the tree's -------------------------------------------------------------
@@ -324,6 +362,21 @@ def test_accept_against_a_slow_worker_ends_within_its_deadline_in_one_line(drip,
     assert "Traceback" not in err and "accepted" not in err.replace("not accepted", "")
     assert len([line for line in err.splitlines() if line.strip()]) == 1 and slow.url in err and "failing closed" in err
     assert not (tmp_path / "a").exists()
+
+
+def test_the_whole_deadline_covers_the_tree_audit(drip, capsys, tmp_path, monkeypatch):
+    """Past the deadline after the audit: one line, exit 1, no bundle; nothing of the tree is fetched."""
+    def answer(role: str) -> bytes:
+        body = json.dumps({"disaggregation_mode": role, "version": "0.5.23", "context_length": 8192}).encode()
+        return b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+
+    prefill, decode = drip(answer("prefill"), b""), drip(answer("decode"), b"")
+    monkeypatch.setattr(survey, "probe", lambda texts, opts: time.sleep(1.5) or [])
+    monkeypatch.setattr(pipeline, "resolve", lambda *a: pytest.fail("a tree was resolved past the deadline"))
+    code = cli.main(["accept", "--prefill", prefill.url, "--decode", decode.url, "--deadline", "1", "--out", str(tmp_path / "a")])
+    err = capsys.readouterr().err
+    assert code == errors.DIFFERS and "deadline (--deadline 1 s) passed during the tree audit: failing closed" in err, err
+    assert "Traceback" not in err and not (tmp_path / "a").exists()
 
 
 def test_a_server_that_closes_without_answering_is_unreachable_not_slow(drip):
