@@ -15,7 +15,6 @@ from __future__ import annotations
 import io
 import json
 import re
-from http.server import ThreadingHTTPServer
 
 import pytest
 from rich.console import Console
