@@ -59,6 +59,7 @@ load_package()  # before the imports below: the package is not on sys.path
 _case = importlib.import_module(f"{PACKAGE}.case")
 _coverage = importlib.import_module(f"{PACKAGE}.coverage")
 Case, Places, Probe, error, run_case = _case.Case, _case.Places, _case.Probe, _case.error, _case.run_case
+not_applicable, unmet = _case.not_applicable, _case.unmet
 Recorder, canonical = _coverage.Recorder, _coverage.canonical
 publish_defaults = importlib.import_module(f"{PACKAGE}.tree").publish_defaults
 
@@ -99,15 +100,16 @@ def import_sglang(modules: tuple[str, ...], places: Places) -> dict[str, Any]:
     }
 
 
-def warm_up() -> None:
+def warm_up(probes: Iterable[Probe] = ()) -> None:
     """Do once here what every case does first: publishing the default server configuration
-    imports a dozen modules lazily, which each child would otherwise pay again (~60 ms a case).
-    Every case publishes afresh, so nothing of this call reaches one; a failure is left to the
-    cases, which meet it again and report it."""
-    try:
-        publish_defaults()
-    except Exception:
-        pass
+    imports a dozen modules lazily, which each child would otherwise pay again (~60 ms a case), and
+    each probe's own ``warm``. Every case publishes afresh, so nothing of this call reaches one; a
+    failure is left to the cases, which meet it again and report it."""
+    for warm in (publish_defaults, *(p.warm for p in probes if p.warm is not None)):
+        try:
+            warm()
+        except Exception:
+            pass
 
 
 def _import_error(exc: BaseException, places: Places) -> dict[str, Any]:
@@ -399,7 +401,10 @@ def main(argv: list[str]) -> int:
     # One import serves every probe: the import is most of the cost of a run.
     imported = import_sglang(tuple(dict.fromkeys(m for probe in probes for m in probe.imports)), places)
     if imported["outcome"] == "ok":
-        warm_up()
+        warm_up(probes)
+    # Asked here, before any case is forked: a case the tree cannot run costs no process (and anything the
+    # question imports is the parent's, like the import itself).
+    lacking = {c.id: unmet(c) for probe in probes for c in selected[probe.id]} if imported["outcome"] == "ok" else {}
     known = frozenset(sys.modules)
     parent_files, parent_standins = imported_files(sglang_root, known), standins_among(known)
     log = ImportLog(known)
@@ -419,6 +424,9 @@ def main(argv: list[str]) -> int:
         for case in selected[probe.id]:
             if imported["outcome"] != "ok":
                 results.append({**case.header(), **_bare("error", imported["error"]), "duration_ms": 0})
+                continue
+            if lacking.get(case.id) is not None:
+                results.append({**case.header(), **not_applicable(lacking[case.id]), "lines": None, "duration_ms": 0})
                 continue
             result, payload = run_forked(case, places, args.case_timeout, log)
             results.append(result)
