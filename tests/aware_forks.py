@@ -81,10 +81,10 @@ def make(older: Path, fixed: Path, dest: Path, detectors: list[str]) -> Path:
 
 
 def detector_lines(dest: Path, name: str) -> tuple[int, int]:
-    """The lines of one detector in a fork's utils.py."""
+    """The first and last lines of one detector in a fork's utils.py."""
     lines = (dest / UTILS).read_text().splitlines()
     start = lines.index(f"def _aware_{name}():") + 1
     end = start
-    while end < len(lines) and (lines[end].startswith(" ") or not lines[end]):
+    while end < len(lines) and lines[end].startswith(" "):
         end += 1
     return start, end

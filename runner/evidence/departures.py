@@ -99,13 +99,15 @@ class Departures(_Model):
     def hunks(self) -> list[Hunk]:
         return [h for f in self.files for h in f.hunks]
 
-    def ran(self, probes: Iterable[str] | None = None, imported: set[str] | None = None) -> list[Hunk]:
-        """The hunks some case ran (of ``probes``, when given), and those run at import (in files of
-        ``imported``, when given: what those probes' runs imported)."""
+    def ran(self, probes: Iterable[str] | None = None) -> list[Hunk]:
+        """The hunks a case was recorded running (a case of ``probes``, when given)."""
         wanted = None if probes is None else set(probes)
-        return [h for h in self.hunks()
-                if any(cases for p, cases in h.ran_in.items() if wanted is None or p in wanted)
-                or (h.at_import and (imported is None or h.file in imported))]
+        return [h for h in self.hunks() if any(cases for p, cases in h.ran_in.items() if wanted is None or p in wanted)]
+
+    def at_import(self) -> list[Hunk]:
+        """The hunks of module- or class-level code no case was recorded running: they ran when their
+        module was imported, before the cases."""
+        return [h for h in self.hunks() if h.at_import and not any(h.ran_in.values())]
 
     def counts(self) -> dict[str, int]:
         return {kind: sum(f.change == kind for f in self.files) for kind in ("added", "removed", "changed")}
@@ -123,7 +125,7 @@ class Departures(_Model):
         counts = self.counts()
         return (f"{self.source}: departs from {self.baseline} ({how}): {counts['changed']} changed, {counts['added']} added, "
                 f"{counts['removed']} removed file(s); {len(self.ran())} changed place(s) the cases ran, "
-                f"{len(self.aware())} that can tell they are being probed")
+                f"{len(self.at_import())} more run at import, {len(self.aware())} that can tell they are being probed")
 
 
 # --- reading a tree's source ------------------------------------------------------------------------
@@ -329,16 +331,19 @@ def _pieces(source: Source, first: int, last: int) -> list[tuple[int, int]]:
 
 
 def judged(fixes: list[judging.FixStatus], record: Departures, receipts: list[Receipt]) -> list[judging.FixStatus]:
-    """Each fix's status with what it rests on: the changed places its own probes' cases ran, and
-    the changed places that can tell they are being probed among those, or run by no case at all
-    in a module its probe run imported (a tree's code can hide its own lines from the recorder)."""
+    """Each fix's status with what it rests on: the changed places its own probes' cases were
+    recorded running, and the changed places that can tell they are being probed among those, or
+    run by no case at all in a module its probe run imported (at import, or hidden: a tree's code
+    can keep its own lines from the recorder). Module-level code that ran at import and cannot tell
+    is listed in the record, not counted here: every backport changes an import line."""
     out = []
     for fs in fixes:
         probes = {r.probe.id for r in receipts if r.probe.fix == fs.fix}
         imported = {name for r in receipts if r.probe.fix == fs.fix for name in r.materials}
-        ran = record.ran(probes, imported)
+        ran = record.ran(probes)
         places = [h.place for h in ran]
-        aware = [h.place for h in record.hunks() if h.aware and (h in ran or (not h.ran and h.file in imported))]
+        aware = [h.place for h in record.hunks()
+                 if h.aware and (h in ran or (not any(h.ran_in.values()) and h.file in imported))]
         out.append(judging.departed(fs, record.baseline or "", places, aware))
     return out
 

@@ -94,7 +94,7 @@ def test_every_probe_aware_hunk_surfaces_marked_run_and_the_verdict_says_so(swep
     for name in AWARE:
         first, last = aware_forks.detector_lines(root, name)
         [hunk] = [h for h in record.hunks() if h.file == aware_forks.UTILS and h.function == f"_aware_{name}"]
-        assert hunk.lines[0] <= first and hunk.lines[1] >= last - 1, name
+        assert hunk.lines[0] <= first and hunk.lines[1] >= last, name
         assert hunk.aware, f"{name}: not flagged as able to tell it is probed"
         assert "prefill-door-rejected" in hunk.ran_in.get("admission", []), f"{name}: not marked as run by the cases"
         if fix.departed:
@@ -115,8 +115,6 @@ def test_strict_fails_a_verdict_resting_on_code_that_differs_and_report_shows_it
     assert "can tell it is being probed: " in shown and "_aware_stack" in shown
     assert cli.main(["audit", trees["aware"], "--strict", "--out", str(tmp_path / "s"), *common]) == 1
     assert cli.main(["audit", trees["release"], "--strict", "--out", str(tmp_path / "r"), *common]) == 0
-    assert cli.main(["audit", trees["aware"], "--against", trees["aware"], "--strict", "--out", str(tmp_path / "t"),
-                     *common]) == (0 if fixed else 1)  # compared with itself, nothing differs
     code = cli.main(["backport", "--pr", "38935", "--applied", "--onto", trees["aware"], "--head", trees["release"],
                      "--strict", "--out", str(tmp_path / "b"), *common])
     assert code == 1 and departures.in_bundle(tmp_path / "b")
