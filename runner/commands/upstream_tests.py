@@ -490,6 +490,11 @@ NOT_BEHAVIOUR_WORDS = {"stub": "it fell through to the test's own stand-ins",
                        "target missing": "the test asks for something this tree does not have (a test of another era)"}
 
 
+def _ran(state: SideState) -> bool:
+    """The test ran on that side (passed or failed running), as opposed to never ran or not collected."""
+    return state.status != "never ran" and not state.kind.startswith("not collected")
+
+
 def _verdict(rows: list[GradedTest], head_errors: list[tuple[str, str, Cause]]) -> tuple[str, list[str]]:
     """Why the head does not pass, each reason in the words its cause deserves: a test that fell
     through to its own stub, lacks a module or wants what the tree lacks at head says nothing about
@@ -497,10 +502,10 @@ def _verdict(rows: list[GradedTest], head_errors: list[tuple[str, str, Cause]]) 
     collection errors, (kind, detail, cause)."""
     blockers, found = [], set()
     for kind, detail, cause in head_errors:
-        missing = cause == "target missing"
+        not_behaviour = cause in NOT_BEHAVIOUR
         blockers.append(f"head: the file does not collect: {kind}: {detail}"
-                        + (f": {NOT_BEHAVIOUR_WORDS[cause]}, inconclusive" if missing else ""))
-        found.add("inconclusive" if missing else "fails at head")
+                        + (f": {NOT_BEHAVIOUR_WORDS[cause]}, inconclusive" if not_behaviour else ""))
+        found.add("inconclusive" if not_behaviour else "fails at head")
     for r in rows:
         if r.head.status == "failed":
             not_behaviour = r.head.cause in NOT_BEHAVIOUR
@@ -516,10 +521,11 @@ def _verdict(rows: list[GradedTest], head_errors: list[tuple[str, str, Cause]]) 
                 word = "inconclusive" if not_behaviour else "fails at head"
                 blockers.append(f"{r.id}: {r.head.kind} at head" + (f" ({words}: inconclusive)" if not_behaviour else ""))
             found.add(word)
-    blockers += [f"{r.id}: ran at base ({r.base.kind}), never ran at head ({r.head.kind})"
-                 for r in rows if r.base.status != "never ran" and r.head.status == "never ran"]
-    if blockers and not found:
-        found.add("fails at head")
+    dropped = [r for r in rows if _ran(r.base) and r.head.status == "never ran"]
+    blockers += [f"{r.id}: ran at base ({r.base.kind}), never ran at head ({r.head.kind}): not compared, inconclusive"
+                 for r in dropped]
+    if dropped:
+        found.add("inconclusive")
     if not any(r.head.status == "passed" for r in rows):
         blockers.append("no test passed at head")
         found.add("inconclusive")

@@ -362,6 +362,11 @@ def test_every_verdict_message_and_reason_is_true_of_its_counts(case):
     assert line.startswith(f"verdict: {g.verdict} (")
     if g.passed:
         assert g.verdict == "passes" and at["failed"] == 0 and at["passed"] > 0 and not head.outcomes.collection_errors
+    if g.verdict == "fails at head":  # something failed at head for a reason that is the tree's or the test's
+        assert any(r.head.status == "failed" and r.head.cause not in NOT_BEHAVIOUR for r in rows) or any(
+            upstream_tests.cause_of(c.exception, head.lacking) not in NOT_BEHAVIOUR for c in head.outcomes.collection_errors)
+    if g.verdict == "inconclusive":
+        assert not g.passed and g.blockers
     behaviour_p2f = [r for r in rows if r.grade == "pass-to-fail" and r.cause not in NOT_BEHAVIOUR]
     assert (g.verdict == "regression") == bool(behaviour_p2f)
     if g.verdict == "fix missing":

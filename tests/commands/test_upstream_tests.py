@@ -179,10 +179,11 @@ def test_git_path_from_head_commit_a_base_lacking_the_import_fails_there(tmp_pat
     path = f"test/registered/unit/disaggregation/{NAME}"
     head = _commit_file(repo, commits["0.5.21"], path, WITH_FIX_IMPORT, tmp_path)
     code, out = _run(tmp_path, cache, "--tests", path, "--base", "pypi:sglang==0.5.20", "--head", f"git+{repo}@{head}")
-    assert code == 0  # nothing that ran at base regressed, and every test passes at head
+    assert code == 0  # nothing failed at head, and nothing that ran at base is missing there
     index, receipts, _ = bundle.load(out)
     assert index.extra["tests"]["from"] == f"git:{head}:{path}"
     grading, _ = _grading(out)
+    assert grading.verdict == "passes"
     # 0.5.20 lacks is_unadmitted_reject: the file does not collect there, and that is the tree's lack,
     # so every test fails at base for that reason (SWE-bench: absent from the base's log) and those
     # passing at head are fail-to-pass; the one skipped at head never ran there
