@@ -28,7 +28,8 @@ from securesystemslib.signer import SSlibKey
 from runner import cli
 from runner.errors import BadInput
 from runner.evidence import bundle, catalog, compare, dsse, receipts, statements
-from runner.files import dirhash1, sha256_file
+from runner.files import sha256_file
+from runner.store import trees
 from tests import helpers
 
 # --- the published schema, encoded --------------------------------------------------------------
@@ -191,7 +192,7 @@ def test_subject_is_the_tree_by_every_digest_and_dirhash_is_the_spec_command(tmp
     (tmp_path / "sglang" / "srt").mkdir(parents=True)
     (tmp_path / "sglang" / "__init__.py").write_text("x = 1\n")
     (tmp_path / "sglang" / "srt" / "a b.py").write_text("y = 2\n")
-    tree = helpers.tree("0.5.21").model_copy(update={"tree_digest": dirhash1(tmp_path), "kind": "git",
+    tree = helpers.tree("0.5.21").model_copy(update={"tree_digest": trees.digest(trees.read_back(tmp_path)), "kind": "git",
                                                      "commit": "f" * 40})
     spec = subprocess.run("find . -type f | cut -c3- | LC_ALL=C sort | tr '\\n' '\\0' | xargs -0 -r sha256sum"
                           " | sha256sum | cut -f1 -d' '", shell=True, cwd=tmp_path, capture_output=True,
