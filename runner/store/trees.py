@@ -50,7 +50,7 @@ class Tree:
 
     @property
     def compiled_modules(self) -> list[str]:
-        return [p.removeprefix(f"{PKG}/") for p in self.files if p.endswith((".so", ".pyd"))]
+        return [p for p in self.files if p.endswith((".so", ".pyd"))]
 
 
 class TreeStamp(BaseModel):
