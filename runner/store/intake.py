@@ -33,6 +33,9 @@ from runner.files import is_bytecode
 
 MiB = 1 << 20
 _CHUNK = MiB
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 @dataclass(frozen=True)
@@ -100,7 +103,7 @@ def check_name(raw: bytes | str, where: str, depth: int = Bounds.depth) -> str:
     except UnicodeError:
         raise refuse(where, raw if isinstance(raw, bytes) else raw.encode("utf-8", "backslashreplace"),
                      "its name is not valid UTF-8") from None
-    bad = next((c for c in name if not c.isprintable() or c == "\\"), None)
+    bad = None if name.isprintable() and "\\" not in name else next(c for c in name if not c.isprintable() or c == "\\")
     if bad is not None:
         what = {"\n": "a newline", "\r": "a carriage return", "\\": "a backslash"}.get(bad, f"the character U+{ord(bad):04X}")
         raise refuse(where, raw, f"its name holds {what}")
@@ -185,37 +188,69 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
-def _copy(files: dict[str, Entry], dest: Path | None, where: str) -> list[tuple[str, str]]:
-    """Read each file once, in name order; write it under ``dest`` (None: only hash it) and hash
-    the bytes written."""
-    made: set[str] = set()
+class _Chain:
+    """Directory descriptors along one path below a root, opened ``O_NOFOLLOW`` one part at a time
+    (made first if ``create``): files taken in name order mostly share their parents, so each is
+    opened once, and no path is looked up from the top again."""
+
+    def __init__(self, root: int, create: bool = False):
+        self.fds = [root]
+        self.parts: list = []
+        self.create = create
+
+    def open_dir(self, parts: list) -> int:
+        keep = 0
+        while keep < min(len(parts), len(self.parts)) and parts[keep] == self.parts[keep]:
+            keep += 1
+        for fd in self.fds[keep + 1:]:
+            os.close(fd)
+        del self.fds[keep + 1:], self.parts[keep:]
+        for part in parts[keep:]:
+            if self.create:
+                try:
+                    os.mkdir(part, 0o755, dir_fd=self.fds[-1])
+                except FileExistsError:
+                    pass
+            self.fds.append(os.open(part, _DIR, dir_fd=self.fds[-1]))
+            self.parts.append(part)
+        return self.fds[-1]
+
+    def close(self) -> None:
+        self.open_dir([])
+
+
+def _copy(files: dict[str, Entry], dest: int | None, where: str) -> list[tuple[str, str]]:
+    """Read each file once, in name order; write it under the directory ``dest`` (a descriptor; None:
+    only hash it) and hash the bytes written."""
+    made = _Chain(dest, create=True) if dest is not None else None
     out = []
-    for name in sorted(files):
-        e = files[name]
-        fd = None
-        if dest is not None:
-            parent = name.rpartition("/")[0]
-            if parent not in made:
-                (dest / parent).mkdir(parents=True, exist_ok=True)
-                made.add(parent)
-            fd = os.open(dest / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-        h = hashlib.sha256()
-        got = 0
-        try:
-            for chunk in _chunks(e, where, name):
-                got += len(chunk)
-                if got > e.size:
-                    break
-                h.update(chunk)
+    try:
+        for name in sorted(files):
+            e = files[name]
+            fd = None
+            if made is not None:
+                *parts, base = name.split("/")
+                fd = os.open(base, _NEW, 0o644, dir_fd=made.open_dir(parts))
+            h = hashlib.sha256()
+            got = 0
+            try:
+                for chunk in _chunks(e, where, name):
+                    got += len(chunk)
+                    if got > e.size:
+                        break
+                    h.update(chunk)
+                    if fd is not None:
+                        _write_all(fd, chunk)
+            finally:
                 if fd is not None:
-                    _write_all(fd, chunk)
-        finally:
-            if fd is not None:
-                os.close(fd)
-        if got != e.size:
-            raise refuse(where, name, f"{e.size} bytes declared, {'more' if got > e.size else got} read: "
-                                      "it changed while being read, or is not what it says")
-        out.append((name, h.hexdigest()))
+                    os.close(fd)
+            if got != e.size:
+                raise refuse(where, name, f"{e.size} bytes declared, {'more' if got > e.size else got} read: "
+                                          "it changed while being read, or is not what it says")
+            out.append((name, h.hexdigest()))
+    finally:
+        if made is not None:
+            made.close()
     return out
 
 
@@ -224,39 +259,17 @@ def take(entries: Iterable[Entry], dest: Path | None, bounds: Bounds, where: str
     directory of the store; None: only hash them, to verify a stored tree). ``where`` (the source,
     as the user wrote it) starts every refusal's line."""
     files, total, bytecode, empty = _plan(entries, bounds, where)
-    if dest is not None:
-        dest.mkdir(parents=True, exist_ok=True)
-    return Taken(tuple(_copy(files, dest, where)), total, tuple(bytecode), tuple(empty))
+    if dest is None:
+        return Taken(tuple(_copy(files, None, where)), total, tuple(bytecode), tuple(empty))
+    dest.mkdir(parents=True, exist_ok=True)
+    fd = os.open(dest, _DIR)
+    try:
+        return Taken(tuple(_copy(files, fd, where)), total, tuple(bytecode), tuple(empty))
+    finally:
+        os.close(fd)
 
 
 # --- sources -----------------------------------------------------------------------------------
-
-_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
-
-
-class _Chain:
-    """Directory descriptors along one path below the package's, opened ``O_NOFOLLOW`` one part at a
-    time: files read in name order mostly share their parents, so each is opened once."""
-
-    def __init__(self, root: int):
-        self.fds = [root]
-        self.parts: list[bytes] = []
-
-    def open_dir(self, parts: list[bytes]) -> int:
-        keep = 0
-        while keep < min(len(parts), len(self.parts)) and parts[keep] == self.parts[keep]:
-            keep += 1
-        for fd in self.fds[keep + 1:]:
-            os.close(fd)
-        del self.fds[keep + 1:], self.parts[keep:]
-        for part in parts[keep:]:
-            self.fds.append(os.open(part, _DIR, dir_fd=self.fds[-1]))
-            self.parts.append(part)
-        return self.fds[-1]
-
-    def close(self) -> None:
-        self.open_dir([])
 
 
 def _reader(chain: _Chain, parts: list[bytes], listed: os.stat_result, where: str) -> Callable[[], BinaryIO]:

@@ -124,11 +124,14 @@ def store(cache: Store, entries: Iterable[intake.Entry], *, where: str, bounds: 
         names = {name for name, _ in taken.files}
         if "__init__.py" not in names:
             raise BadInput(f"{where}: no {PKG} package found (expected {PKG}/__init__.py)")
-        sourceless = [n for n in taken.bytecode if "__pycache__" not in n.split("/")]
-        if sourceless or taken.empty:  # byte-code in __pycache__ is the usual leftover of an import: not worth a line
-            ui.warn(escape(f"{where}: left out {len(sourceless)} byte-code file(s) outside __pycache__ and {len(taken.empty)} "
-                           f"empty director(ies) (first: {(sourceless + list(taken.empty))[0]!r}): the stored tree holds "
-                           "source only, as a git commit does"))
+        left = []
+        if taken.bytecode:
+            left.append(f"{len(taken.bytecode)} byte-code file(s) (a deployment of this tree may run them in place of the source probed)")
+        if taken.empty:
+            left.append(f"{len(taken.empty)} empty director(ies)")
+        if left:
+            ui.warn(escape(f"{where}: not taken in: {' and '.join(left)}, first {(taken.bytecode + taken.empty)[0]!r}; "
+                           "the stored tree holds the source only, as a git commit does"))
         stamp = TreeStamp(tree_digest=digest(taken), files=len(taken.files))
         write_model(scratch / "tree.json", stamp)
         final = cache.tree(stamp.tree_digest)
