@@ -83,14 +83,16 @@ def read_back(root: Path, bounds: intake.Bounds = intake.Bounds()) -> intake.Tak
         return intake.take(entries, None, bounds, str(root))
 
 
-def _verify(root: Path, bounds: intake.Bounds) -> intake.Taken | None:
-    """The stored package at ``root`` read back, or None when it is not what intake stores (a
-    link, a special file, byte-code or an empty directory in it)."""
+def _verify(root: Path, bounds: intake.Bounds) -> tuple[intake.Taken | None, str]:
+    """The stored package at ``root`` read back, or None and why it is not what intake stores (a
+    link, a special file, byte-code or an empty directory in it; more than this run's bounds)."""
     try:
         taken = read_back(root, bounds)
-    except intake.Refused:
-        return None
-    return None if taken.bytecode or taken.empty else taken
+    except intake.Refused as e:
+        return None, e.message.split(": ", 1)[-1]
+    if taken.bytecode or taken.empty:
+        return None, f"planted {(taken.bytecode + taken.empty)[0]!r}"
+    return taken, ""
 
 
 def load(cache: Store, tree_digest: str, bounds: intake.Bounds = intake.Bounds()) -> Stored | None:
@@ -104,9 +106,11 @@ def load(cache: Store, tree_digest: str, bounds: intake.Bounds = intake.Bounds()
     if not root.exists():
         return None
     stamp = read_model(root / "tree.json", TreeStamp)
-    taken = _verify(root, bounds) if stamp is not None and stamp.tree_digest == tree_digest else None
-    if taken is None or digest(taken) != tree_digest:
-        ui.warn(f"cache entry {root} is damaged (digest mismatch, or something intake never stores); rebuilding it")
+    taken, why = _verify(root, bounds) if stamp is not None and stamp.tree_digest == tree_digest else (None, "stamp")
+    if taken is not None and digest(taken) != tree_digest:
+        why = "digest mismatch"
+    if why:
+        ui.warn(escape(f"cache entry {root} is damaged ({why}); rebuilding it"))
         shutil.rmtree(root, ignore_errors=True)
         return None
     cache.used(root)
@@ -136,7 +140,7 @@ def store(cache: Store, entries: Iterable[intake.Entry], *, where: str, bounds: 
         write_model(scratch / "tree.json", stamp)
         final = cache.tree(stamp.tree_digest)
         files = tuple(f"{PKG}/{name}" for name, _ in taken.files)
-        existing = _verify(final, bounds) if final.exists() else None
+        existing = _verify(final, bounds)[0] if final.exists() else None
         if existing is not None and existing.files == taken.files:
             cache.used(final)
             return Stored(final, stamp, files)
@@ -146,7 +150,7 @@ def store(cache: Store, entries: Iterable[intake.Entry], *, where: str, bounds: 
         try:
             os.replace(scratch, final)
         except OSError:  # another process filed it meanwhile: served only if it is these bytes too
-            if (_verify(final, bounds) or intake.Taken((), 0, ())).files != taken.files:
+            if (_verify(final, bounds)[0] or intake.Taken((), 0)).files != taken.files:
                 raise Infrastructure(f"cache entry {final} is being replaced by another process with other bytes") from None
     return Stored(final, stamp, files)
 
