@@ -107,7 +107,8 @@ def locate_tests(arg: str, head: str, with_paths: list[str] = ()) -> Callable[[s
     local = Path(arg)
     if local.is_file():
         _checked(arg, local.name)
-        test = upstream_layout.build(f"--tests {arg}", local.name, f"local:{local.resolve()}", local.read_bytes(),
+        test = upstream_layout.build(f"--tests {arg}", local.name, f"local:{local.resolve()}",
+                                     upstream_layout.read_local(local.resolve(), f"--tests {arg}"),
                                      upstream_layout.local_helpers(local, list(with_paths)))
         return lambda tree, opts: test
     path = _repo_path(arg)

@@ -4,7 +4,8 @@ or ``git+`` (here; git plumbing in mirrors.py)."""
 from __future__ import annotations
 
 from runner.errors import BadInput
-from runner.store import mirrors, path, pypi, specs, trees
+from runner.files import scratch_dir
+from runner.store import intake, mirrors, path, pypi, specs, trees
 from runner.store.cache import Store, write_model
 from runner.store.trees import PKG, Tree, TreeIdentity
 
@@ -15,12 +16,14 @@ def resolve(
     *,
     package_dir: str = "python/sglang",
     pinned_sha256: dict[str, str] | None = None,
+    bounds: intake.Bounds = intake.Bounds(),
 ) -> Tree:
+    """Every source's bytes come in through one intake (runner/store/intake.py), within ``bounds``."""
     if isinstance(spec, specs.GitSpec):
-        return _resolve_git(spec, cache, package_dir)
+        return _resolve_git(spec, cache, package_dir, bounds)
     if isinstance(spec, specs.PypiSpec):
-        return pypi.resolve(spec, cache, (pinned_sha256 or {}).get(spec.version))
-    return path.resolve(spec, cache)
+        return pypi.resolve(spec, cache, (pinned_sha256 or {}).get(spec.version), bounds)
+    return path.resolve(spec, cache, bounds)
 
 
 # --- git (plumbing in runner/store/mirrors.py) ------------------------------------------------
@@ -41,7 +44,16 @@ def diff(url: str, base: str, head: str, package_dir: str, cache: Store) -> byte
     return mirrors.diff(resolve_commit(url, base, cache)[0], base, head, package_dir)
 
 
-def _resolve_git(spec: specs.GitSpec, cache: Store, package_dir: str) -> Tree:
+def _git_entries(m: mirrors.Mirror, sha: str, package_dir: str, cache: Store, where: str, bounds: intake.Bounds) -> trees.Stored:
+    """Until the mirror hands its entries to intake itself (h28: ``mirrors.entries``), the commit's
+    package is written into a private scratch directory and taken in from there like a ``path:``."""
+    with scratch_dir(cache.trees()) as raw:
+        mirrors.materialise(m, sha, package_dir, raw / PKG)
+        with intake.directory(raw, where, (PKG,)) as entries:
+            return trees.store(cache, entries, where=where, bounds=bounds)
+
+
+def _resolve_git(spec: specs.GitSpec, cache: Store, package_dir: str, bounds: intake.Bounds) -> Tree:
     """Stored trees are indexed by the package's git tree id: a commit that did not touch the
     package finds its tree without reading a blob."""
     m, sha, remote = mirrors.resolve(spec.url, spec.rev, cache, spec.ref)
@@ -49,14 +61,14 @@ def _resolve_git(spec: specs.GitSpec, cache: Store, package_dir: str) -> Tree:
     if tree_id is None:
         raise BadInput(f"commit {sha}: no {package_dir} in its tree")
     index_path = cache.index("git-tree", tree_id)
-    hit = trees.from_index(cache, index_path)
+    hit = trees.from_index(cache, index_path, bounds)
     if hit is None:
-        root, stamp = trees.store(cache, lambda scratch: mirrors.materialise(m, sha, package_dir, scratch / PKG))
-        write_model(index_path, trees.Index(tree_digest=stamp.tree_digest))
-        hit = (None, root, stamp)
-    _, root, stamp = hit
+        stored = _git_entries(m, sha, package_dir, cache, str(spec), bounds)
+        write_model(index_path, trees.Index(tree_digest=stored.stamp.tree_digest))
+        hit = (None, stored)
+    stored = hit[1]
     identity = TreeIdentity(
         kind="git", source=str(spec), repo=spec.url, rev=spec.rev, commit=sha, package_dir=package_dir,
-        remote=remote, tree_digest=stamp.tree_digest, files=stamp.files,
+        remote=remote, tree_digest=stored.stamp.tree_digest, files=stored.stamp.files,
     )
-    return Tree(identity, root)
+    return Tree(identity, stored.root, stored.files)
