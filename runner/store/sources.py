@@ -3,6 +3,8 @@ or ``git+`` (here; git plumbing in mirrors.py)."""
 
 from __future__ import annotations
 
+from pathlib import Path, PurePosixPath
+
 from runner.errors import BadInput
 from runner.store import mirrors, path, pypi, specs, trees
 from runner.store.cache import Store, write_model
@@ -23,7 +25,11 @@ def resolve(
     return path.resolve(spec, cache)
 
 
-# --- git (plumbing in runner/store/mirrors.py) ------------------------------------------------
+# --- git (where objects come from: runner/store/mirrors.py) -----------------------------------
+
+# Until the one intake (runner/store/intake.py, I3) takes git trees in, its rules live here: this
+# bound on a package's entries, and regular files only (_take_in).
+MAX_GIT_ENTRIES = 100_000
 
 
 def resolve_commit(url: str, rev: str, cache: Store) -> tuple[mirrors.Mirror, str]:
@@ -38,7 +44,24 @@ def read_file(url: str, sha: str, path: str, cache: Store) -> bytes:
 
 def diff(url: str, base: str, head: str, package_dir: str, cache: Store) -> bytes:
     """``git diff --binary base head -- package_dir`` in the repository's mirror."""
-    return mirrors.diff(resolve_commit(url, base, cache)[0], base, head, package_dir)
+    return mirrors.diff(resolve_commit(url, base, cache)[0], base, head, package_dir, MAX_GIT_ENTRIES)
+
+
+def _take_in(m: mirrors.Mirror, files: list[mirrors.GitFile], dest: Path, where: str) -> None:
+    """Write a package's entries under ``dest``: regular files only. A symbolic link or a
+    submodule is refused naming it, before any byte is read."""
+    for f in files:
+        if f.kind in ("symlink", "submodule"):
+            raise BadInput(f"{where}/{f.path}: a {f.kind}; only regular files are taken in from a git tree")
+        if ".git" in PurePosixPath(f.path).parts:
+            raise BadInput(f"{where}/{f.path}: refusing the path")
+    blobs = mirrors.read_blobs(m, sorted({f.oid for f in files}))
+    for f in files:
+        target = dest / f.path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(blobs[f.oid])
+        if f.kind == "executable":
+            target.chmod(0o755)
 
 
 def _resolve_git(spec: specs.GitSpec, cache: Store, package_dir: str) -> Tree:
@@ -51,7 +74,9 @@ def _resolve_git(spec: specs.GitSpec, cache: Store, package_dir: str) -> Tree:
     index_path = cache.index("git-tree", tree_id)
     hit = trees.from_index(cache, index_path)
     if hit is None:
-        root, stamp = trees.store(cache, lambda scratch: mirrors.materialise(m, sha, package_dir, scratch / PKG))
+        where = f"commit {sha[:12]}: {package_dir}"
+        files = mirrors.package_files(m, tree_id, where, MAX_GIT_ENTRIES)
+        root, stamp = trees.store(cache, lambda scratch: _take_in(m, files, scratch / PKG, where))
         write_model(index_path, trees.Index(tree_digest=stamp.tree_digest))
         hit = (None, root, stamp)
     _, root, stamp = hit
