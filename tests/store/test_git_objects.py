@@ -191,3 +191,15 @@ def test_a_shallow_clone_reads_its_commits_and_its_history_ends_where_it_says(ti
     assert m.lines("rev-list", head) == [head] == [tiny["commits"]["two"]]
     assert _resolve(shallow, "main", tmp_path / "cache").identity.tree_digest == \
         _resolve(tiny["path"], "main", tmp_path / "full").identity.tree_digest
+
+
+def test_a_treeless_clone_fetches_the_trees_on_the_path_and_the_package_blobs_only(tiny, tmp_path):
+    """``--filter=tree:0``: the commit's trees come first (filtered, no blob), then the package's
+    blobs; no blob outside the package."""
+    treeless = tmp_path / "treeless"
+    subprocess.run(["git", "clone", "-q", "--no-checkout", "--filter=tree:0", f"file://{tiny['path']}", str(treeless)], check=True)
+    one = tiny["commits"]["one"]
+    tree = _resolve(treeless, one, tmp_path / "cache")
+    assert tree.identity.tree_digest == _resolve(tiny["path"], one, tmp_path / "full").identity.tree_digest
+    fetched = git(_mirror(tmp_path / "cache"), "cat-file", "--batch-all-objects", "--batch-check=%(objectname) %(objecttype)").decode()
+    assert {line.split()[0] for line in fetched.splitlines() if line.endswith(" blob")} == gitrepo.blobs_under(tiny["path"], [one])
