@@ -12,10 +12,10 @@ from typing import Callable
 from rich.markup import escape
 
 from runner import errors, ui
-from runner.commands.options import ProbeOptions
+from runner.commands.options import ProbeOptions, bounds
 from runner.evidence import catalog, judging, pins, receipts, results
 from runner.sandbox import execute
-from runner.store import envs, sources, specs
+from runner.store import envs, intake, sources, specs
 from runner.store.cache import Store
 from runner.store.sources import TreeIdentity
 from runner.files import sha256_file
@@ -30,6 +30,7 @@ class Options:
     package_dir: str = "python/sglang"
     pinned_sha256: dict[str, str] = field(default_factory=dict)
     pinned_commits: tuple[str, ...] = ()
+    bounds: intake.Bounds = intake.Bounds()  # what one tree may hold (--max-files, --max-file-size, --max-tree-size)
 
     def sandboxed(self, tree: sources.Tree) -> bool:
         """Whether ``tree`` runs in the sandbox; refuses (exit 2) an unpinned tree where it cannot."""
@@ -40,7 +41,7 @@ class Options:
 def options(args, p: pins.Pins, probe: ProbeOptions = ProbeOptions()) -> Options:
     """Options from a command's --cache-dir, its pins and its probe options."""
     return Options(cache=Store.at(args.cache_dir), probe=probe, package_dir=p.package_dir, pinned_sha256=p.pinned_sha256,
-                   pinned_commits=p.pinned_commits)
+                   pinned_commits=p.pinned_commits, bounds=bounds(args))
 
 
 def probe_ref(probe: str, fix: int) -> ProbeRef:
@@ -49,7 +50,8 @@ def probe_ref(probe: str, fix: int) -> ProbeRef:
 
 
 def resolve(text: str, opts: Options) -> sources.Tree:
-    return sources.resolve(specs.parse(text), opts.cache, package_dir=opts.package_dir, pinned_sha256=opts.pinned_sha256)
+    return sources.resolve(specs.parse(text), opts.cache, package_dir=opts.package_dir, pinned_sha256=opts.pinned_sha256,
+                           bounds=opts.bounds)
 
 
 def receipt_of(probe: ProbeRef, identity: TreeIdentity, environment: envs.Env, run: execute.Run) -> Receipt:
@@ -97,6 +99,14 @@ def _same_or_fail(text: str, first: dict[str, execute.Run], again: dict[str, exe
         if differing:
             raise errors.DiffprobeError.differs(
                 f"{probe} on {text}: run {attempt} observed differently from run 1 (cases: {', '.join(differing)})")
+
+
+def tally(receipt: Receipt) -> str:
+    """A receipt's cases as the progress line counts them: not-applicable cases by that name, as the
+    receipt and ``report`` say, not among the inconclusive ones (their classification)."""
+    counts, absent = receipt.summary.classifications, receipt.summary.outcomes["not_applicable"]
+    parts = [f"{counts['bug']} bug", f"{counts['clean']} clean"] + ([f"{absent} not applicable"] if absent else [])
+    return ", ".join([*parts, f"{counts['inconclusive'] - absent} inconclusive"])
 
 
 def probe_sources(
@@ -150,9 +160,7 @@ def probe(
         for probe, run in runs.items():
             receipt = receipt_of(probe_ref(probe, run.observations.fix), trees[text].identity, environment, run)
             results.record(opts.cache, receipt, key)
-            counts = receipt.summary.classifications
-            ui.err.print(f"[green]✓[/] {probe} on {escape(text)}: {counts['bug']} bug, {counts['clean']} clean, "
-                         f"{counts['inconclusive']} inconclusive")
+            ui.err.print(f"[green]✓[/] {probe} on {escape(text)}: {tally(receipt)}")
             fresh[(text, probe)] = receipt
         return fresh
 
@@ -163,10 +171,16 @@ def probe(
                      f"observed {receipt.started_at} via {escape(receipt.source.source)})")
 
     pool = ThreadPoolExecutor(max_workers=workers_for_memory(opts.probe.jobs))
+    # The shared layer (built once: a minute cold; its seal checked warm) is made ready on its own
+    # thread once the first tree is resolved and allowed to run, and while it is being built the
+    # next sources are resolved (downloaded) here; every environment waits for it.
+    ahead = ThreadPoolExecutor(max_workers=1, thread_name_prefix="layer")
+    layer = None
     futures = []
     try:
         for text in plan:
-            trees[text] = resolve(text, opts)
+            if text not in trees:
+                trees[text] = resolve(text, opts)
             digest = trees[text].identity.tree_digest
             if on_tree:
                 on_tree(text, trees[text])
@@ -177,6 +191,14 @@ def probe(
             sandboxed = opts.sandboxed(trees[text])  # before anything of the tree is built or run
             if not sandboxed:
                 ui.err.print(f"[bold red]unsandboxed:[/] {escape(text)} runs without bubblewrap, with your rights")
+            if layer is None:
+                layer = ahead.submit(envs.layer, opts.cache, interp, torch)
+                for later in plan:
+                    if layer.done():
+                        break
+                    if later not in trees:
+                        trees[later] = resolve(later, opts)
+            layer.result()
             environment = envs.env(trees[text], opts.cache, interp, torch)
             for note in environment.stamp.notes:
                 ui.warn(f"{text}: {note}")
@@ -195,9 +217,11 @@ def probe(
             got.update(f.result())
     except BaseException:
         pool.shutdown(wait=False, cancel_futures=True)
+        ahead.shutdown(wait=False)
         execute.kill_all()
         raise
     pool.shutdown()
+    ahead.shutdown()
     for text, earlier in same.items():
         for probe in plan[text]:
             reuse_one(text, probe, got[(earlier, probe)], f"the receipt of {escape(earlier)}, the same tree")
