@@ -5,7 +5,6 @@ refused before a byte is read."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import zlib
 from pathlib import Path
