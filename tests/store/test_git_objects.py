@@ -115,7 +115,6 @@ def test_a_forged_object_in_a_repository_read_in_place_is_refused(tmp_path):
     repo = tmp_path / "forged"
     commit = gitrepo.build(repo, [Step("one", files=ONE)])["one"]
     oid = git(repo, "rev-parse", f"{commit}:{PKG}/srt/a.py").decode().strip()
-    git(repo, "cat-file", "-p", oid)
     loose = repo / ".git" / "objects" / oid[:2] / oid[2:]
     loose.parent.mkdir(exist_ok=True)
     loose.write_bytes(zlib.compress(b"blob 6\0A = 2\n"))  # a loose copy wins over the packed one
