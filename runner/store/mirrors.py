@@ -20,6 +20,7 @@ they are read (gitobjects.py): read in place, a damaged or forged object is refu
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import shutil
@@ -27,6 +28,7 @@ import subprocess
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
+from typing import BinaryIO, Callable
 from urllib.parse import unquote
 
 import git
@@ -35,7 +37,7 @@ from pydantic import BaseModel, ConfigDict
 from runner import ui
 from runner.errors import BadInput, Infrastructure
 from runner.files import building_dir, sha256_bytes
-from runner.store import gitobjects
+from runner.store import gitobjects, intake
 from runner.store.cache import Store
 from runner.store.gitobjects import TREE
 
@@ -293,13 +295,16 @@ def is_ancestor(m: Mirror, older: str, newer: str) -> bool:
 # --- objects: exactly those a package needs, each hashed as it is read ----------------------------
 
 
+SUBMODULE = "160000"  # a commit id in a tree: no bytes of it here
+
+
 @dataclass(frozen=True)
 class GitFile:
-    """One entry under a package directory: a blob (file, executable or symlink) or a submodule
-    (a commit id, no bytes here). ``size`` is known before any byte is read (None for a submodule)."""
+    """One entry under a package directory other than a directory: a blob (file, link) or a
+    submodule. ``size`` is known before any byte is read (None for a submodule)."""
 
-    path: str  # relative to the package directory, '/'-separated
-    kind: str  # gitobjects.Entry.kind
+    path: bytes  # relative to the package directory, '/'-separated, as git spells the names
+    mode: str  # as git stores it (gitobjects.Entry.mode)
     oid: str
     size: int | None
 
@@ -398,7 +403,7 @@ def _lookup(m: Mirror, shas: list[str], path: str) -> list[gitobjects.Entry | No
         read = _read(m, trees, {t: f"the tree {'/'.join(parts[:depth]) or '/'}" for t in trees})
         for i, tree in enumerate(current):
             entries = gitobjects.tree_entries(read[tree][1], tree) if tree and read[tree][0] == "tree" else []
-            found[i] = next((e for e in entries if e.name == part), None)
+            found[i] = next((e for e in entries if e.name == part.encode()), None)
             current[i] = found[i].oid if found[i] and found[i].mode == TREE else None
     return found
 
@@ -411,33 +416,55 @@ def package_trees(m: Mirror, shas: list[str], package_dir: str) -> list[str | No
     return [e.oid if e and e.mode == TREE else None for e in _lookup(m, shas, package_dir)]
 
 
-def package_files(m: Mirror, tree: str, where: str, max_entries: int) -> list[GitFile]:
+def _shown(where: str, path: bytes) -> str:
+    return f"{where}/{path.decode(errors='backslashreplace')}".rstrip("/")
+
+
+def package_files(m: Mirror, tree: str, where: str, max_entries: int = intake.Bounds.files) -> list[GitFile]:
     """Every entry under the package tree ``tree``, sorted by path: its trees read level by level
     (one verified ``cat-file --batch`` each), then the blobs the mirror lacks fetched at once, so
     each entry's size is known before a byte of it is read. More than ``max_entries`` entries
     (a tree can name one subtree many times over) is refused as soon as it is seen. ``where``
     names the package in errors."""
     files: list[GitFile] = []
-    level = [(tree, "")]
+    level = [(tree, b"")]
     while level:
-        read = _read(m, sorted({oid for oid, _ in level}), {oid: f"{where}/{prefix}".rstrip("/") for oid, prefix in level})
+        read = _read(m, sorted({oid for oid, _ in level}), {oid: _shown(where, prefix) for oid, prefix in level})
         if odd := next((oid for oid, (kind, _) in read.items() if kind != "tree"), None):
             raise BadInput(f"{where}: {odd} is named as a directory but is a {read[odd][0]}")
         parsed = {oid: gitobjects.tree_entries(body, oid) for oid, (_, body) in read.items()}
-        nxt: list[tuple[str, str]] = []
+        nxt: list[tuple[str, bytes]] = []
         for oid, prefix in level:
             for e in parsed[oid]:
                 if e.mode == TREE:
-                    nxt.append((e.oid, f"{prefix}{e.name}/"))
+                    nxt.append((e.oid, prefix + e.name + b"/"))
                 else:
-                    files.append(GitFile(f"{prefix}{e.name}", e.kind, e.oid, None))
+                    files.append(GitFile(prefix + e.name, e.mode, e.oid, None))
             if len(files) + len(nxt) > max_entries:
-                raise BadInput(f"{where}: more than {max_entries} entries")
+                raise BadInput(f"{where}: refused: more than {max_entries} files and directories (raise it with --max-files)")
         level = nxt
-    blobs = [f.oid for f in files if f.kind != "submodule"]
-    sizes = _ensure(m, blobs, {f.oid: f"{where}/{f.path}" for f in files})
-    return sorted((f if f.kind == "submodule" else GitFile(f.path, f.kind, f.oid, sizes[f.oid][1]) for f in files),
+    blobs = [f.oid for f in files if f.mode != SUBMODULE]
+    sizes = _ensure(m, blobs, {f.oid: _shown(where, f.path) for f in files})
+    return sorted((f if f.mode == SUBMODULE else GitFile(f.path, f.mode, f.oid, sizes[f.oid][1]) for f in files),
                   key=lambda f: f.path)
+
+
+def entries(m: Mirror, tree: str, where: str, max_entries: int = intake.Bounds.files) -> list[intake.Entry]:
+    """The package under ``tree`` as intake takes it in (runner/store/intake.py): names and modes
+    as git stores them, sizes known; the blobs are read, each hashed against its id, in one
+    ``cat-file --batch`` when intake first asks for bytes, after every entry passed its rules
+    and bounds (so a link or a submodule is refused before anything is read)."""
+    files = package_files(m, tree, where, max_entries)
+    blobs: dict[str, bytes] = {}
+
+    def opener(oid: str) -> Callable[[], BinaryIO]:
+        def open_() -> BinaryIO:
+            if not blobs:
+                blobs.update(read_blobs(m, sorted({f.oid for f in files if f.size is not None})))
+            return io.BytesIO(blobs[oid])
+        return open_
+
+    return [intake.Entry(f.path, int(f.mode, 8), f.size or 0, opener(f.oid) if f.size is not None else None) for f in files]
 
 
 def read_blobs(m: Mirror, oids: list[str]) -> dict[str, bytes]:
@@ -452,16 +479,16 @@ def read_blobs(m: Mirror, oids: list[str]) -> dict[str, bytes]:
 def read_file(m: Mirror, sha: str, path: str) -> bytes:
     """The exact bytes of ``path`` in commit ``sha``: one blob, fetched if the mirror lacks it."""
     entry = _lookup(m, [sha], path)[0]
-    if entry is None or entry.mode == TREE or entry.kind == "submodule":
+    if entry is None or entry.mode in (TREE, SUBMODULE):
         raise BadInput(f"commit {sha}: no file {path} in its tree")
     return read_blobs(m, [entry.oid])[entry.oid]
 
 
-def diff(m: Mirror, base: str, head: str, package_dir: str, max_entries: int) -> bytes:
+def diff(m: Mirror, base: str, head: str, package_dir: str) -> bytes:
     """``git diff --binary base head -- package_dir``, with both trees' blobs fetched first."""
     for sha, tree in zip((base, head), package_trees(m, [base, head], package_dir)):
         if tree:
-            package_files(m, tree, f"commit {sha[:12]}: {package_dir}", max_entries)
+            package_files(m, tree, f"commit {sha[:12]}: {package_dir}")
     try:
         return m.run("diff", "--binary", "--no-color", "--no-ext-diff", "--no-renames", base, head, "--", package_dir)
     except git.exc.GitCommandError as e:

@@ -4,8 +4,6 @@ or ``git+`` (here; git plumbing in mirrors.py)."""
 from __future__ import annotations
 
 from runner.errors import BadInput
-import io
-
 from runner.store import intake, mirrors, path, pypi, specs, trees
 from runner.store.cache import Store, write_model
 from runner.store.trees import PKG, Tree, TreeIdentity
@@ -42,29 +40,7 @@ def read_file(url: str, sha: str, path: str, cache: Store) -> bytes:
 
 def diff(url: str, base: str, head: str, package_dir: str, cache: Store) -> bytes:
     """``git diff --binary base head -- package_dir`` in the repository's mirror."""
-    return mirrors.diff(resolve_commit(url, base, cache)[0], base, head, package_dir, intake.Bounds().files)
-
-
-# A git tree entry's kind as the st_mode intake judges: links and submodules reach intake, which refuses them.
-_MODES = {"file": 0o100644, "executable": 0o100755, "symlink": 0o120000, "submodule": 0o160000}
-
-
-def _git_entries(m: mirrors.Mirror, tree_id: str, cache: Store, where: str, bounds: intake.Bounds) -> trees.Stored:
-    """The package's entries as the commit's trees declare them (sizes known before a byte is read),
-    taken in by the one intake; the blobs are read in one verified batch, only once every entry passed."""
-    files = mirrors.package_files(m, tree_id, where, bounds.files)
-    blobs: dict[str, bytes] = {}
-
-    def reader(oid: str):
-        def read() -> io.BytesIO:
-            if not blobs:
-                blobs.update(mirrors.read_blobs(m, sorted({f.oid for f in files if f.kind in ("file", "executable")})))
-            return io.BytesIO(blobs[oid])
-        return read
-
-    entries = [intake.Entry(f.path, _MODES[f.kind], f.size or 0, reader(f.oid) if f.kind in ("file", "executable") else None)
-               for f in files]
-    return trees.store(cache, entries, where=where, bounds=bounds)
+    return mirrors.diff(resolve_commit(url, base, cache)[0], base, head, package_dir)
 
 
 def _resolve_git(spec: specs.GitSpec, cache: Store, package_dir: str, bounds: intake.Bounds) -> Tree:
@@ -77,7 +53,8 @@ def _resolve_git(spec: specs.GitSpec, cache: Store, package_dir: str, bounds: in
     index_path = cache.index("git-tree", tree_id)
     hit = trees.from_index(cache, index_path, bounds)
     if hit is None:
-        stored = _git_entries(m, tree_id, cache, f"commit {sha[:12]}: {package_dir}", bounds)
+        entries = mirrors.entries(m, tree_id, f"commit {sha[:12]}: {package_dir}", bounds.files)
+        stored = trees.store(cache, entries, where=str(spec), bounds=bounds)
         write_model(index_path, trees.Index(tree_digest=stored.stamp.tree_digest))
         hit = (None, stored)
     stored = hit[1]

@@ -5,7 +5,6 @@ refused before a byte is read."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import zlib
 from pathlib import Path
@@ -54,17 +53,49 @@ def _tree(*entries: tuple[str, bytes, str]) -> bytes:
 
 
 @pytest.mark.parametrize("body, refusal", [
-    (_tree(("100644", b"..", "a" * 40)), "refusing the name '..'"),
-    (_tree(("100644", b"", "a" * 40)), "refusing the name ''"),
-    (_tree(("40000", b"a/b", "a" * 40)), "refusing the name 'a/b'"),
-    (_tree(("100644", b"\xff.py", "a" * 40)), "not UTF-8"),
-    (_tree(("100644", b"a.py", "a" * 40), ("100755", b"a.py", "b" * 40)), "appears twice"),
-    (_tree(("100666", b"a.py", "a" * 40), ("20000", b"b.py", "b" * 40)), "unknown mode 20000"),
+    (_tree(("40000", b"a/b", "a" * 40)), r"refusing the name b'a/b'"),
+    (_tree(("100644", b"a.py", "a" * 40), ("40000", b"a.py", "b" * 40)), "appears twice"),
+    (_tree(("100648", b"a.py", "a" * 40)), "not an octal number"),
     (_tree(("100644", b"a.py", "a" * 40))[:-3], "truncated"),
+    (b"100644 a.py", "truncated"),
 ])
-def test_a_tree_that_could_be_read_two_ways_is_refused(body, refusal):
+def test_what_only_a_tree_shows_is_refused_when_it_is_read(body, refusal):
+    """A '/' in one name, a name twice: joined into paths, intake could no longer see them."""
     with pytest.raises(BadInput, match=refusal):
         gitobjects.tree_entries(body, "c" * 40)
+
+
+def _commit_with(repo: Path, name: bytes, payload: bytes) -> str:
+    """A commit whose package tree is ONE's plus a file ``name``, written as it is (``hash-object
+    --literally``: what git's own tools would refuse to make)."""
+    commit = gitrepo.build(repo, [Step("one", files=ONE)])["one"]
+    blob = git(repo, "hash-object", "-w", "--stdin", stdin=payload).decode().strip()
+    listed = git(repo, "ls-tree", "-z", f"{commit}:{PKG}").split(b"\0")
+    own = [(line.split()[0].decode(), line.split(b"\t", 1)[1], line.split()[2].decode()) for line in listed if line]
+    body = _tree(*sorted([*own, ("100644", name, blob)], key=lambda e: e[1]))
+    package = git(repo, "hash-object", "-t", "tree", "-w", "--literally", "--stdin", stdin=body).decode().strip()
+
+    def mktree(*lines: str) -> str:
+        return git(repo, "mktree", stdin="".join(f"{line}\n" for line in lines).encode()).decode().strip()
+
+    root = mktree(f"040000 tree {mktree(f'040000 tree {package}	sglang')}\tpython")
+    return git(repo, "-c", "user.name=t", "-c", "user.email=t@diffprobe.invalid", "commit-tree", root, "-m", "odd").decode().strip()
+
+
+@pytest.mark.parametrize("name, refusal", [
+    (b"..", "not a plain relative path"),
+    (b"new\nline.py", "holds a newline"),
+    (b"bad\xff.py", "not valid UTF-8"),
+    (b"", "not a plain relative path"),
+])
+def test_a_name_intake_refuses_is_one_line_naming_it_from_a_git_tree_too(tmp_path, name, refusal):
+    """Names reach intake as git spells them: its rules, one place, for every source."""
+    repo = tmp_path / "repo"
+    commit = _commit_with(repo, name, b"X = 1\n")
+    with pytest.raises(BadInput, match=refusal) as refused:
+        _resolve(repo, commit, tmp_path / "cache")
+    assert "\n" not in refused.value.message
+    assert not list((tmp_path / "cache" / "trees").glob("h1*"))
 
 
 def test_an_object_is_taken_only_if_it_hashes_to_its_id():
@@ -84,7 +115,6 @@ def test_a_forged_object_in_a_repository_read_in_place_is_refused(tmp_path):
     repo = tmp_path / "forged"
     commit = gitrepo.build(repo, [Step("one", files=ONE)])["one"]
     oid = git(repo, "rev-parse", f"{commit}:{PKG}/srt/a.py").decode().strip()
-    git(repo, "cat-file", "-p", oid)
     loose = repo / ".git" / "objects" / oid[:2] / oid[2:]
     loose.parent.mkdir(exist_ok=True)
     loose.write_bytes(zlib.compress(b"blob 6\0A = 2\n"))  # a loose copy wins over the packed one
@@ -156,11 +186,11 @@ def test_a_package_blob_that_cannot_be_had_is_named(tiny, tmp_path):
         _resolve(blobless, one, tmp_path / "cache")
 
 
-@pytest.mark.parametrize("entry, kind", [(("120000", b"srt/a.py"), "a symbolic link"), (("160000", "d" * 40), r"a submodule \(git link\)")])
+@pytest.mark.parametrize("entry, kind", [(("120000", b"a.py"), "a symbolic link"), (("160000", "d" * 40), r"a submodule \(git link\)")])
 def test_a_link_or_a_submodule_in_the_package_is_refused_naming_it(tmp_path, entry, kind):
     repo = tmp_path / "repo"
     commit = gitrepo.build(repo, [Step("one", files={**ONE, f"{PKG}/srt/odd.py": entry})])["one"]
-    with pytest.raises(BadInput, match=rf"{PKG}: 'srt/odd.py': refused: it is {kind}; only regular files"):
+    with pytest.raises(BadInput, match=rf"'srt/odd.py': refused: it is {kind}; only regular files"):
         _resolve(repo, commit, tmp_path / "cache")
     assert not list((tmp_path / "cache" / "trees").glob("h1*"))
 
@@ -180,7 +210,7 @@ def test_a_tree_naming_one_subtree_many_times_is_refused_before_it_is_listed(tmp
     package = mktree(f"100644 blob {empty}\t__init__.py", f"040000 tree {tree}\tdeep")
     root = mktree(f"040000 tree {mktree(f'040000 tree {package}	sglang')}\tpython")
     commit = git(repo, "-c", "user.name=t", "-c", "user.email=t@diffprobe.invalid", "commit-tree", root, "-m", "deep").decode().strip()
-    with pytest.raises(BadInput, match=r"more than 25000 entries"):
+    with pytest.raises(BadInput, match=r"refused: more than 25000 files and directories"):
         _resolve(repo, commit, tmp_path / "cache")
 
 
@@ -191,3 +221,15 @@ def test_a_shallow_clone_reads_its_commits_and_its_history_ends_where_it_says(ti
     assert m.lines("rev-list", head) == [head] == [tiny["commits"]["two"]]
     assert _resolve(shallow, "main", tmp_path / "cache").identity.tree_digest == \
         _resolve(tiny["path"], "main", tmp_path / "full").identity.tree_digest
+
+
+def test_a_treeless_clone_fetches_the_trees_on_the_path_and_the_package_blobs_only(tiny, tmp_path):
+    """``--filter=tree:0``: the commit's trees come first (filtered, no blob), then the package's
+    blobs; no blob outside the package."""
+    treeless = tmp_path / "treeless"
+    subprocess.run(["git", "clone", "-q", "--no-checkout", "--filter=tree:0", f"file://{tiny['path']}", str(treeless)], check=True)
+    one = tiny["commits"]["one"]
+    tree = _resolve(treeless, one, tmp_path / "cache")
+    assert tree.identity.tree_digest == _resolve(tiny["path"], one, tmp_path / "full").identity.tree_digest
+    fetched = git(_mirror(tmp_path / "cache"), "cat-file", "--batch-all-objects", "--batch-check=%(objectname) %(objecttype)").decode()
+    assert {line.split()[0] for line in fetched.splitlines() if line.endswith(" blob")} == gitrepo.blobs_under(tiny["path"], [one])
