@@ -4,7 +4,8 @@ or ``git+`` (here; git plumbing in mirrors.py)."""
 from __future__ import annotations
 
 from runner.errors import BadInput
-from runner.files import scratch_dir
+import io
+
 from runner.store import intake, mirrors, path, pypi, specs, trees
 from runner.store.cache import Store, write_model
 from runner.store.trees import PKG, Tree, TreeIdentity
@@ -26,7 +27,7 @@ def resolve(
     return path.resolve(spec, cache, bounds)
 
 
-# --- git (plumbing in runner/store/mirrors.py) ------------------------------------------------
+# --- git (where objects come from: runner/store/mirrors.py) -----------------------------------
 
 
 def resolve_commit(url: str, rev: str, cache: Store) -> tuple[mirrors.Mirror, str]:
@@ -41,16 +42,29 @@ def read_file(url: str, sha: str, path: str, cache: Store) -> bytes:
 
 def diff(url: str, base: str, head: str, package_dir: str, cache: Store) -> bytes:
     """``git diff --binary base head -- package_dir`` in the repository's mirror."""
-    return mirrors.diff(resolve_commit(url, base, cache)[0], base, head, package_dir)
+    return mirrors.diff(resolve_commit(url, base, cache)[0], base, head, package_dir, intake.Bounds().files)
 
 
-def _git_entries(m: mirrors.Mirror, sha: str, package_dir: str, cache: Store, where: str, bounds: intake.Bounds) -> trees.Stored:
-    """Until the mirror hands its entries to intake itself (h28: ``mirrors.entries``), the commit's
-    package is written into a private scratch directory and taken in from there like a ``path:``."""
-    with scratch_dir(cache.trees()) as raw:
-        mirrors.materialise(m, sha, package_dir, raw / PKG)
-        with intake.directory(raw, where, (PKG,)) as entries:
-            return trees.store(cache, entries, where=where, bounds=bounds)
+# A git tree entry's kind as the st_mode intake judges: links and submodules reach intake, which refuses them.
+_MODES = {"file": 0o100644, "executable": 0o100755, "symlink": 0o120000, "submodule": 0o160000}
+
+
+def _git_entries(m: mirrors.Mirror, tree_id: str, cache: Store, where: str, bounds: intake.Bounds) -> trees.Stored:
+    """The package's entries as the commit's trees declare them (sizes known before a byte is read),
+    taken in by the one intake; the blobs are read in one verified batch, only once every entry passed."""
+    files = mirrors.package_files(m, tree_id, where, bounds.files)
+    blobs: dict[str, bytes] = {}
+
+    def reader(oid: str):
+        def read() -> io.BytesIO:
+            if not blobs:
+                blobs.update(mirrors.read_blobs(m, sorted({f.oid for f in files if f.kind in ("file", "executable")})))
+            return io.BytesIO(blobs[oid])
+        return read
+
+    entries = [intake.Entry(f.path, _MODES[f.kind], f.size or 0, reader(f.oid) if f.kind in ("file", "executable") else None)
+               for f in files]
+    return trees.store(cache, entries, where=where, bounds=bounds)
 
 
 def _resolve_git(spec: specs.GitSpec, cache: Store, package_dir: str, bounds: intake.Bounds) -> Tree:
@@ -63,7 +77,7 @@ def _resolve_git(spec: specs.GitSpec, cache: Store, package_dir: str, bounds: in
     index_path = cache.index("git-tree", tree_id)
     hit = trees.from_index(cache, index_path, bounds)
     if hit is None:
-        stored = _git_entries(m, sha, package_dir, cache, str(spec), bounds)
+        stored = _git_entries(m, tree_id, cache, f"commit {sha[:12]}: {package_dir}", bounds)
         write_model(index_path, trees.Index(tree_digest=stored.stamp.tree_digest))
         hit = (None, stored)
     stored = hit[1]
