@@ -3,9 +3,9 @@ or ``git+`` (here; git plumbing in mirrors.py)."""
 
 from __future__ import annotations
 
-from runner.errors import BadInput
 import io
 
+from runner.errors import BadInput
 from runner.store import intake, mirrors, path, pypi, specs, trees
 from runner.store.cache import Store, write_model
 from runner.store.trees import PKG, Tree, TreeIdentity
