@@ -1,6 +1,8 @@
 """What intake costs: a real release taken in from a directory, before and after, side by side.
 
     python bench/intake_cost.py [--version 0.5.21] [--cache-dir DIR] [--repeats 5]
+    python bench/intake_cost.py --one before|after --checkout DIR --store DIR   # one new entry, for
+        farm-bench -n 10 -- python bench/intake_cost.py --one after ... --vs 'python bench/intake_cost.py --one before ...'
 
 ``before`` is how ``path:`` was taken in until intake (commit da5b008: ``shutil.copytree`` with
 links kept, then ``dirhash1`` reading every file of the copy back, then ``load`` re-reading an
@@ -73,8 +75,20 @@ def main() -> None:
     ap.add_argument("--version", default="0.5.21")
     ap.add_argument("--cache-dir", help="where the release is (or is put); default $DIFFPROBE_CACHE")
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--one", choices=["before", "after"], help="take --checkout in once into an emptied --store (a whole "
+                    "process, for farm-bench: the previous run's writes are synced first, in its time)")
+    ap.add_argument("--checkout", help="with --one: a directory holding python/sglang (made if absent)")
+    ap.add_argument("--store", help="with --one: the store to empty and fill")
     args = ap.parse_args()
     tree = sources.resolve(specs.PypiSpec(version=args.version), Store.at(args.cache_dir))
+    if args.one:
+        checkout, store = Path(args.checkout), Store(Path(args.store))
+        if not checkout.exists():
+            shutil.copytree(tree.root / "sglang", checkout / "python" / "sglang")
+        shutil.rmtree(store.root, ignore_errors=True)
+        os.sync()
+        assert {"before": before, "after": after}[args.one](checkout, store) == tree.identity.tree_digest
+        return
     with tempfile.TemporaryDirectory(prefix="intake-bench-") as tmp:
         tmp = Path(tmp)
         checkout = tmp / "checkout"

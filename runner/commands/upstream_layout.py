@@ -22,6 +22,7 @@ from typing import Callable
 
 from runner.errors import BadInput
 from runner.files import read_regular
+from runner.store.intake import check_name
 
 UNITTEST_BASES = {"TestCase", "IsolatedAsyncioTestCase", "CustomTestCase"}
 
@@ -96,6 +97,7 @@ def local_helpers(test: Path, with_paths: list[str]) -> dict[str, bytes]:
         else:
             raise BadInput(f"--with {arg}: no such file or directory")
         for name, f in files.items():
+            check_name(name, f"--with {arg}")  # laid out beside the test under this name: a plain one
             if name == test.name or name in got:
                 raise BadInput(f"--with {arg}: {name} is given twice")
             got[name] = read_local(f, f"--with {arg}")

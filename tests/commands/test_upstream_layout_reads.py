@@ -38,3 +38,11 @@ def test_a_directory_link_inside_a_helper_directory_is_not_followed(tmp_path):
     os.symlink(outside, helpers / "linked")
     got = upstream_layout.local_helpers(tmp_path / "test_x.py", [str(helpers)])
     assert got == {"helpers/ok.py": b"x = 1\n"}
+
+
+def test_a_helper_whose_name_is_not_plain_is_refused(tmp_path):
+    helpers = tmp_path / "helpers"
+    helpers.mkdir()
+    (helpers / "a\nb.py").write_text("x = 1\n")
+    with pytest.raises(BadInput, match="newline"):
+        upstream_layout.local_helpers(tmp_path / "test_x.py", [str(helpers)])

@@ -15,6 +15,7 @@ import hashlib
 import os
 import stat
 import tempfile
+import zipfile
 from pathlib import Path
 
 from hypothesis import HealthCheck, event, given, settings
@@ -22,7 +23,7 @@ from hypothesis import strategies as st
 
 from runner.errors import BAD_INPUT
 from runner.files import dirhash1
-from runner.store import intake, path, specs
+from runner.store import intake, path, specs, trees
 from runner.store.cache import Store
 from runner.store.intake import Bounds, Entry, Refused
 
@@ -134,6 +135,29 @@ def test_two_trees_intake_takes_in_share_a_digest_only_if_they_are_the_same_file
         second = digest(other)
         if first is not None and second is not None:
             assert (first == second) == (files == other)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(legal_files)
+def test_the_same_files_from_a_wheel_and_from_a_directory_are_the_same_tree(files):
+    """One intake for every source: a package's bytes name one tree whichever way they came in."""
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        files = {"__init__.py": b"", **files}
+        if any("/".join(n.split("/")[:i]) in files for n in files for i in range(1, n.count("/") + 1)):
+            return  # a file where another needs a directory: no directory can hold it
+        for name, data in files.items():
+            (tmp / "d" / "sglang" / name).parent.mkdir(parents=True, exist_ok=True)
+            (tmp / "d" / "sglang" / name).write_bytes(data)
+        with zipfile.ZipFile(tmp / "w.whl", "w") as zf:
+            for name, data in files.items():
+                zf.writestr(f"sglang/{name}", data)
+        cache = Store(tmp / "cache")
+        from_dir = path.resolve(specs.PathSpec(dir=str(tmp / "d")), cache)
+        with zipfile.ZipFile(tmp / "w.whl") as zf:
+            from_wheel = trees.store(cache, intake.wheel(zf, "sglang"), where="w.whl")
+        assert from_wheel.stamp.tree_digest == from_dir.identity.tree_digest == _digest(files)
+        assert from_wheel.root == from_dir.root and from_wheel.files == from_dir.files
 
 
 # --- directory layouts on disk: the path: source, end to end -----------------------------------
