@@ -264,6 +264,7 @@ def _untouched(snapshot: Mapping[str, Any]) -> bool:
         or snapshot["kv_releases"]
         or snapshot["tree_cache_calls"]
         or snapshot["streamed"]
+        or snapshot.get("grammar_calls")
     )
 
 
@@ -412,8 +413,8 @@ RESULT_DUTIES = (
     Duty(
         "result-late-no-effect",
         36988,
-        "a late result of an already retired request had no effect at all",
-        lambda e: _untouched(_final(e)),
+        "a late result of an already retired request had no effect at all (the request itself left as it was)",
+        lambda e: _untouched(_final(e)) and _final(e)["request"] == e["before"],
     ),
     Duty(
         "result-not-freed-early",

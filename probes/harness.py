@@ -358,6 +358,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--case", action="append", dest="cases", metavar="CASE_ID")
     parser.add_argument("--mutate", action="store_true",
                         help="run the cases against mutants of the fix's code; writes mutation-<probe>.json")
+    parser.add_argument("--hunks", metavar="FILE",
+                        help="with --mutate: these changes of the fix's code (JSON list of id, function, old, new) "
+                             "are the mutants")
     return parser.parse_args(argv)
 
 
@@ -387,9 +390,13 @@ def main(argv: list[str]) -> int:
     if args.mutate and imported["outcome"] == "ok":
         from probes import mutation
 
+        hunks = None
+        if args.hunks:
+            with open(args.hunks, encoding="utf-8") as handle:
+                hunks = json.load(handle)
         for probe in probes:
             document = mutation.run(probe, selected[probe.id], lambda case: run_forked(case, places, args.case_timeout, log)[0],
-                                    args.out, places.display)
+                                    args.out, places.display, hunks)
             write_atomically(os.path.join(args.out, f"mutation-{probe.id}.json"), {**document, "import": imported})
         reap()
         return 0

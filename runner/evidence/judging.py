@@ -216,6 +216,11 @@ def source_status(st: Status, tree: bool) -> str:
 from probes import duties as probe_duties  # noqa: E402
 
 
+def case_ids(probe: str) -> list[str]:
+    """Every case a probe declares (its generated case space), in order; none for a probe without duties."""
+    return list(probe_duties.CASES.get(probe, {}))
+
+
 def rejudge(probe: str, case: Case) -> Case:
     """The case as the host judges it from its effects, with each declared duty held or failed. A
     reported classification its effects do not bear out makes the case an error of the tree's
@@ -267,16 +272,17 @@ def rederive(receipt: Receipt, probe_sha256: str | None) -> list[str]:
 
 # --- mutation score: how strong is the evidence? ---------------------------------------------------
 
-MutantStatus = Literal["killed", "survived", "equivalent", "error"]
+MutantStatus = Literal["killed", "survived", "equivalent", "not covered", "error"]
 
 
 def mutant_status(probe: str, mutant: dict, held: set[str]) -> tuple[MutantStatus, str]:
     """What the cases made of one mutant of a fix's code, and why. Only the cases in ``held`` (clean
     on the tree unmutated) can tell a mutant: a case the tree already fails would "kill" every
-    mutant. Killed: such a case judged on the host shows a failed duty, or the tree's own code
-    raised or hung on it (a tree that fails there is not "fixed" either). Error: it could not be
-    run, no case held to run it against, or a double lacked what the mutant reached for (never a
-    behaviour). Equivalent: the same byte-code, or declared with a reason."""
+    mutant. Not covered: no case ran a line of it (``reached_by`` empty), so nothing could tell it from
+    the tree: it counts against the score. Killed: such a case judged on the host shows a failed duty, or
+    the tree's own code raised or hung on it (a tree that fails there is not "fixed" either). Error: it
+    could not be run, no case that held reaches it, or a double lacked what the mutant reached for (never
+    a behaviour). Equivalent: the same byte-code, or declared with a reason."""
     key = probe_duties.mutant_key(mutant["function"], mutant["operator"], mutant["before"])
     if mutant.get("equivalent"):
         return "equivalent", mutant["equivalent"]
@@ -284,8 +290,13 @@ def mutant_status(probe: str, mutant: dict, held: set[str]) -> tuple[MutantStatu
         return "equivalent", probe_duties.EQUIVALENT[key]
     if mutant.get("unappliable"):
         return "error", mutant["unappliable"]
+    reached = mutant.get("reached_by", [])
+    if not reached:
+        return "not covered", probe_duties.EXPLAINED.get(key, "")
     if not held:
         return "error", "no case held on the tree unmutated: nothing can tell a mutant from it"
+    if not held & set(reached):
+        return "error", f"only cases that did not hold on the tree unmutated run it ({', '.join(reached)})"
     errors = []
     for raw in mutant.get("cases", []):
         case = rejudge(probe, Case.model_validate(raw))
@@ -304,6 +315,18 @@ def mutant_status(probe: str, mutant: dict, held: set[str]) -> tuple[MutantStatu
     return "survived", probe_duties.EXPLAINED.get(key, "")
 
 
+def status_with(probe: str, baseline: list[Case], changed: list[dict]) -> tuple[Status, list[str]]:
+    """What a tree with a change reads, and each failed duty (``case: duties``): the cases run on the changed
+    tree (raw results, judged here) in place of their results unchanged; every other case as it ran
+    unchanged (a case that never reached the changed code behaves the same)."""
+    again = {c.id: c for c in baseline}
+    for raw in changed:
+        case = rejudge(probe, Case.model_validate(raw))
+        again[case.id] = case
+    failed = [f"{c.id}: {', '.join(failed_duties(c))}" for c in again.values() if failed_duties(c)]
+    return status(again.values()), failed
+
+
 class MutationScore(BaseModel):
     fix: int
     probe: str
@@ -311,6 +334,7 @@ class MutationScore(BaseModel):
     killed: int
     survived: int
     equivalent: int
+    not_covered: int = 0  # on a line no case runs: counted against the score like a survivor
     error: int
     baseline: Status  # the unmutated tree: a score means something only when it is "fixed"
 
@@ -322,10 +346,12 @@ class MutationScore(BaseModel):
             return f"not measured: the tree unmutated reads {self.baseline}"
         if not scored:
             return "no mutant to score"
-        return f"{self.killed} of {scored} mutants of the fix's code paths detected ({100 * self.killed / scored:.1f}%)"
+        uncovered = f", {self.not_covered} on lines no case runs" if self.not_covered else ""
+        return (f"{self.killed} of {scored} mutants of the fix's code paths detected ({100 * self.killed / scored:.1f}%)"
+                f"{uncovered}")
 
 
 def score_of(probe: str, fix: int, baseline: list[tuple[str, State]], statuses: list[MutantStatus]) -> MutationScore:
     """The score of a fix's mutants on one tree; ``baseline``: (role, state) of each case unmutated."""
-    counts = {s: statuses.count(s) for s in ("killed", "survived", "equivalent", "error")}
+    counts = {s.replace(" ", "_"): statuses.count(s) for s in ("killed", "survived", "equivalent", "not covered", "error")}
     return MutationScore(fix=fix, probe=probe, mutants=len(statuses), **counts, baseline=status_of(baseline))

@@ -57,8 +57,7 @@ def door(tmp_path, monkeypatch):
 
 def _mutants(code):
     targets, missing = mutation.find(code)
-    executed = {t.path: set(t.lines) for t in targets}
-    return targets, missing, mutation.generate(targets, executed)
+    return targets, missing, mutation.generate(targets)
 
 
 def test_operators_of_a_function(door):
@@ -113,8 +112,15 @@ def test_a_slice_keeps_the_statements_naming_its_names_and_their_exits(door):
     assert not any("queue.append" in b or "sender" in b for b in befores)
 
 
-def test_only_executed_lines_are_mutated(door):
-    targets, _ = mutation.find({"fake_door.Door.add": ()})
-    first = targets[0].node.body[1].lineno  # the ``if``
-    mutants = mutation.generate(targets, {targets[0].path: {first}})
-    assert {m.line for _, m in mutants} == {first}
+def test_every_statement_is_a_site_with_the_lines_it_spans(door):
+    """Whether a case runs it or not: a site no case reaches is reported, never left out."""
+    from probes import fixcode
+
+    targets, _, mutants = _mutants({"fake_door.Door.add": ()})
+    node = targets[0].node
+    statements = fixcode.statements(node)
+    deleted = {m.line for _, m in mutants if m.operator == "delete"}
+    assert deleted == {s.lineno for s in statements if not mutation._telemetry(s)}
+    guard = next(m for _, m in mutants if m.operator == "delete" and m.before.startswith("if req.get"))
+    assert guard.span == (node.body[1].lineno, node.body[1].end_lineno)  # the whole ``if``, its body included
+    assert fixcode.reached(guard.span, {guard.span[1]}) and not fixcode.reached(guard.span, {guard.span[1] + 1})
