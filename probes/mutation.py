@@ -29,9 +29,6 @@ import copy
 import dataclasses
 import inspect
 import textwrap
-import json
-import os
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import CodeType, FunctionType
@@ -39,6 +36,7 @@ from typing import Any
 
 from . import tree
 from . import fixcode
+from .coverage import expand
 from .duties import EQUIVALENT, FIX_CODE, mutant_key
 
 TELEMETRY = ("logger.", "logging.", "time_stats", "trace_ctx", "metrics_reporter", "metrics_collector")
@@ -67,7 +65,7 @@ class Mutant:
     id: str
     target: str
     line: int
-    span: tuple[int, int]  # the lines of the changed node: only a case that ran one of them can tell it
+    spans: tuple[tuple[int, int], ...]  # the statements it changes: only a case that ran a line of one can tell it
     operator: str
     before: str
     after: str
@@ -81,7 +79,7 @@ class Mutant:
             "function": self.target,
             "file": display(path),
             "line": self.line,
-            "span": list(self.span),
+            "spans": [list(span) for span in self.spans],
             "operator": self.operator,
             "before": self.before,
             "after": self.after,
@@ -255,11 +253,12 @@ def generate(targets: list[Target]) -> list[tuple[Target, Mutant]]:
         original = compile_function(target, target.node)
         for index, operator in points(target.node, target.slice):
             fn, before, after, lines = mutate(target.node, index, operator)
+            changed = fixcode.enclosing(target.node, list(fixcode.walk(target.node))[index][0])
             mutant = Mutant(
                 id=f"{target.name.rsplit('.', 1)[-1]}:{lines[0]}:{operator}:{index}",
                 target=target.name,
                 line=lines[0],
-                span=lines,
+                spans=(fixcode.span(changed),),
                 operator=operator,
                 before=before,
                 after=after,
@@ -280,30 +279,45 @@ def generate(targets: list[Target]) -> list[tuple[Target, Mutant]]:
 def hunk_mutants(targets: list[Target], hunks: list[dict[str, str]]) -> list[tuple[Target | None, Mutant]]:
     """Mutants made of changes a vendor's backport might make (``{"id", "function", "old", "new"}``): in the
     function of the fix's code named ``function``, its source text ``old`` (exactly once) becomes ``new``.
-    Such a change may span several statements, so every case that ran a line of the function judges it."""
+    Only a case that ran a statement the text touches can tell it, unless the change reaches further: it
+    touches the function's header, or changes which names are the function's own (a name assigned
+    anywhere is local everywhere); then every case that ran the function."""
     by_name = {t.name: t for t in targets}
     mutants = []
     for hunk in hunks:
         target = by_name.get(hunk["function"])
-        mutant = Mutant(id=hunk["id"], target=hunk["function"], line=0, span=(0, 0), operator="hunk",
+        mutant = Mutant(id=hunk["id"], target=hunk["function"], line=0, spans=(), operator="hunk",
                         before=_first(hunk["old"]), after=_first(hunk["new"]))
         if target is None:
             mutant.unappliable = "the tree has no such function of the fix's code"
             mutants.append((None, mutant))
             continue
-        mutant.line, mutant.span = target.node.lineno, (target.node.lineno, target.node.end_lineno or target.node.lineno)
+        node = target.node
         with open(target.path, encoding="utf-8") as handle:
             lines = handle.read().splitlines(keepends=True)
-        segment = "".join(lines[target.node.lineno - 1 : mutant.span[1]])
+        segment = "".join(lines[node.lineno - 1 : node.end_lineno])
         if segment.count(hunk["old"]) != 1:
             mutant.unappliable = f"its text occurs {segment.count(hunk['old'])} times in the function, not once"
+            mutants.append((target, mutant))
+            continue
+        start = node.lineno + segment[: segment.index(hunk["old"])].count("\n")
+        end = start + hunk["old"].rstrip("\n").count("\n")
+        whole = fixcode.span(node)
+        touched = fixcode.touching(node, start, end)
+        mutant.line = start
+        mutant.spans = tuple(fixcode.span(s) for s in touched) if touched and start >= node.body[0].lineno else (whole,)
+        try:
+            fn = ast.parse(textwrap.dedent(segment.replace(hunk["old"], hunk["new"]))).body[0]
+            ast.increment_lineno(fn, node.lineno - 1)
+            mutant.code = compile_function(target, fn)  # type: ignore[arg-type]
+        except (SyntaxError, LookupError, ValueError, IndexError) as exc:
+            mutant.unappliable = f"does not compile: {exc}"
         else:
-            try:
-                fn = ast.parse(textwrap.dedent(segment.replace(hunk["old"], hunk["new"]))).body[0]
-                ast.increment_lineno(fn, target.node.lineno - 1)
-                mutant.code = compile_function(target, fn)  # type: ignore[arg-type]
-            except (SyntaxError, LookupError, ValueError, IndexError) as exc:
-                mutant.unappliable = f"does not compile: {exc}"
+            original = target.function.__code__
+            if any(set(getattr(mutant.code, k)) != set(getattr(original, k)) for k in ("co_varnames", "co_cellvars")):
+                mutant.spans = (whole,)
+            if mutant.code.co_freevars != original.co_freevars:
+                mutant.unappliable = "changes the function's closure"
         mutants.append((target, mutant))
     return mutants
 
@@ -319,82 +333,23 @@ def apply(target: Target, mutant: Mutant) -> None:
     target.function.__code__ = mutant.code
 
 
-# --- tracing ---------------------------------------------------------------------------------------
-
-
-class LineTrace:
-    """The lines of ``files`` a run executes (``sys.settrace`` limited to those files)."""
-
-    def __init__(self, files: set[str]) -> None:
-        self.files = files
-        self.lines: dict[str, set[int]] = {}
-
-    def _global(self, frame: Any, event: str, arg: Any) -> Any:
-        if frame.f_code.co_filename not in self.files:
-            return None
-        lines = self.lines.setdefault(frame.f_code.co_filename, set())
-
-        def local(frame: Any, event: str, arg: Any) -> Any:
-            if event == "line":
-                lines.add(frame.f_lineno)
-            return local
-
-        lines.add(frame.f_lineno)
-        return local
-
-    def __enter__(self) -> "LineTrace":
-        sys.settrace(self._global)
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        sys.settrace(None)
-
-
 # --- running ---------------------------------------------------------------------------------------
 
 SCHEMA = "diffprobe.mutation/1"
 
 
-class _Traced:
-    """A scene whose drive is traced; the lines go to ``path`` (the child cannot return them
-    through its one result message)."""
-
-    def __init__(self, scene: Any, files: set[str], path: str) -> None:
-        self.scene, self.files, self.path = scene, files, path
-
-    def drive(self) -> None:
-        trace = LineTrace(self.files)
-        try:
-            with trace:
-                self.scene.drive()
-        finally:
-            with open(self.path, "w", encoding="utf-8") as handle:
-                json.dump({name: sorted(lines) for name, lines in trace.lines.items()}, handle)
-
-    def effects(self) -> Any:
-        return self.scene.effects()
-
-
-def run(probe: Any, cases: list[Any], run_forked: Callable[[Any], dict[str, Any]], scratch: str,
-        display: Callable[[str], str], hunks: list[dict[str, str]] | None = None) -> dict[str, Any]:
-    """Run the probe's cases on the tree as it is, recording the lines each ran, then every mutant of the
-    fix's code against the cases that held and ran one of its lines, until one tells it from the tree. A
-    mutant no case reaches is run against none: its site is *not covered*, and it counts against the
-    score on the host. Given ``hunks``, those changes are the mutants instead, each run against every
-    case that held and reached its function (what the tree with it reads). Results are raw case
-    results: the host judges."""
+def run(probe: Any, cases: list[Any], run_forked: Callable[[Any], dict[str, Any]], display: Callable[[str], str],
+        hunks: list[dict[str, str]] | None = None) -> dict[str, Any]:
+    """Run the probe's cases on the tree as it is, then every mutant of the fix's code against the cases
+    that held and ran the statement it changes (each result's ``lines``), until one tells it from the tree.
+    A mutant no case reaches is run against none: its site is *not covered*, and it counts against the
+    score on the host. Given ``hunks``, those changes are the mutants instead, each run against every case
+    that held and reached it (what the tree with it reads). Results are raw case results: the host judges."""
     targets, missing = find(FIX_CODE[probe.fix])
-    files = {target.path for target in targets}
-    ran: dict[str, dict[str, set[int]]] = {}  # case id -> file -> lines
-    baseline = []
-    for case in cases:
-        path = os.path.join(scratch, f".trace-{probe.id}-{case.id}.json")
-        traced = dataclasses.replace(case, build=lambda journal, case=case, path=path: _Traced(case.build(journal), files, path))
-        baseline.append(run_forked(traced))
-        if os.path.exists(path):
-            with open(path, encoding="utf-8") as handle:
-                ran[case.id] = {name: set(lines) for name, lines in json.load(handle).items()}
-            os.unlink(path)
+    baseline = [run_forked(case) for case in cases]
+    # case id -> absolute path of a function of the fix's code -> the lines of it the case ran
+    ran = {case.id: {t.path: expand((result.get("lines") or {}).get(display(t.path), ())) for t in targets}
+           for case, result in zip(cases, baseline)}
     # A case the tree already fails cannot tell a mutant from it (the host ignores it all the same).
     held = [case for case, result in zip(cases, baseline)
             if result.get("outcome") == "observed" and result.get("classification") == "clean"]
@@ -402,7 +357,7 @@ def run(probe: Any, cases: list[Any], run_forked: Callable[[Any], dict[str, Any]
     kills: dict[str, int] = {}  # case id -> mutants it told from the tree so far: tried first on the next one
     for target, mutant in hunk_mutants(targets, hunks) if hunks is not None else generate(targets):
         path = target.path if target is not None else ""
-        reaching = [c for c in cases if fixcode.reached(mutant.span, ran.get(c.id, {}).get(path, set()))]
+        reaching = [c for c in cases if any(fixcode.reached(span, ran[c.id].get(path, set())) for span in mutant.spans)]
         entry: dict[str, Any] = {**mutant.header(display if path else str, path), "equivalent": mutant.equivalent,
                                  "unappliable": mutant.unappliable, "reached_by": [c.id for c in reaching], "cases": []}
         declared = mutant_key(mutant.target, mutant.operator, mutant.before) in EQUIVALENT  # the host says so too

@@ -19,6 +19,7 @@ from runner.store import envs, sources, specs
 from runner.store.cache import Store
 from runner.store.sources import TreeIdentity
 from runner.files import sha256_file
+from runner.evidence.observations import NOT_OBSERVED
 from runner.evidence.receipts import ProbeRef, Receipt
 
 
@@ -90,8 +91,8 @@ PROCESS_BYTES = 3 << 29  # 1.5 GiB: a probe process's peak with headroom
 def _same_or_fail(text: str, first: dict[str, execute.Run], again: dict[str, execute.Run], attempt: int) -> None:
     """--repeat: a probe that observes differently on the same tree cannot back a receipt."""
     for probe, run in first.items():
-        before = {c.id: c.model_dump(exclude={"duration_ms"}) for c in run.observations.cases}
-        after = {c.id: c.model_dump(exclude={"duration_ms"}) for c in again[probe].observations.cases}
+        before = {c.id: c.model_dump(exclude=set(NOT_OBSERVED)) for c in run.observations.cases}
+        after = {c.id: c.model_dump(exclude=set(NOT_OBSERVED)) for c in again[probe].observations.cases}
         differing = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
         if differing:
             raise errors.DiffprobeError.differs(

@@ -122,5 +122,29 @@ def test_every_statement_is_a_site_with_the_lines_it_spans(door):
     deleted = {m.line for _, m in mutants if m.operator == "delete"}
     assert deleted == {s.lineno for s in statements if not mutation._telemetry(s)}
     guard = next(m for _, m in mutants if m.operator == "delete" and m.before.startswith("if req.get"))
-    assert guard.span == (node.body[1].lineno, node.body[1].end_lineno)  # the whole ``if``, its body included
-    assert fixcode.reached(guard.span, {guard.span[1]}) and not fixcode.reached(guard.span, {guard.span[1] + 1})
+    assert guard.spans == ((node.body[1].lineno, node.body[1].end_lineno),)  # the whole ``if``, its body included
+    assert fixcode.reached(guard.spans[0], {guard.spans[0][1]}) and not fixcode.reached(guard.spans[0], {guard.spans[0][1] + 1})
+    operand = next(m for _, m in mutants if m.operator == "true" and m.before == "not req.get('held')")
+    assert operand.spans == guard.spans  # a condition's operand: the statement that evaluates it
+
+
+def _hunk(door, old, new):
+    targets, _ = mutation.find({"fake_door.Door.add": ()})
+    [(target, mutant)] = mutation.hunk_mutants(targets, [{"id": "h", "function": "fake_door.Door.add", "old": old, "new": new}])
+    return target.node, mutant
+
+
+def test_a_hunk_is_judged_by_the_cases_that_ran_what_it_touches(door):
+    node, mutant = _hunk(door, "            req[\"sender\"] = None\n", "            raise\n")
+    handler = node.body[3].handlers[0].body[0]
+    assert mutant.unappliable is None and mutant.spans == ((handler.lineno, handler.end_lineno),)
+    node, header = _hunk(door, "        if req.get(\"rejected\")", "        if req.get(\"bad\")")
+    assert header.spans == ((node.body[1].lineno, node.body[1].end_lineno),)  # the ``if`` whole
+
+
+def test_a_hunk_that_reaches_further_is_judged_by_every_case_of_the_function(door):
+    """A name assigned anywhere in a function is its own everywhere: such a change is not local."""
+    node, scoped = _hunk(door, "        queue.append(req)\n", "        queue.append(req)\n        logger = None\n")
+    assert scoped.spans == ((node.lineno, node.end_lineno),)
+    node, twice = _hunk(door, "req", "request")
+    assert twice.unappliable and "times" in twice.unappliable
