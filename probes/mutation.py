@@ -343,8 +343,9 @@ def run(probe: Any, cases: list[Any], run_forked: Callable[[Any], dict[str, Any]
     """Run the probe's cases on the tree as it is, then every mutant of the fix's code against the cases
     that held and ran the statement it changes (each result's ``lines``), until one tells it from the tree.
     A mutant no case reaches is run against none: its site is *not covered*, and it counts against the
-    score on the host. Given ``hunks``, those changes are the mutants instead, each run against every case
-    that held and reached it (what the tree with it reads). Results are raw case results: the host judges."""
+    score on the host. Given ``hunks``, those changes are the mutants instead, each run against the cases
+    that held and reached it until what the tree with it reads is settled. Results are raw case results:
+    the host judges."""
     targets, missing = find(FIX_CODE[probe.fix])
     baseline = [run_forked(case) for case in cases]
     # case id -> absolute path of a function of the fix's code -> the lines of it the case ran
@@ -362,14 +363,18 @@ def run(probe: Any, cases: list[Any], run_forked: Callable[[Any], dict[str, Any]
                                  "unappliable": mutant.unappliable, "reached_by": [c.id for c in reaching], "cases": []}
         declared = mutant_key(mutant.target, mutant.operator, mutant.before) in EQUIVALENT  # the host says so too
         if mutant.equivalent is None and mutant.unappliable is None and not declared:
-            order = sorted((c for c in held if c in reaching), key=lambda c: -kills.get(c.id, 0))
-            for case in order:  # until one case tells the mutant from the tree
+            # A mutant: the cases that told most mutants so far first, until one tells it. A hunk: what the tree
+            # with it reads, settled by the first guard it breaks (regression, nothing reads worse), else by the
+            # first bug case it breaks once every guard held (not fixed), else by every case holding (fixed).
+            order = sorted((c for c in held if c in reaching),
+                           key=lambda c: (hunks is not None and c.role != "guard", -kills.get(c.id, 0)))
+            for case in order:
                 patched = dataclasses.replace(
                     case, build=lambda journal, case=case, target=target, mutant=mutant: (apply(target, mutant), case.build(journal))[1]
                 )
                 result = run_forked(patched)
                 entry["cases"].append(result)
-                if _tells(result) and hunks is None:
+                if _tells(result):
                     kills[case.id] = kills.get(case.id, 0) + 1
                     break
         mutants.append(entry)

@@ -124,6 +124,7 @@ class SiteStatus(BaseModel):
 
 class FixStatus(BaseModel):
     fix: int
+    not_covered: list[str] = []  # file:line of each statement of the fix's code no case ran (fixed, with lines it does not rest on)
     status: Status
     sites: list[SiteStatus]
     bug_at: list[str] = []  # sites where a bug case showed the bug signature, whatever a guard showed beside it
@@ -131,11 +132,15 @@ class FixStatus(BaseModel):
 
 def fixes(receipts: list[Receipt]) -> list[FixStatus]:
     """Per fix and site, from every probe case the receipts hold (one tree's receipts); the fix is
-    the one each observation names (its probe's), sites in the order the probes report them."""
+    the one each observation names (its probe's), sites in the order the probes report them. Each fix
+    names the statements of its code no case ran."""
     by_site: dict[tuple[int, str], list[Case]] = {}
+    missed: dict[int, list[str]] = {}
     for receipt in receipts:
         if receipt.probe.fix is None:
             continue
+        if receipt.fix_code is not None and receipt.fix_code.fix == receipt.probe.fix:
+            missed.setdefault(receipt.probe.fix, []).extend(receipt.fix_code.not_covered())
         for case in receipt.cases:
             by_site.setdefault((receipt.probe.fix, case.site), []).append(case)
     out: dict[int, list[SiteStatus]] = {}
@@ -145,8 +150,23 @@ def fixes(receipts: list[Receipt]) -> list[FixStatus]:
                                                   cases={c.id: state(c) for c in cases}))
         if any(c.role == "bug" and state(c) == "bug" for c in cases):
             bug_at.setdefault(fix, []).append(site)
-    return [FixStatus(fix=f, status=worst([s.status for s in sites]), sites=sites, bug_at=bug_at.get(f, []))
+    return [FixStatus(fix=f, status=worst([s.status for s in sites]), sites=sites, bug_at=bug_at.get(f, []),
+                      not_covered=sorted(set(missed.get(f, []))))
             for f, sites in sorted(out.items())]
+
+
+def with_coverage(fs: FixStatus) -> str:
+    """A fix's status as it reads once the coverage of its code is known (``covered``)."""
+    return covered(fs.status, fs.not_covered)
+
+
+def covered(word: str, not_covered: list[str]) -> str:
+    """A status as it reads beside the statements of the fix's code no case ran: a "fixed" that some of them
+    never ran under says how many (not plain "fixed"); any other status stands as it is."""
+    if word == "fixed" and not_covered:
+        n = len(not_covered)
+        return f"fixed, with {n} line{'s' if n != 1 else ''} of the fix no case reaches"
+    return word
 
 
 # --- a line of trees: where each bug entered and where it left ----------------------------------
@@ -253,6 +273,7 @@ def rederive(receipt: Receipt, probe_sha256: str | None) -> list[str]:
     table does not give (for receipts of this diffprobe's probe version, ``probe_sha256``; another
     version names other duties, so only its consistency can be checked), a summary, an
     observation digest."""
+    from runner.evidence import fixcode
     from runner.evidence.receipts import _summary, observation_digest, source_key
 
     problems = []
@@ -263,6 +284,8 @@ def rederive(receipt: Receipt, probe_sha256: str | None) -> list[str]:
                 if again.outcome != "observed" or again.duties != case.duties:
                     why = again.error.message if again.error else "its duties do not follow from its effects"
                     problems.append(f"case {case.id}: {why}")
+    if receipt.fix_code is not None and fixcode.judged(receipt.fix_code, receipt.cases) != receipt.fix_code:
+        problems.append("the coverage of the fix's code does not follow from its cases' lines")
     if receipt.summary != _summary(receipt.cases):
         problems.append("summary does not count its cases")
     if receipt.observation_digest != observation_digest(receipt.probe.sha256, source_key(receipt.source), receipt.cases):
@@ -316,15 +339,23 @@ def mutant_status(probe: str, mutant: dict, held: set[str]) -> tuple[MutantStatu
 
 
 def status_with(probe: str, baseline: list[Case], changed: list[dict]) -> tuple[Status, list[str]]:
-    """What a tree with a change reads, and each failed duty (``case: duties``): the cases run on the changed
-    tree (raw results, judged here) in place of their results unchanged; every other case as it ran
-    unchanged (a case that never reached the changed code behaves the same)."""
+    """What a tree with a change reads, and why (``case: failed duties``, or what the tree's code did): the
+    cases run on the changed tree (raw results, judged here) in place of their results unchanged; every
+    other case as it ran unchanged (a case that never reached the changed code behaves the same). A case
+    the changed tree's own code raised or hung on shows what it is meant to prevent, as a mutant's does."""
     again = {c.id: c for c in baseline}
     for raw in changed:
         case = rejudge(probe, Case.model_validate(raw))
         again[case.id] = case
-    failed = [f"{c.id}: {', '.join(failed_duties(c))}" for c in again.values() if failed_duties(c)]
-    return status(again.values()), failed
+    shown, why = [], []
+    for c in again.values():
+        broke = c.outcome == "timeout" or (c.error is not None and c.error.where == "sglang")
+        shown.append((c.role, "bug" if broke else state(c)))
+        if failed_duties(c):
+            why.append(f"{c.id}: {', '.join(failed_duties(c))}")
+        elif broke:
+            why.append(f"{c.id}: the tree's code {'hung' if c.outcome == 'timeout' else 'raised ' + c.error.type}")
+    return status_of(shown), why
 
 
 class MutationScore(BaseModel):

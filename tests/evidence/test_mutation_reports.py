@@ -114,3 +114,16 @@ def test_a_mutant_no_case_reaches_is_not_covered_and_counts_against_the_score(ca
     out = capsys.readouterr().out
     rows = [line for line in out.splitlines() if "x() -> pass" in line]
     assert [r.split()[1] for r in rows] == ["not", "survived"]  # uncovered sites first
+
+
+def test_what_a_tree_with_a_change_reads():
+    """A hunk's reading: its cases judged on the changed tree in place of their unchanged results; a guard
+    the changed tree's own code raised on is a regression, as a mutant it raised on is killed."""
+    baseline = [helpers.case("prefill-door-rejected"), helpers.case("prefill-door-valid", role="guard")]
+    crashed = helpers.case("prefill-door-valid", role="guard", outcome="error").model_dump(mode="json")
+    crashed["error"]["where"] = "sglang"
+    assert judging.status_with("other-probe", baseline, [crashed]) == (
+        "regression", ["prefill-door-valid: the tree's code raised AttributeError"])
+    broken = _raw("prefill-door-rejected", "bug")
+    assert judging.status_with("other-probe", baseline, [broken]) == ("not fixed", ["prefill-door-rejected: door-not-queued"])
+    assert judging.status_with("other-probe", baseline, []) == ("fixed", [])
