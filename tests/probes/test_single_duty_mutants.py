@@ -42,7 +42,8 @@ ABORT_TRY = (
     "                logger.exception(\"Failed to notify KV sender of abort for %s\", req.rid)\n"
 )
 
-# id -> (function, old, new, what the tree with it reads, a case that shows it, the duty it names)
+# id -> (function, old, new, what the tree with it reads, a case that shows it, what the reading names: the
+# broken duty, or what the tree's own code did)
 HUNKS = {
     38935: {
         # door
@@ -52,7 +53,7 @@ HUNKS = {
         "decode-gate-dropped": (DECODE_ADD, DECODE_GATE, "if False:", "not fixed", "decode-door-rejected", "door-not-queued"),
         # abort: a door that retires every pending abort drops requests aborted while they ran
         "predicate-any-abort": (PREDICATE, "return is_aborted(req) and not (", "return is_aborted(req) or not (",
-                                "regression", "prefill-door-reentry-kv", "door-keeps-resources"),
+                                "regression", "prefill-door-valid", "the tree's code raised"),  # retiring it crashes
         # entry
         "preempted-not-recognised": (PREDICATE, "        req.is_retracted\n        or ", "        ",
                                      "regression", "prefill-door-preempted", "door-keeps-resources"),
@@ -108,6 +109,9 @@ HUNKS = {
                                 "                    if self._retire", "not fixed", "aborted-final-result", "result-sender-aborted"),
         "late-result-not-ignored": (RETIRE_RESULT, "        if not owns_resources:\n", "        if False:\n", "not fixed",
                                     "late-result-after-retire", "result-late-no-effect"),
+        "abort-check-misses-finished": ("sglang.srt.disaggregation.utils.is_aborted",
+                                        " or isinstance(\n        req.finished_reason, FINISH_ABORT\n    )", "",
+                                        "not fixed", "late-result-after-retire", "late-result-after-retire: "),  # a duty, or it crashes
         "late-grammar-skips-abort-check": (RESULT, "                if is_aborted(req):\n                    if self._retire",
                                            "                if is_aborted(req) and req.grammar is None:\n"
                                            "                    if self._retire", "not fixed", "late-final-result-grammar",
@@ -118,7 +122,7 @@ HUNKS = {
                                        "result-not-freed-early"),
         "last-launched-not-chunking": (RESULT, "still_chunking = self.chunked_req is req or (",
                                        "still_chunking = self.chunked_req is req or False and (", "regression",
-                                       "aborted-last-launched-overlap", "result-not-freed-early"),
+                                       "healthy-last-launched-optimistic-overlap", "result-kept-for-bootstrap"),
         "yielded-retired-only-if-optimistic": (RESULT, "if not still_chunking and self._retire_aborted_prefill_result(req):",
                                                "if not still_chunking and req.pending_bootstrap and "
                                                "self._retire_aborted_prefill_result(req):", "not fixed", "aborted-yielded",
@@ -138,7 +142,7 @@ HUNKS = {
                                "aborted-final-result", "result-pending-chunk-cleared"),
         # grammar, sampling mask (#22), HiCache, overlap
         "grammar-rejection-not-retired": (RESULT, forks.GRAMMAR_CLEANUP, "", "not fixed", "grammar-rejection",
-                                          "result-sender-aborted"),
+                                          "grammar-rejection: "),  # a duty, or (0.5.22) it crashes
         "mask-abort-not-marked": (RESULT, "                    req.to_finish = sampling_mask_finish_reason\n", "",
                                   "not fixed", "healthy-final-result-mask-rejects", "result-finished"),
         "hicache-not-finished": (RETIRE_RESULT, "        self.tree_cache.finish(req.cache_request_handle, "
@@ -158,7 +162,8 @@ HUNKS = {
     },
 }
 # 0.5.22 on: the result of a request whose external KV load failed is aborted (its discarded output)
-DISCARD = ("discarded-output-sent", (RESULT, "                    req.to_finish = req.discard_output_reason\n", "",
+DISCARD = ("discarded-output-sent", (RESULT, "                    req.to_finish = req.discard_output_reason\n",
+                                     "                    pass\n",
                                      "not fixed", "healthy-final-result-discarded", "result-sender-aborted"))
 
 
