@@ -175,10 +175,11 @@ DOOR_DUTIES = (
     Duty(
         "door-fake-initialised",
         38935,
-        "a fake-transfer (warm-up) request's receiver was initialised once without a peer lookup, never parked "
+        "a fake-transfer (warm-up) request's receiver was initialised once at a door that resolves prefill peers "
+        "itself (0.5.x on; before, a receiver is initialised after the door), without a peer lookup, never parked "
         "as pending (a guard)",
-        lambda e: [c["call"] for c in e["kv_calls"]] == ["init"] and not e.get("peer_lookups")
-        and not e["queues"].get("pending"),
+        lambda e: [c["call"] for c in e["kv_calls"]] == (["init"] if e["door_resolves_peer"] else [])
+        and not e.get("peer_lookups") and not e["queues"].get("pending"),
     ),
     Duty(
         "door-refused-over-capacity",
@@ -682,6 +683,8 @@ PREFILL_CLEANUP = space.Space(
         space.Unreachable("the prefill door builds the KV sender when it admits a request (create_sender), before "
                           "any forward; only the Mamba-only state is taken before it",
                           {"sender": ("none",), "holds": ("kv-metadata", "metadata")}),
+        space.Unreachable("an optimistic request was popped from the bootstrap queue while its handshake ran: the door "
+                          "had built its sender", {"sender": ("none",), "bootstrap": ("pending",)}),
     ),
     bug=({"abort": ("pending", "retired")}, {"grammar": ("rejects",)}, {"mask": ("rejects",)},
          {"discard": ("discarded",)}),
