@@ -44,9 +44,6 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.skip(reason=next(r for r in reasons if r)))
 
 
-UNCONFINED: set[str] = set()  # tests that ran a trusted fixture tree without bubblewrap, where it is missing
-
-
 @pytest.fixture(autouse=True)
 def unconfined_where_bubblewrap_is_missing(request, monkeypatch):
     """Where bubblewrap cannot run, a test not marked ``needs("bubblewrap")`` runs its trees (the
@@ -63,7 +60,7 @@ def unconfined_where_bubblewrap_is_missing(request, monkeypatch):
         except BadInput:
             if bwrap.version is not probe_machine:
                 raise
-            UNCONFINED.add(request.node.nodeid)
+            tools.UNCONFINED.add(request.node.nodeid)
             return False
 
     monkeypatch.setattr(execute, "sandboxed_for", trusted)
@@ -80,8 +77,8 @@ def pytest_terminal_summary(terminalreporter):
     if counts:
         terminalreporter.write_line("skipped for a missing system tool: " + ", ".join(
             f"{n} need {tool} ({tools.TOOLS[tool].install})" for tool, n in sorted(counts.items())), yellow=True)
-    if UNCONFINED:
-        terminalreporter.write_line(f"bubblewrap cannot run here: {len(UNCONFINED)} tests ran the project's trusted fixture "
+    if tools.UNCONFINED:
+        terminalreporter.write_line(f"bubblewrap cannot run here: {len(tools.UNCONFINED)} test(s) ran the project's trusted fixture "
                                     "trees unconfined (with bubblewrap they run sandboxed)", yellow=True)
 
 
