@@ -12,13 +12,14 @@ from typing import Callable
 from rich.markup import escape
 
 from runner import errors, ui
-from runner.commands.options import ProbeOptions
+from runner.commands.options import ProbeOptions, bounds
 from runner.evidence import catalog, judging, pins, receipts, results
 from runner.sandbox import execute
-from runner.store import envs, sources, specs
+from runner.store import envs, intake, sources, specs
 from runner.store.cache import Store
 from runner.store.sources import TreeIdentity
 from runner.files import sha256_file
+from runner.evidence.observations import NOT_OBSERVED
 from runner.evidence.receipts import ProbeRef, Receipt
 
 
@@ -29,6 +30,7 @@ class Options:
     package_dir: str = "python/sglang"
     pinned_sha256: dict[str, str] = field(default_factory=dict)
     pinned_commits: tuple[str, ...] = ()
+    bounds: intake.Bounds = intake.Bounds()  # what one tree may hold (--max-files, --max-file-size, --max-tree-size)
 
     def sandboxed(self, tree: sources.Tree) -> bool:
         """Whether ``tree`` runs in the sandbox; refuses (exit 2) an unpinned tree where it cannot."""
@@ -39,7 +41,7 @@ class Options:
 def options(args, p: pins.Pins, probe: ProbeOptions = ProbeOptions()) -> Options:
     """Options from a command's --cache-dir, its pins and its probe options."""
     return Options(cache=Store.at(args.cache_dir), probe=probe, package_dir=p.package_dir, pinned_sha256=p.pinned_sha256,
-                   pinned_commits=p.pinned_commits)
+                   pinned_commits=p.pinned_commits, bounds=bounds(args))
 
 
 def probe_ref(probe: str, fix: int) -> ProbeRef:
@@ -48,7 +50,8 @@ def probe_ref(probe: str, fix: int) -> ProbeRef:
 
 
 def resolve(text: str, opts: Options) -> sources.Tree:
-    return sources.resolve(specs.parse(text), opts.cache, package_dir=opts.package_dir, pinned_sha256=opts.pinned_sha256)
+    return sources.resolve(specs.parse(text), opts.cache, package_dir=opts.package_dir, pinned_sha256=opts.pinned_sha256,
+                           bounds=opts.bounds)
 
 
 def receipt_of(probe: ProbeRef, identity: TreeIdentity, environment: envs.Env, run: execute.Run) -> Receipt:
@@ -90,8 +93,8 @@ PROCESS_BYTES = 3 << 29  # 1.5 GiB: a probe process's peak with headroom
 def _same_or_fail(text: str, first: dict[str, execute.Run], again: dict[str, execute.Run], attempt: int) -> None:
     """--repeat: a probe that observes differently on the same tree cannot back a receipt."""
     for probe, run in first.items():
-        before = {c.id: c.model_dump(exclude={"duration_ms"}) for c in run.observations.cases}
-        after = {c.id: c.model_dump(exclude={"duration_ms"}) for c in again[probe].observations.cases}
+        before = {c.id: c.model_dump(exclude=set(NOT_OBSERVED)) for c in run.observations.cases}
+        after = {c.id: c.model_dump(exclude=set(NOT_OBSERVED)) for c in again[probe].observations.cases}
         differing = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
         if differing:
             raise errors.DiffprobeError.differs(

@@ -36,7 +36,7 @@ def counted(texts: list[str], opts: pipeline.Options, twins: dict[str, str] | No
     probes = list(catalog.PROBES)
     findings: dict[str, list[static.Finding]] = {}
     done = pipeline.probe({t: probes for t in texts if t not in twins}, opts,
-                          on_tree=lambda text, tree: findings.__setitem__(text, static.scan(tree.root)))
+                          on_tree=lambda text, tree: findings.__setitem__(text, static.scan(tree.root, tree.files)))
     out: dict[str, Probed] = {}
     for t in texts:
         if t in twins:

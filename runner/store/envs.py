@@ -262,20 +262,21 @@ def _tree_lacks(tree: Tree) -> list[str]:
     return [m for m in roots if not any(c.startswith(m + ".") for c in compiled)]
 
 
-def _overlay(tree_root: Path, dest: Path) -> None:
-    """Mirror the tree's package as directories of symlinks to its files.
+def _overlay(tree: Tree, dest: Path) -> None:
+    """Mirror the tree's package as directories of symlinks to its files: exactly the regular files
+    the store verified (``tree.files``), nothing found by walking it.
 
     Python looks for byte-code next to the path it imports from, so the byte-code compiled for the
     overlay lives in this environment and never in the verified tree (whose stored copy must hold
     source only), and no run recompiles SGLang.
     """
-    src = tree_root / PKG
-    for dirpath, dirnames, filenames in os.walk(src):
-        dirnames[:] = [d for d in dirnames if d != "__pycache__"]
-        target = dest / PKG / Path(dirpath).relative_to(src)
-        target.mkdir(parents=True, exist_ok=True)
-        for name in filenames:
-            (target / name).symlink_to(Path(dirpath) / name)
+    made: set[Path] = set()
+    for rel in tree.files:
+        target = dest / rel
+        if target.parent not in made:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            made.add(target.parent)
+        target.symlink_to(tree.root / rel)
 
 
 def _env(tree: Tree, cache: Store, interp: Interpreter, torch: list[TorchSource] | None = None) -> Env:
@@ -296,7 +297,7 @@ def _env(tree: Tree, cache: Store, interp: Interpreter, torch: list[TorchSource]
         site = _site_packages(scratch / "bin" / "python")
         # The venv is renamed into place, so every path it writes must point at the final name.
         standins_dir = final / "standins"
-        _overlay(tree.root, scratch / "tree")
+        _overlay(tree, scratch / "tree")
         (site / "diffprobe.pth").write_text(
             f"{final / 'tree'}\n"
             f"import site; site.addsitedir({str(layer_root / layer_stamp.site_packages)!r})\n"
