@@ -64,13 +64,8 @@ def judge(source: str, tree_digest: str, raw: _Run) -> mutation.Mutation:
 def run_mutants(environment: envs.Env, probe: str, case_timeout: int, sandboxed: bool) -> _Run:
     """The harness with ``--mutate`` in the tree's sandbox (where the fail-closed rule allows none,
     outside it: ``pipeline.Options.sandboxed``), as ``execute.run_probes`` runs it."""
-    with execute.run_dir() as work_dir:
-        code = execute.probes_copy(work_dir)
-        out = work_dir / "out"
-        argv = [str(environment.python), "-I", "-B", str(code / catalog.HARNESS), "--out", str(out),
-                "--case-timeout", str(case_timeout), "--probe", probe, "--mutate"]
-        run = execute.run_isolated(argv, work_dir=work_dir, timeout=MUTATE_ALLOWANCE,
-                                   read_only=[*environment.read_only, code], hidden=environment.hidden, sandboxed=sandboxed)
+    with execute.harness(environment, ["--case-timeout", str(case_timeout), "--probe", probe, "--mutate"],
+                         timeout=MUTATE_ALLOWANCE, sandboxed=sandboxed) as (run, out):
         if run.code != 0:
             raise errors.Infrastructure(f"mutation run of {probe} failed in {environment.root.name}", detail=run.log_tail)
         raw = orjson.loads(execute.read_result(out / f"mutation-{probe}.json"))

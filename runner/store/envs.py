@@ -39,10 +39,10 @@ from runner.store import torch_source, uv
 from runner.store.torch_source import TorchRecord, TorchSource
 from runner.store.pypi import WHEEL_TAG
 from runner.store.trees import PKG, Tree
-from runner.standins.diffprobe_standins import DECLARED as DECLARED_STANDINS, STANDINS as STANDIN_MODULES
+from runner.standins.cpu_standins import DECLARED as DECLARED_STANDINS, STANDINS as STANDIN_MODULES
 
 LOCK = Path(__file__).resolve().parents[1] / "data" / "cpu-lock.txt"
-STANDINS = Path(__file__).resolve().parents[1] / "standins" / "diffprobe_standins.py"
+STANDINS = Path(__file__).resolve().parents[1] / "standins" / "cpu_standins.py"
 FORMAT = 2  # bump when the layout of layers changes (2: torch installed alone from a recorded source)
 # Which layer serves which trees, and why; recorded in every layer stamp.
 CHOICE = (
@@ -302,7 +302,7 @@ def _env(tree: Tree, cache: Store, interp: Interpreter, torch: list[TorchSource]
             f"{final / 'tree'}\n"
             f"import site; site.addsitedir({str(layer_root / layer_stamp.site_packages)!r})\n"
             f"{standins_dir}\n"
-            "import diffprobe_standins; diffprobe_standins.install()\n"
+            "import cpu_standins; cpu_standins.install()\n"
         )
         _compile(scratch, [scratch / "tree", scratch / "standins"], cache.log(f"env-{key}-compile.log"))
         stamp = EnvStamp(

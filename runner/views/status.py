@@ -6,6 +6,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from runner import ui
+from runner.evidence import judging
 from runner.evidence.records import Row, SweepRecord, inconclusive_sites
 from runner.views import styles, timeline
 
@@ -17,6 +18,8 @@ def _cell(fs) -> str:
         return "[dim]not probed[/]"
     sites = "" if fs.status == "fixed" else ", ".join(
         f"{escape(s.site)} [{styles.STATUS.get(s.status, 'red')}]{s.status}[/]" for s in fs.sites)
+    if fs.departed:  # the same behaviour, on code upstream never had
+        return f"[yellow]fixed, on differing code ({len(fs.departed.places)} ran, {len(fs.departed.aware)} can tell)[/]"
     return f"[{styles.STATUS.get(fs.status, 'red')}]{fs.status}[/]" + (f" ({sites})" if sites else "")
 
 
@@ -52,8 +55,15 @@ def print_matrix(record: SweepRecord) -> None:
 
 def print_audit(row: Row) -> None:
     ui.out.print(f"[bold]audit[/] {escape(row.source)}  {row.tree_digest}")
+    if row.departures:
+        ui.out.print(f"baseline: {escape(row.departures)}")
     for fs in row.fixes:
-        ui.out.print(f"#{fs.fix}: [{styles.STATUS[fs.status]}]{fs.status}[/]")
+        style = "yellow" if fs.departed else styles.STATUS[fs.status]
+        ui.out.print(f"#{fs.fix}: [{style}]{escape(judging.shown(fs))}[/]")
+        for place in fs.departed.places if fs.departed else ():
+            ui.out.print(f"  ran on changed code: {escape(place)}")
+        for place in fs.departed.aware if fs.departed else ():
+            ui.out.print(f"  [bold red]can tell it is being probed:[/] {escape(place)}")
         for site in fs.sites:
             cases = ", ".join(f"{k}={v}" for k, v in site.cases.items())
             ui.out.print(f"  {site.site}: [{styles.STATUS[site.status]}]{site.status}[/]  ({escape(cases)})")

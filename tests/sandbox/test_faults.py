@@ -15,6 +15,7 @@ import pytest
 
 from runner import cli
 from runner.evidence import bundle
+from runner.sandbox import execute
 from runner.store import envs, procs, sources, specs, torch_source
 from tests.helpers import ROOT
 
@@ -62,7 +63,7 @@ def test_an_interrupted_tool_is_stopped_not_left_writing_into_a_discarded_entry(
 
 def _harness_groups(pid: int) -> list[int]:
     """Process groups of the probe harnesses that ``pid`` started (each runs in its own session)."""
-    out = subprocess.run(["pgrep", "-P", str(pid), "-f", "probes/harness.py"], capture_output=True, text=True).stdout
+    out = subprocess.run(["pgrep", "-P", str(pid), "-f", f"{execute.CODE_DIR}/harness.py"], capture_output=True, text=True).stdout
     return [os.getpgid(int(p)) for p in out.split()]
 
 
