@@ -91,12 +91,17 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     problems, report = verify(Path(args.bundle), keys, args.threshold, args)
     for line in problems:
-        print(f"REFUSED {line}")
+        print(f"REFUSED {shown(line)}")
     if problems:
         return 1
     for line in report:
-        print(line)
+        print(shown(line))
     return 0
+
+
+def shown(text: str) -> str:
+    """A line as printed: control characters and terminal escapes from the bundle shown escaped."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
 
 
 def load_keys(paths: list[str]) -> dict[str, SSlibKey]:

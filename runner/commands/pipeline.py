@@ -12,10 +12,10 @@ from typing import Callable
 from rich.markup import escape
 
 from runner import errors, ui
-from runner.commands.options import ProbeOptions
+from runner.commands.options import ProbeOptions, bounds
 from runner.evidence import catalog, fixcode, judging, pins, receipts, results
 from runner.sandbox import execute
-from runner.store import envs, sources, specs
+from runner.store import envs, intake, sources, specs
 from runner.store.cache import Store
 from runner.files import sha256_file
 from runner.evidence.observations import NOT_OBSERVED
@@ -29,6 +29,7 @@ class Options:
     package_dir: str = "python/sglang"
     pinned_sha256: dict[str, str] = field(default_factory=dict)
     pinned_commits: tuple[str, ...] = ()
+    bounds: intake.Bounds = intake.Bounds()  # what one tree may hold (--max-files, --max-file-size, --max-tree-size)
 
     def sandboxed(self, tree: sources.Tree) -> bool:
         """Whether ``tree`` runs in the sandbox; refuses (exit 2) an unpinned tree where it cannot."""
@@ -39,7 +40,7 @@ class Options:
 def options(args, p: pins.Pins, probe: ProbeOptions = ProbeOptions()) -> Options:
     """Options from a command's --cache-dir, its pins and its probe options."""
     return Options(cache=Store.at(args.cache_dir), probe=probe, package_dir=p.package_dir, pinned_sha256=p.pinned_sha256,
-                   pinned_commits=p.pinned_commits)
+                   pinned_commits=p.pinned_commits, bounds=bounds(args))
 
 
 def probe_ref(probe: str, fix: int) -> ProbeRef:
@@ -48,7 +49,8 @@ def probe_ref(probe: str, fix: int) -> ProbeRef:
 
 
 def resolve(text: str, opts: Options) -> sources.Tree:
-    return sources.resolve(specs.parse(text), opts.cache, package_dir=opts.package_dir, pinned_sha256=opts.pinned_sha256)
+    return sources.resolve(specs.parse(text), opts.cache, package_dir=opts.package_dir, pinned_sha256=opts.pinned_sha256,
+                           bounds=opts.bounds)
 
 
 def receipt_of(probe: ProbeRef, tree: sources.Tree, environment: envs.Env, run: execute.Run) -> Receipt:
@@ -100,6 +102,14 @@ def _same_or_fail(text: str, first: dict[str, execute.Run], again: dict[str, exe
                 f"{probe} on {text}: run {attempt} observed differently from run 1 (cases: {', '.join(differing)})")
 
 
+def tally(receipt: Receipt) -> str:
+    """A receipt's cases as the progress line counts them: not-applicable cases by that name, as the
+    receipt and ``report`` say, not among the inconclusive ones (their classification)."""
+    counts, absent = receipt.summary.classifications, receipt.summary.outcomes["not_applicable"]
+    parts = [f"{counts['bug']} bug", f"{counts['clean']} clean"] + ([f"{absent} not applicable"] if absent else [])
+    return ", ".join([*parts, f"{counts['inconclusive'] - absent} inconclusive"])
+
+
 def probe_sources(
     plan: dict[str, list[str]], opts: Options, on_tree: Callable[[str, sources.Tree], None] | None = None,
 ) -> tuple[dict[str, sources.Tree], dict[tuple[str, str], Receipt]]:
@@ -128,7 +138,8 @@ def probe(
 
     Sources are resolved and their environments built in order on this thread, and each tree's
     probes start on the pool as soon as it is ready, so downloads overlap with probe runs;
-    ``on_tree`` (host-side reading of a tree, say) runs here too, while the pool works. A tree is
+    ``on_tree`` (host-side reading of a tree, say) runs in order on a thread of its own, while the
+    pool works. A tree is
     probed once: a source whose tree digest an earlier source of the plan has shares its receipts,
     and a receipt in the receipts store (runner/evidence/results.py) is reused unless
     ``opts.probe.reuse`` is off or runs are repeated.
@@ -151,9 +162,7 @@ def probe(
         for probe, run in runs.items():
             receipt = receipt_of(probe_ref(probe, run.observations.fix), trees[text], environment, run)
             results.record(opts.cache, receipt, key)
-            counts = receipt.summary.classifications
-            ui.err.print(f"[green]✓[/] {probe} on {escape(text)}: {counts['bug']} bug, {counts['clean']} clean, "
-                         f"{counts['inconclusive']} inconclusive")
+            ui.err.print(f"[green]✓[/] {probe} on {escape(text)}: {tally(receipt)}")
             fresh[(text, probe)] = receipt
         return fresh
 
@@ -164,13 +173,22 @@ def probe(
                      f"observed {receipt.started_at} via {escape(receipt.source.source)})")
 
     pool = ThreadPoolExecutor(max_workers=workers_for_memory(opts.probe.jobs))
-    futures = []
+    # The shared layer is made ready on its own thread: checked (its seal) from the start when it is
+    # built; built (a minute, cold) once the first tree is resolved and allowed to run, while the next
+    # sources are resolved (downloaded) here. Every environment waits for it. ``on_tree`` (host-side
+    # reading of a tree) runs on another thread, beside the probe runs.
+    ahead = ThreadPoolExecutor(max_workers=1, thread_name_prefix="layer")
+    beside = ThreadPoolExecutor(max_workers=1, thread_name_prefix="on-tree")
+    built = (opts.cache.layer(envs.layer_key(interp)) / "layer.json").is_file()
+    layer = ahead.submit(envs.layer, opts.cache, interp, torch) if built and plan else None
+    futures, read = [], []
     try:
         for text in plan:
-            trees[text] = resolve(text, opts)
+            if text not in trees:
+                trees[text] = resolve(text, opts)
             digest = trees[text].identity.tree_digest
             if on_tree:
-                on_tree(text, trees[text])
+                read.append(beside.submit(on_tree, text, trees[text]))
             earlier = first_of.setdefault(digest, text)
             if earlier != text and set(plan[text]) <= set(plan[earlier]):  # the same bytes: one probe run serves both
                 same[text] = earlier
@@ -178,6 +196,14 @@ def probe(
             sandboxed = opts.sandboxed(trees[text])  # before anything of the tree is built or run
             if not sandboxed:
                 ui.err.print(f"[bold red]unsandboxed:[/] {escape(text)} runs without bubblewrap, with your rights")
+            if layer is None:
+                layer = ahead.submit(envs.layer, opts.cache, interp, torch)
+                for later in plan:
+                    if layer.done():
+                        break
+                    if later not in trees:
+                        trees[later] = resolve(later, opts)
+            layer.result()
             environment = envs.env(trees[text], opts.cache, interp, torch)
             for note in environment.stamp.notes:
                 ui.warn(f"{text}: {note}")
@@ -194,11 +220,17 @@ def probe(
                 futures.append(pool.submit(one, text, environment, todo, key, sandboxed))
         for f in futures:
             got.update(f.result())
+        for f in read:
+            f.result()
     except BaseException:
         pool.shutdown(wait=False, cancel_futures=True)
+        ahead.shutdown(wait=False)
+        beside.shutdown(wait=False, cancel_futures=True)
         execute.kill_all()
         raise
     pool.shutdown()
+    ahead.shutdown()
+    beside.shutdown()
     for text, earlier in same.items():
         for probe in plan[text]:
             reuse_one(text, probe, got[(earlier, probe)], f"the receipt of {escape(earlier)}, the same tree")

@@ -122,12 +122,61 @@ class SiteStatus(BaseModel):
     cases: dict[str, str]  # case id -> its state (bug, clean, error, timeout, not_applicable)
 
 
+class Departed(BaseModel):
+    """What a "fixed" rests on when the tree departs from its upstream baseline where the fix's cases
+    ran (runner/evidence/departures.py): the same behaviour, observed on code upstream never had."""
+
+    status: Literal["fixed on differing code"] = "fixed on differing code"
+    baseline: str
+    places: list[str]  # "file:line in function" of each changed place the fix's cases ran
+    aware: list[str] = []  # changed places that can tell they are being probed (run or not: a tree can hide its own lines)
+
+
 class FixStatus(BaseModel):
     fix: int
     not_covered: list[str] = []  # file:line of each statement of the fix's code no case ran (fixed, with lines it does not rest on)
     status: Status
     sites: list[SiteStatus]
     bug_at: list[str] = []  # sites where a bug case showed the bug signature, whatever a guard showed beside it
+    departed: Departed | None = None  # "fixed", on code that differs from the baseline where it was observed
+
+
+def departed(fs: FixStatus, baseline: str, places: list[str], aware: list[str]) -> FixStatus:
+    """``fs`` as it reads once its tree's departures are known: a "fixed" observed on changed
+    places the fix's cases ran, or beside changed places that can tell they are probed, says so.
+    Any other status stands as it is (the behaviour already says what is wrong)."""
+    if fs.status != "fixed" or not (places or aware):
+        return fs
+    return fs.model_copy(update={"departed": Departed(baseline=baseline, places=places, aware=aware)})
+
+
+def shown(fs: FixStatus) -> str:
+    """A fix's status in words, with what a "fixed" rests on: code that differs from its baseline where the
+    cases ran, and statements of the fix's code no case reached (``covered``)."""
+    word = covered(fs.status, fs.not_covered)
+    if fs.departed is None:
+        return word
+    d = fs.departed
+
+    def places(n: int) -> str:
+        return f"{n} place{'s' if n != 1 else ''}"
+
+    others = [p for p in d.aware if p not in d.places]
+    if d.places:
+        what = f"at {places(len(d.places))} the cases ran"
+        if inside := len(d.aware) - len(others):
+            what += f", {inside} of which can tell {'they are' if inside != 1 else 'it is'} being probed"
+        if others:
+            what += f", and beside {places(len(others))} no case was recorded running that can tell"
+    else:
+        what = f"beside {places(len(others))} no case was recorded running that can tell"
+    unreached = f"; {word.removeprefix('fixed, ')}" if word != fs.status else ""
+    return f"fixed, on code that differs from {d.baseline} {what}: read them{unreached}"
+
+
+def strict_fails(statuses: Iterable[FixStatus]) -> bool:
+    """``--strict``: a verdict that rests on code differing from its baseline is not taken."""
+    return any(fs.departed is not None for fs in statuses)
 
 
 def fixes(receipts: list[Receipt]) -> list[FixStatus]:
@@ -153,11 +202,6 @@ def fixes(receipts: list[Receipt]) -> list[FixStatus]:
     return [FixStatus(fix=f, status=worst([s.status for s in sites]), sites=sites, bug_at=bug_at.get(f, []),
                       not_covered=sorted(set(missed.get(f, []))))
             for f, sites in sorted(out.items())]
-
-
-def with_coverage(fs: FixStatus) -> str:
-    """A fix's status as it reads once the coverage of its code is known (``covered``)."""
-    return covered(fs.status, fs.not_covered)
 
 
 def covered(word: str, not_covered: list[str]) -> str:

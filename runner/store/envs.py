@@ -35,14 +35,14 @@ from runner.errors import BadInput, Infrastructure
 from runner.files import building_dir, digest_name, sha256_bytes, sha256_file
 from runner.store.procs import run_logged
 from runner.store.seal import seal
-from runner.store import torch_source
+from runner.store import torch_source, uv
 from runner.store.torch_source import TorchRecord, TorchSource
 from runner.store.pypi import WHEEL_TAG
 from runner.store.trees import PKG, Tree
-from runner.standins.diffprobe_standins import DECLARED as DECLARED_STANDINS, STANDINS as STANDIN_MODULES
+from runner.standins.cpu_standins import DECLARED as DECLARED_STANDINS, STANDINS as STANDIN_MODULES
 
 LOCK = Path(__file__).resolve().parents[1] / "data" / "cpu-lock.txt"
-STANDINS = Path(__file__).resolve().parents[1] / "standins" / "diffprobe_standins.py"
+STANDINS = Path(__file__).resolve().parents[1] / "standins" / "cpu_standins.py"
 FORMAT = 2  # bump when the layout of layers changes (2: torch installed alone from a recorded source)
 # Which layer serves which trees, and why; recorded in every layer stamp.
 CHOICE = (
@@ -82,6 +82,7 @@ class LayerStamp(BaseModel):
     torch: TorchRecord  # where the CPU torch came from: source, URL, sha256
     choice: str  # which layer this is and why (CHOICE)
     seal: str | None = None  # runner/store/seal.py; None: built before layers were sealed
+    installer: str = "pip"  # what installed the lock (runner/store/uv.py): "uv X.Y.Z"; layers built before say pip
 
 
 class EnvStamp(BaseModel):
@@ -196,24 +197,15 @@ def _layer(cache: Store, interp: Interpreter, torch: list[TorchSource] | None = 
             record = torch_source.install(scratch / "bin" / "python", requirement, sources, cache.log(f"layer-{key}-torch"))
         ui.err.print(escape(f"CPU torch {record.version} from {torch_source.describe(record.source)}: {record.url} "
                             f"(sha256 {record.sha256[:16]}…)"))
-        with ui.step(f"install {len(packages)} locked packages into the shared layer", total=len(packages)) as advance:
-            seen: set[str] = set()
-
-            def on_line(line: str) -> None:
-                m = re.match(r"\s*(?:Collecting|Processing|Obtaining|Looking in)\s+(\S+)", line)
-                if m and m.group(1) not in seen:
-                    seen.add(m.group(1))
-                    advance(m.group(1).rsplit("/", 1)[-1][:40], min(len(seen), len(packages)))
-
-            run_logged(
-                [str(scratch / "bin" / "python"), "-m", "pip", "install", "--no-deps", "--no-input",
-                 "--disable-pip-version-check", "-r", str(LOCK)],
-                step="install the locked dependency layer", log=log, on_line=on_line,
-            )
+        with ui.step(f"install {len(packages)} locked packages into the shared layer (uv)"):
+            python = scratch / "bin" / "python"
+            argv, env = uv.install_command(python, LOCK, uv.pip_settings(python), scratch / ".uv-cache")
+            run_logged(argv, step="install the locked dependency layer", log=log, env=env)
+            shutil.rmtree(scratch / ".uv-cache")
         site = _site_packages(scratch / "bin" / "python").relative_to(scratch)
         write_model(scratch / "layer.json", LayerStamp(
             format=FORMAT, key=key, lock_sha256=lock, interpreter=interp, site_packages=str(site), packages=packages,
-            torch=record, choice=CHOICE, seal=seal(scratch, exclude=LAYER_STAMPS),
+            torch=record, choice=CHOICE, seal=seal(scratch, exclude=LAYER_STAMPS), installer=uv.version(),
         ))
     return final, read_model(final / "layer.json", LayerStamp)
 
@@ -270,20 +262,21 @@ def _tree_lacks(tree: Tree) -> list[str]:
     return [m for m in roots if not any(c.startswith(m + ".") for c in compiled)]
 
 
-def _overlay(tree_root: Path, dest: Path) -> None:
-    """Mirror the tree's package as directories of symlinks to its files.
+def _overlay(tree: Tree, dest: Path) -> None:
+    """Mirror the tree's package as directories of symlinks to its files: exactly the regular files
+    the store verified (``tree.files``), nothing found by walking it.
 
     Python looks for byte-code next to the path it imports from, so the byte-code compiled for the
     overlay lives in this environment and never in the verified tree (whose stored copy must hold
     source only), and no run recompiles SGLang.
     """
-    src = tree_root / PKG
-    for dirpath, dirnames, filenames in os.walk(src):
-        dirnames[:] = [d for d in dirnames if d != "__pycache__"]
-        target = dest / PKG / Path(dirpath).relative_to(src)
-        target.mkdir(parents=True, exist_ok=True)
-        for name in filenames:
-            (target / name).symlink_to(Path(dirpath) / name)
+    made: set[Path] = set()
+    for rel in tree.files:
+        target = dest / rel
+        if target.parent not in made:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            made.add(target.parent)
+        target.symlink_to(tree.root / rel)
 
 
 def _env(tree: Tree, cache: Store, interp: Interpreter, torch: list[TorchSource] | None = None) -> Env:
@@ -304,12 +297,12 @@ def _env(tree: Tree, cache: Store, interp: Interpreter, torch: list[TorchSource]
         site = _site_packages(scratch / "bin" / "python")
         # The venv is renamed into place, so every path it writes must point at the final name.
         standins_dir = final / "standins"
-        _overlay(tree.root, scratch / "tree")
+        _overlay(tree, scratch / "tree")
         (site / "diffprobe.pth").write_text(
             f"{final / 'tree'}\n"
             f"import site; site.addsitedir({str(layer_root / layer_stamp.site_packages)!r})\n"
             f"{standins_dir}\n"
-            "import diffprobe_standins; diffprobe_standins.install()\n"
+            "import cpu_standins; cpu_standins.install()\n"
         )
         _compile(scratch, [scratch / "tree", scratch / "standins"], cache.log(f"env-{key}-compile.log"))
         stamp = EnvStamp(

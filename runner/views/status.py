@@ -18,7 +18,9 @@ def _cell(fs) -> str:
         return "[dim]not probed[/]"
     sites = "" if fs.status == "fixed" else ", ".join(
         f"{escape(s.site)} [{styles.STATUS.get(s.status, 'red')}]{s.status}[/]" for s in fs.sites)
-    word = judging.with_coverage(fs)
+    if fs.departed:  # the same behaviour, on code upstream never had
+        return f"[yellow]fixed, on differing code ({len(fs.departed.places)} ran, {len(fs.departed.aware)} can tell)[/]"
+    word = judging.shown(fs)
     return f"[{styles.status(word)}]{word}[/]" + (f" ({sites})" if sites else "")
 
 
@@ -54,9 +56,15 @@ def print_matrix(record: SweepRecord) -> None:
 
 def print_audit(row: Row) -> None:
     ui.out.print(f"[bold]audit[/] {escape(row.source)}  {row.tree_digest}")
+    if row.departures:
+        ui.out.print(f"baseline: {escape(row.departures)}")
     for fs in row.fixes:
-        word = judging.with_coverage(fs)
-        ui.out.print(f"#{fs.fix}: [{styles.status(word)}]{word}[/]")
+        word = judging.shown(fs)
+        ui.out.print(f"#{fs.fix}: [{styles.status(word)}]{escape(word)}[/]")
+        for place in fs.departed.places if fs.departed else ():
+            ui.out.print(f"  ran on changed code: {escape(place)}")
+        for place in fs.departed.aware if fs.departed else ():
+            ui.out.print(f"  [bold red]can tell it is being probed:[/] {escape(place)}")
         if fs.not_covered:
             ui.out.print(f"  not covered (statements of the fix's code no case ran): {escape(', '.join(fs.not_covered))}")
         for site in fs.sites:

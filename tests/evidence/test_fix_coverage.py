@@ -72,9 +72,9 @@ def _receipt(tree_root, *ran):
 def test_a_fixed_tree_with_uncovered_fix_code_does_not_read_plain_fixed(tree_root):
     [fs] = judging.fixes([_receipt(tree_root, [[3, 5]])])
     assert fs.status == "fixed" and fs.not_covered == [f"{UTILS}:6"]
-    assert judging.with_coverage(fs) == "fixed, with 1 line of the fix no case reaches"
+    assert judging.shown(fs) == "fixed, with 1 line of the fix no case reaches"
     [whole] = judging.fixes([_receipt(tree_root, [[4, 6]])])
-    assert judging.with_coverage(whole) == "fixed"
+    assert judging.shown(whole) == "fixed"
     not_fixed = judging.covered("not fixed", [f"{UTILS}:6"])
     assert not_fixed == "not fixed"  # the behaviour already says what is wrong
 

@@ -44,6 +44,10 @@ a { color: #0550ae; }
 a.file { font-size: .82em; }
 .line { overflow-x: auto; } .line svg { max-width: 100%; height: auto; } .key { margin-right: 10px; white-space: nowrap; }
 .limits li { font-weight: 600; }
+details.departures { margin: .4em 0; } details.departures > summary { cursor: pointer; font-weight: 600; }
+details.departures details { margin: .2em 0 .2em 1.2em; } details.departures details > summary { cursor: pointer; }
+.ran { color: var(--warn); } .aware { color: var(--bad); font-weight: 700; }
+.hunk { background: #f6f8fa; padding: 6px; font-size: .8em; overflow-x: auto; }
 @page { margin: 12mm; }
 @media print {
   body { font-size: 10pt; } main { max-width: none; padding: 0; }
