@@ -13,11 +13,10 @@ from rich.markup import escape
 
 from runner import errors, ui
 from runner.commands.options import ProbeOptions, bounds
-from runner.evidence import catalog, judging, pins, receipts, results
+from runner.evidence import catalog, fixcode, judging, pins, receipts, results
 from runner.sandbox import execute
 from runner.store import envs, intake, sources, specs
 from runner.store.cache import Store
-from runner.store.sources import TreeIdentity
 from runner.files import sha256_file
 from runner.evidence.observations import NOT_OBSERVED
 from runner.evidence.receipts import ProbeRef, Receipt
@@ -54,16 +53,18 @@ def resolve(text: str, opts: Options) -> sources.Tree:
                            bounds=opts.bounds)
 
 
-def receipt_of(probe: ProbeRef, identity: TreeIdentity, environment: envs.Env, run: execute.Run) -> Receipt:
-    """The receipt of one probe run in one tree's environment."""
+def receipt_of(probe: ProbeRef, tree: sources.Tree, environment: envs.Env, run: execute.Run) -> Receipt:
+    """The receipt of one probe run in one tree's environment, with the coverage of its fix's code read from
+    the stored tree."""
     obs = run.observations
     if obs.probe != probe.id:
         raise ValueError(f"observations are for probe {obs.probe}, not {probe.id}")
     env = receipts.tree_environment(environment, python=obs.python, implementation=obs.implementation, platform=obs.platform,
                                     standins_used=obs.standins, isolation=run.isolation)
     cases = [judging.rejudge(probe.id, case) for case in obs.cases]  # the host's own judgement, from the effects
-    return receipts.make(probe, identity, env, cases, started_at=run.started_at, finished_at=run.finished_at,
-                         materials=run.materials, import_result=obs.import_)
+    fix_code = fixcode.measure(probe.fix, fixcode.reader(tree.root), cases) if probe.fix is not None else None
+    return receipts.make(probe, tree.identity, env, cases, started_at=run.started_at, finished_at=run.finished_at,
+                         materials=run.materials, import_result=obs.import_, fix_code=fix_code)
 
 
 def same_source(stored, identity: sources.TreeIdentity) -> bool:
@@ -159,7 +160,7 @@ def probe(
             _same_or_fail(text, runs, again, attempt)
         fresh = {}
         for probe, run in runs.items():
-            receipt = receipt_of(probe_ref(probe, run.observations.fix), trees[text].identity, environment, run)
+            receipt = receipt_of(probe_ref(probe, run.observations.fix), trees[text], environment, run)
             results.record(opts.cache, receipt, key)
             ui.err.print(f"[green]✓[/] {probe} on {escape(text)}: {tally(receipt)}")
             fresh[(text, probe)] = receipt
