@@ -21,8 +21,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from runner import errors, ui
-from runner.commands import options, pipeline
-from runner.evidence import bundle, judging, pins, receipts
+from runner.commands import baseline, options, pipeline
+from runner.evidence import bundle, departures, judging, pins, receipts
 from runner.sandbox import execute
 from runner.store import intake, sources, specs
 from runner.files import digest_name, sha256_bytes
@@ -178,6 +178,7 @@ def compare(fix_probes: list[str], mine: dict[str, Receipt], head: dict[str, Rec
 
 def cmd_backport(args) -> int:
     signers = options.signers(args)
+    baseline.check_against(args.against)
     p = pins.load(options.path(args.pins))
     fix = p.fix(args.pr)
     repo = specs.check_git_url(args.repo) if args.repo else p.upstream
@@ -215,12 +216,18 @@ def cmd_backport(args) -> int:
     plan = {target_text: fix.probes, head_text: fix.probes}
     if not args.applied and how != "already applied":
         plan = {args.onto: fix.probes, **plan}
-    _, got = pipeline.probe_sources(plan, opts)
+    trees, got = pipeline.probe_sources(plan, opts)
     mine = {pr: got[(target_text, pr)] for pr in fix.probes}
     theirs = {pr: got[(head_text, pr)] for pr in fix.probes}
     rows = compare(fix.probes, mine, theirs)
+    departed = baseline.departures_of(target_text, trees[target_text], baseline.of(trees[target_text], args.against, opts),
+                                      list(mine.values()))
+    baseline.say(departed)
+    same = all(r.same for r in rows)
+    [rests] = departures.judged([judging.FixStatus(fix=args.pr, status="fixed" if same else "not fixed", sites=[])],
+                                departed, list(mine.values()))
     record = BackportRecord(pr=args.pr, onto=args.onto, head=head_text, patch_sha256=patch_sha, applied=how,
-                            files=files, rows=rows, behaves_like_head=all(r.same for r in rows))
+                            files=files, rows=rows, behaves_like_head=same, departures=departed.line(), rests_on=rests.departed)
     diffs = []
     if args.onto in plan and target_text != args.onto:
         before = [(bundle.receipt_name(got[(args.onto, pr)]), got[(args.onto, pr)]) for pr in fix.probes]
@@ -228,10 +235,11 @@ def cmd_backport(args) -> int:
         diffs.append(receipts.differential(args.pr, f"{fix.title} (backport onto {args.onto})", fix.probes, before, after, None))
     out = bundle.write(out, kind="backport", created_at=started, receipts=list({bundle.receipt_name(r): r for r in got.values()}.values()),
                        differentials=diffs, pins_sha256=None, extra=record.model_dump(mode="json"),
+                       files={departures.file_name(bundle.label(trees[target_text].identity)): bundle.dump(departed)},
                        signers=signers)
     _print(record)
     ui.out.print(f"bundle: {out}")
-    return errors.OK if record.behaves_like_head else errors.DIFFERS
+    return errors.OK if record.behaves_like_head and not (args.strict and record.rests_on) else errors.DIFFERS
 
 
 def _print(record: BackportRecord) -> None:
@@ -242,6 +250,13 @@ def _print(record: BackportRecord) -> None:
         table.add_row(r.probe, escape(r.case), r.backport, r.head, "[green]yes[/]" if r.same else "[red]NO[/]")
     ui.out.print(table)
     verdict = "[green]behaves like head on every case[/]" if record.behaves_like_head else "[red]does not behave like head[/]"
+    if record.rests_on:
+        fs = judging.FixStatus(fix=record.pr, status="fixed", sites=[], departed=record.rests_on)
+        verdict += f", [yellow]{escape(judging.shown(fs).removeprefix('fixed, '))}[/]"
+        for place in record.rests_on.places:
+            ui.out.print(f"  ran: {escape(place)}")
+        for place in record.rests_on.aware:
+            ui.out.print(f"  [bold red]can tell it is being probed:[/] {escape(place)}")
     ui.out.print(f"verdict: {verdict}")
 
 
@@ -255,6 +270,7 @@ def register(sub) -> None:
     p.add_argument("--head", metavar="SOURCE", help="what to compare with (default: the PR's pinned head commit)")
     p.add_argument("--out", metavar="DIR")
     options.probe_options(p)
+    options.baseline(p)
     options.common(p)
     options.signing(p)
     p.set_defaults(func=cmd_backport)

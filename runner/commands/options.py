@@ -113,6 +113,16 @@ def probe(args: argparse.Namespace) -> ProbeOptions:
                         torch_index=args.torch_index, torch_wheel=args.torch_wheel, unsandboxed=args.unsandboxed)
 
 
+def baseline(p: argparse.ArgumentParser) -> None:
+    """--against and --strict: what each tree is compared with (runner/commands/baseline.py), and
+    whether a verdict resting on code that differs from it fails."""
+    p.add_argument("--against", metavar="SOURCE",
+                   help="compare each tree with this upstream source (default: the PyPI release its own sglang/version.py "
+                        "declares) and show where it departs from it")
+    p.add_argument("--strict", action="store_true",
+                   help="exit 1 when a 'fixed' rests on code that differs from the baseline where the fix's cases ran")
+
+
 REQUEST_TIMEOUT = 600
 COMMAND_DEADLINE = 3600
 

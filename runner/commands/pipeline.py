@@ -13,11 +13,10 @@ from rich.markup import escape
 
 from runner import errors, ui
 from runner.commands.options import ProbeOptions, bounds
-from runner.evidence import catalog, judging, pins, receipts, results
+from runner.evidence import catalog, fixcode, judging, pins, receipts, results
 from runner.sandbox import execute
 from runner.store import envs, intake, sources, specs
 from runner.store.cache import Store
-from runner.store.sources import TreeIdentity
 from runner.files import sha256_file
 from runner.evidence.observations import NOT_OBSERVED
 from runner.evidence.receipts import ProbeRef, Receipt
@@ -54,16 +53,18 @@ def resolve(text: str, opts: Options) -> sources.Tree:
                            bounds=opts.bounds)
 
 
-def receipt_of(probe: ProbeRef, identity: TreeIdentity, environment: envs.Env, run: execute.Run) -> Receipt:
-    """The receipt of one probe run in one tree's environment."""
+def receipt_of(probe: ProbeRef, tree: sources.Tree, environment: envs.Env, run: execute.Run) -> Receipt:
+    """The receipt of one probe run in one tree's environment, with the coverage of its fix's code read from
+    the stored tree."""
     obs = run.observations
     if obs.probe != probe.id:
         raise ValueError(f"observations are for probe {obs.probe}, not {probe.id}")
     env = receipts.tree_environment(environment, python=obs.python, implementation=obs.implementation, platform=obs.platform,
                                     standins_used=obs.standins, isolation=run.isolation)
     cases = [judging.rejudge(probe.id, case) for case in obs.cases]  # the host's own judgement, from the effects
-    return receipts.make(probe, identity, env, cases, started_at=run.started_at, finished_at=run.finished_at,
-                         materials=run.materials, import_result=obs.import_)
+    fix_code = fixcode.measure(probe.fix, fixcode.reader(tree.root), cases) if probe.fix is not None else None
+    return receipts.make(probe, tree.identity, env, cases, started_at=run.started_at, finished_at=run.finished_at,
+                         materials=run.materials, import_result=obs.import_, fix_code=fix_code)
 
 
 def same_source(stored, identity: sources.TreeIdentity) -> bool:
@@ -137,7 +138,8 @@ def probe(
 
     Sources are resolved and their environments built in order on this thread, and each tree's
     probes start on the pool as soon as it is ready, so downloads overlap with probe runs;
-    ``on_tree`` (host-side reading of a tree, say) runs here too, while the pool works. A tree is
+    ``on_tree`` (host-side reading of a tree, say) runs in order on a thread of its own, while the
+    pool works. A tree is
     probed once: a source whose tree digest an earlier source of the plan has shares its receipts,
     and a receipt in the receipts store (runner/evidence/results.py) is reused unless
     ``opts.probe.reuse`` is off or runs are repeated.
@@ -158,7 +160,7 @@ def probe(
             _same_or_fail(text, runs, again, attempt)
         fresh = {}
         for probe, run in runs.items():
-            receipt = receipt_of(probe_ref(probe, run.observations.fix), trees[text].identity, environment, run)
+            receipt = receipt_of(probe_ref(probe, run.observations.fix), trees[text], environment, run)
             results.record(opts.cache, receipt, key)
             ui.err.print(f"[green]✓[/] {probe} on {escape(text)}: {tally(receipt)}")
             fresh[(text, probe)] = receipt
@@ -171,19 +173,22 @@ def probe(
                      f"observed {receipt.started_at} via {escape(receipt.source.source)})")
 
     pool = ThreadPoolExecutor(max_workers=workers_for_memory(opts.probe.jobs))
-    # The shared layer (built once: a minute cold; its seal checked warm) is made ready on its own
-    # thread once the first tree is resolved and allowed to run, and while it is being built the
-    # next sources are resolved (downloaded) here; every environment waits for it.
+    # The shared layer is made ready on its own thread: checked (its seal) from the start when it is
+    # built; built (a minute, cold) once the first tree is resolved and allowed to run, while the next
+    # sources are resolved (downloaded) here. Every environment waits for it. ``on_tree`` (host-side
+    # reading of a tree) runs on another thread, beside the probe runs.
     ahead = ThreadPoolExecutor(max_workers=1, thread_name_prefix="layer")
-    layer = None
-    futures = []
+    beside = ThreadPoolExecutor(max_workers=1, thread_name_prefix="on-tree")
+    built = (opts.cache.layer(envs.layer_key(interp)) / "layer.json").is_file()
+    layer = ahead.submit(envs.layer, opts.cache, interp, torch) if built and plan else None
+    futures, read = [], []
     try:
         for text in plan:
             if text not in trees:
                 trees[text] = resolve(text, opts)
             digest = trees[text].identity.tree_digest
             if on_tree:
-                on_tree(text, trees[text])
+                read.append(beside.submit(on_tree, text, trees[text]))
             earlier = first_of.setdefault(f"{digest} {trees[text].identity.left_out}", text)  # what each left out is its own
             if earlier != text and set(plan[text]) <= set(plan[earlier]):  # the same bytes: one probe run serves both
                 same[text] = earlier
@@ -215,13 +220,17 @@ def probe(
                 futures.append(pool.submit(one, text, environment, todo, key, sandboxed))
         for f in futures:
             got.update(f.result())
+        for f in read:
+            f.result()
     except BaseException:
         pool.shutdown(wait=False, cancel_futures=True)
         ahead.shutdown(wait=False)
+        beside.shutdown(wait=False, cancel_futures=True)
         execute.kill_all()
         raise
     pool.shutdown()
     ahead.shutdown()
+    beside.shutdown()
     for text, earlier in same.items():
         for probe in plan[text]:
             reuse_one(text, probe, got[(earlier, probe)], f"the receipt of {escape(earlier)}, the same tree")

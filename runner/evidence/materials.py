@@ -16,21 +16,30 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from runner.errors import Infrastructure, one_line
-from runner.store.trees import Tree
+from runner.store.intake import Refused
+from runner.store.trees import PKG, Tree, read_back
 
 _OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 
 
-def rederive(tree: Tree, names: Iterable[str]) -> dict[str, str]:
-    """``{name: sha256}`` for ``names``, each one of ``tree.files``, read from ``tree.root``."""
+def rederive(tree: Tree | Path, names: Iterable[str]) -> dict[str, str]:
+    """``{name: sha256}`` for ``names``, each one of ``tree.files``, read from ``tree.root``. Given a
+    directory holding ``sglang/`` instead, its files are those intake reads back from it (nothing
+    followed; a layout intake refuses is refused), never what a walk finds."""
     wanted = sorted(set(names))
-    known = set(tree.files)
+    if isinstance(tree, Path):
+        try:
+            root, known = tree, {f"{PKG}/{n}" for n, _ in read_back(tree).files}
+        except Refused as e:
+            raise Infrastructure(f"the tree the probe run named files of is not one intake takes in: {e.message}") from None
+    else:
+        root, known = tree.root, set(tree.files)
     out = {}
     for name in wanted:
         try:
             if name not in known:
                 raise ValueError(name)
-            out[name] = _sha256_regular(tree.root / name)
+            out[name] = _sha256_regular(root / name)
         except (OSError, ValueError):
             raise Infrastructure(f"the probe run names an imported file that is not one of the tree's: {one_line(name[:200])!r}") from None
     return out

@@ -39,10 +39,10 @@ from runner.store import torch_source, uv
 from runner.store.torch_source import TorchRecord, TorchSource
 from runner.store.pypi import WHEEL_TAG
 from runner.store.trees import PKG, Tree
-from runner.standins.diffprobe_standins import DECLARED as DECLARED_STANDINS, STANDINS as STANDIN_MODULES
+from runner.standins.cpu_standins import DECLARED as DECLARED_STANDINS, STANDINS as STANDIN_MODULES
 
 LOCK = Path(__file__).resolve().parents[1] / "data" / "cpu-lock.txt"
-STANDINS = Path(__file__).resolve().parents[1] / "standins" / "diffprobe_standins.py"
+STANDINS = Path(__file__).resolve().parents[1] / "standins" / "cpu_standins.py"
 FORMAT = 2  # bump when the layout of layers changes (2: torch installed alone from a recorded source)
 # Which layer serves which trees, and why; recorded in every layer stamp.
 CHOICE = (
@@ -199,8 +199,9 @@ def _layer(cache: Store, interp: Interpreter, torch: list[TorchSource] | None = 
                             f"(sha256 {record.sha256[:16]}…)"))
         with ui.step(f"install {len(packages)} locked packages into the shared layer (uv)"):
             python = scratch / "bin" / "python"
-            argv, env = uv.install_command(python, LOCK, uv.pip_settings(python))
+            argv, env = uv.install_command(python, LOCK, uv.pip_settings(python), scratch / ".uv-cache")
             run_logged(argv, step="install the locked dependency layer", log=log, env=env)
+            shutil.rmtree(scratch / ".uv-cache")
         site = _site_packages(scratch / "bin" / "python").relative_to(scratch)
         write_model(scratch / "layer.json", LayerStamp(
             format=FORMAT, key=key, lock_sha256=lock, interpreter=interp, site_packages=str(site), packages=packages,
@@ -301,7 +302,7 @@ def _env(tree: Tree, cache: Store, interp: Interpreter, torch: list[TorchSource]
             f"{final / 'tree'}\n"
             f"import site; site.addsitedir({str(layer_root / layer_stamp.site_packages)!r})\n"
             f"{standins_dir}\n"
-            "import diffprobe_standins; diffprobe_standins.install()\n"
+            "import cpu_standins; cpu_standins.install()\n"
         )
         _compile(scratch, [scratch / "tree", scratch / "standins"], cache.log(f"env-{key}-compile.log"))
         stamp = EnvStamp(

@@ -39,3 +39,14 @@ def test_a_name_that_is_not_a_file_of_the_tree_is_an_error(tree, name):
     with pytest.raises(Infrastructure, match="not one of the tree's") as raised:
         rederive(tree, ["sglang/__init__.py", name])
     assert "\x1b" not in raised.value.message
+
+
+def test_a_directory_is_read_back_through_intake_not_walked(tmp_path):
+    """Given a directory (not a stored Tree), its files are those intake reads back: a link in it
+    refuses the whole tree rather than being skipped or followed."""
+    (tmp_path / "d" / "sglang").mkdir(parents=True)
+    (tmp_path / "d" / "sglang" / "__init__.py").write_text("")
+    assert rederive(tmp_path / "d", ["sglang/__init__.py"]) == {"sglang/__init__.py": hashlib.sha256(b"").hexdigest()}
+    os.symlink("/etc/hostname", tmp_path / "d" / "sglang" / "host.py")
+    with pytest.raises(Infrastructure, match="not one intake takes in"):
+        rederive(tmp_path / "d", ["sglang/__init__.py"])
