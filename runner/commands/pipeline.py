@@ -71,7 +71,7 @@ def same_source(stored, identity: sources.TreeIdentity) -> bool:
     """A stored receipt serves a later call only for the source it names (the same commit, artifact or
     directory): the same bytes from another source are shared within one call, where it is said, but a
     receipt from the store must not answer for a commit, release or fork it never named."""
-    fields = ("kind", "commit", "artifact_sha256", "path", "version")
+    fields = ("kind", "commit", "artifact_sha256", "path", "version", "left_out")
     return all(getattr(stored, f, None) == getattr(identity, f, None) for f in fields)
 
 
@@ -150,7 +150,7 @@ def probe(
     trees: dict[str, sources.Tree] = {}
     got: dict[tuple[str, str], Receipt] = {}
     reused: set[tuple[str, str]] = set()
-    first_of: dict[str, str] = {}  # tree digest -> the first source of the plan with that tree
+    first_of: dict[str, str] = {}  # tree digest (and what its source left out) -> the first source of the plan with that tree
     same: dict[str, str] = {}  # source -> the earlier source with its tree, whose receipts it shares
 
     def one(text: str, environment: envs.Env, probes: list[str], key: str, sandboxed: bool) -> dict[tuple[str, str], Receipt]:
@@ -189,7 +189,7 @@ def probe(
             digest = trees[text].identity.tree_digest
             if on_tree:
                 read.append(beside.submit(on_tree, text, trees[text]))
-            earlier = first_of.setdefault(digest, text)
+            earlier = first_of.setdefault(f"{digest} {trees[text].identity.left_out}", text)  # what each left out is its own
             if earlier != text and set(plan[text]) <= set(plan[earlier]):  # the same bytes: one probe run serves both
                 same[text] = earlier
                 continue

@@ -52,7 +52,7 @@ from runner import errors, ui
 from runner.commands import baseline, options, pipeline
 from runner.evidence import bundle, catalog, departures, pins, receipts, targets
 from runner.sandbox import execute
-from runner.store import envs, sources, specs
+from runner.store import envs, intake, sources, specs
 from runner.errors import BadInput, Infrastructure
 from runner.files import sha256_bytes, sha256_file
 from runner.evidence.materials import rederive
@@ -122,11 +122,13 @@ def locate_tests(arg: str, head: str, with_paths: list[str] = ()) -> Callable[[s
 
         def read(repo_path: str) -> bytes | None:
             try:
-                return sources.read_file(ident.repo, ident.commit, repo_path, opts.cache)
+                return sources.read_file(ident.repo, ident.commit, repo_path, opts.cache, upstream_layout.MAX_FILE)
+            except intake.Refused:  # there, but over the bound: never read as absent
+                raise
             except BadInput:  # no such file at that commit
                 return None
 
-        data = sources.read_file(ident.repo, ident.commit, path, opts.cache)
+        data = sources.read_file(ident.repo, ident.commit, path, opts.cache, upstream_layout.MAX_FILE)
         return upstream_layout.build(f"--tests {arg}", path, f"git:{ident.commit}:{path}", data,
                                      upstream_layout.git_helpers(path, data, read))
 
@@ -368,7 +370,7 @@ def receipt(side: Side, environment: envs.Env, test: UpstreamFile, probe: ProbeR
     if o.collection_errors:  # the test module did not import: the nearest thing to SGLang failing to import
         imported = ImportResult(outcome="error", duration_ms=0, error=_collection_error(o.collection_errors[0], side.lacking))
     return receipts.make(probe, side.tree.identity, env, cases(side, test), started_at=side.run.started_at,
-                         finished_at=side.run.finished_at, materials=rederive(side.tree.root, o.materials),
+                         finished_at=side.run.finished_at, materials=rederive(side.tree, o.materials),
                          import_result=imported)
 
 

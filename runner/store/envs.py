@@ -101,7 +101,7 @@ class EnvStamp(BaseModel):
 class Env:
     root: Path
     stamp: EnvStamp
-    tree: Path  # the stored tree its overlay links to
+    tree: Tree  # the stored tree its overlay links to (its files, as the store verified them)
     layer: Path
 
     @property
@@ -120,7 +120,7 @@ class Env:
     @property
     def read_only(self) -> list[Path]:
         """What a run in this environment must see: the interpreter, the layer, the tree, itself."""
-        return [self.base_prefix, self.layer, self.tree, self.root]
+        return [self.base_prefix, self.layer, self.tree.root, self.root]
 
     @property
     def hidden(self) -> list[Path]:
@@ -287,7 +287,7 @@ def _env(tree: Tree, cache: Store, interp: Interpreter, torch: list[TorchSource]
     final = cache.env(key)
     stamp = read_model(final / "env.json", EnvStamp)
     if stamp and stamp.key == key and (final / "bin" / "python").exists() and stamp.seal == seal(final, exclude=STAMPS):
-        return Env(final, stamp, tree.root, layer_root)
+        return Env(final, stamp, tree, layer_root)
     if final.exists():
         ui.warn(f"environment {final} is incomplete, damaged or altered since it was sealed (a planted .pth or byte-code?); rebuilding it")
         shutil.rmtree(final)
@@ -312,7 +312,7 @@ def _env(tree: Tree, cache: Store, interp: Interpreter, torch: list[TorchSource]
             notes=_notes(tree, interp), seal=seal(scratch, exclude=STAMPS),
         )
         write_model(scratch / "env.json", stamp)
-    return Env(final, stamp, tree.root, layer_root)
+    return Env(final, stamp, tree, layer_root)
 
 
 def _compile(venv: Path, dirs: list[Path], log: Path) -> None:

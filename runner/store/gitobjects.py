@@ -9,11 +9,13 @@ here, so the chain commit -> tree -> ... -> blob holds whatever the repository's
 from __future__ import annotations
 
 import hashlib
+import stat
 from dataclasses import dataclass
 
 from runner.errors import BadInput
 
 TREE = "40000"
+SUBMODULE = "160000"  # a commit id in a tree: no bytes of it here
 
 
 @dataclass(frozen=True)
@@ -21,8 +23,19 @@ class Entry:
     """One line of a tree object."""
 
     name: bytes  # as git spells it: what a name may be is intake's rule (runner/store/intake.py)
-    mode: str  # git's octal mode, as stored: 40000 tree, 100644/100755 file, 120000 link, 160000 submodule
+    mode: str  # as git reads it (canonical): 40000 tree, 100644/100755 file, 120000 link, 160000 submodule
     oid: str
+
+
+def canonical_mode(mode: str) -> str:
+    """The mode git acts on for a mode as stored (git's ``canon_mode``): a zero-padded ``040000`` or
+    an odd ``40755`` is a tree to git, ``100664`` a file, any unknown type a submodule. A tree is
+    read as git would check it out, never as what a string comparison makes of it."""
+    m = int(mode, 8)
+    kind = stat.S_IFMT(m)
+    if kind == stat.S_IFREG:
+        return "100755" if m & 0o100 else "100644"
+    return {stat.S_IFLNK: "120000", stat.S_IFDIR: TREE}.get(kind, SUBMODULE)
 
 
 def object_id(kind: str, body: bytes, hexlen: int = 40) -> str:
@@ -81,6 +94,6 @@ def tree_entries(body: bytes, oid: str) -> list[Entry]:
         if name in seen:
             raise BadInput(f"tree {oid}: the name {name!r} appears twice")
         seen.add(name)
-        entries.append(Entry(name, mode, child.hex()))
+        entries.append(Entry(name, canonical_mode(mode), child.hex()))
         pos = nul + 1 + rawlen
     return entries

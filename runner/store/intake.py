@@ -21,6 +21,7 @@ import hashlib
 import io
 import os
 import stat
+import unicodedata
 import zipfile
 import zlib
 from contextlib import contextmanager
@@ -36,6 +37,11 @@ _CHUNK = MiB
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 _NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+# A name's whole length below the package directory. Every later host step (the environment's
+# overlay, byte-compilation, the static scan) and the tree's own Python reach a stored file by its
+# full path, which Linux bounds at 4096 bytes with the store's own location in front; the longest
+# name of any release is 182 bytes (0.5.23, under ``sglang/``).
+NAME_BYTES = 1024
 
 
 @dataclass(frozen=True)
@@ -89,6 +95,8 @@ def _shown(raw: bytes) -> str:
 
 def refuse(where: str, name: bytes | str, why: str) -> Refused:
     shown = _shown(name) if isinstance(name, bytes) else name
+    if len(shown) > 160:  # the line must still say why, within what one line prints
+        shown = f"{shown[:100]}…{shown[-40:]}"
     return Refused(f"{where}: {shown!r}: refused: {why}")
 
 
@@ -114,7 +122,31 @@ def check_name(raw: bytes | str, where: str, depth: int = Bounds.depth) -> str:
         raise refuse(where, raw, f"{len(parts)} levels deep, over the bound of {depth}")
     if any(len(p.encode()) > 255 for p in parts):
         raise refuse(where, raw, "a part of its name is longer than 255 bytes")
+    if len(raw) > NAME_BYTES:
+        raise refuse(where, raw, f"its name is {len(raw)} bytes long, over the bound of {NAME_BYTES} (a host path "
+                                 "holds at most 4096 bytes, the store's location included)")
     return name
+
+
+def folded(name: str) -> str:
+    """What a case-insensitive or normalizing file system (macOS, Windows, an ext4 casefold
+    directory) makes of a name: each part NFKC-normalized and case-folded, trailing dots and blanks
+    dropped (Windows). Two names of one tree that fold alike are one file there, and which one's
+    bytes it holds depends on the order they were written; Python also reads an identifier in NFKC
+    (``import ﬁle`` imports ``file``)."""
+    return "/".join(unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", p).casefold()).rstrip(". ")
+                    for p in name.split("/"))
+
+
+def _twins(names: Iterable[str], where: str) -> None:
+    """Refuse two names that fold alike (``folded``): the digest would name two files where a
+    deployment unpacked on such a file system holds one."""
+    seen: dict[str, str] = {}
+    for name in sorted(names):
+        other = seen.setdefault(folded(name), name)
+        if other != name:
+            raise refuse(where, name, f"it and {other!r} are one file on a case-insensitive or normalizing file "
+                                      "system (macOS, Windows): the tree would not be the same tree there")
 
 
 _KINDS = {stat.S_IFLNK: "a symbolic link", stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device",
@@ -163,6 +195,7 @@ def _plan(entries: Iterable[Entry], bounds: Bounds, where: str) -> tuple[dict[st
                 raise refuse(where, parent, "it is both a file and a directory")
             parents.add(parent)
             parent = parent.rpartition("/")[0]
+    _twins([*files, *bytecode, *dirs, *(parents - dirs)], where)
     empty = sorted(d for d in dirs if d not in parents and not is_bytecode(d + "/"))
     return files, total, sorted(bytecode), empty
 
@@ -362,10 +395,11 @@ def directory(top: Path, where: str, inside: tuple[str, ...] = ()) -> Iterator[I
         os.close(fd)
 
 
-def wheel(zf: zipfile.ZipFile, package: str) -> Iterator[Entry]:
+def wheel(zf: zipfile.ZipFile, package: str, where: str = "") -> Iterator[Entry]:
     """The members of an open wheel (or any zip) under ``package/``, with the names and modes the
-    archive records (a member without Unix mode bits is a regular file, or a directory if its
-    name ends with ``/``); each is read through ``zipfile``, which stops at the declared size."""
+    archive records (a member without Unix mode bits is a regular file); a member is a directory
+    when its name ends with ``/``, as installers read it, and one whose mode says otherwise is
+    refused. Each is read through ``zipfile``, which stops at the declared size."""
     prefix = f"{package}/".encode()
     for info in zf.infolist():
         raw = info.orig_filename.encode("utf-8" if info.flag_bits & 0x800 else "cp437", "surrogateescape")
@@ -375,6 +409,22 @@ def wheel(zf: zipfile.ZipFile, package: str) -> Iterator[Entry]:
         mode = info.external_attr >> 16 if info.create_system == 3 else 0
         if name.endswith(b"/"):
             yield Entry(name[:-1], stat.S_IFDIR | 0o755)
+        elif stat.S_ISDIR(mode):  # an installer writes it as a file (a member's name decides): which is it?
+            raise refuse(where or "wheel", name, "its mode says a directory but its name a file; installers write it "
+                                                 "as a file")
         else:
             yield Entry(name, mode if stat.S_IFMT(mode) else stat.S_IFREG | 0o644, info.file_size,
                         lambda info=info: zf.open(info))
+
+
+def wheel_outside(zf: zipfile.ZipFile, package: str) -> list[str]:
+    """The members of a wheel that are neither under ``package/`` nor its metadata (``*.dist-info/``),
+    as the wheel names them: installing the wheel puts them on the import path beside the package
+    (a ``.pth`` file runs at every interpreter start; ``*.data/purelib/`` lands inside the package),
+    yet the tree is the package alone. Directories are left out of the list."""
+    out = []
+    for info in zf.infolist():
+        top = info.filename.split("/", 1)[0]
+        if top != package and not top.endswith(".dist-info") and not info.filename.endswith("/"):
+            out.append(info.filename)
+    return out

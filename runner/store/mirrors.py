@@ -39,7 +39,7 @@ from runner.errors import BadInput, Infrastructure
 from runner.files import building_dir, sha256_bytes
 from runner.store import gitobjects, intake
 from runner.store.cache import Store
-from runner.store.gitobjects import TREE
+from runner.store.gitobjects import SUBMODULE, TREE
 
 GIT_ENV = {
     "GIT_TERMINAL_PROMPT": "0",  # never hang on a credential prompt
@@ -295,7 +295,10 @@ def is_ancestor(m: Mirror, older: str, newer: str) -> bool:
 # --- objects: exactly those a package needs, each hashed as it is read ----------------------------
 
 
-SUBMODULE = "160000"  # a commit id in a tree: no bytes of it here
+# A commit larger than this is not one diffprobe reads (its message would be the rest); every tree
+# read is bounded by the entries a package may hold (``_tree_bound``): git stores objects
+# compressed, so a tree of millions of entries or a commit of a gigabyte fit in a small repository.
+COMMIT_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -370,10 +373,24 @@ def _ensure(m: Mirror, oids: list[str], names: dict[str, str]) -> dict[str, tupl
     raise _unavailable(m, missing, names, f"the fetch from {origins[-1]} did not bring it ({failed or 'not sent'})")
 
 
-def _read(m: Mirror, oids: list[str], names: dict[str, str] | None, *, fetch: bool = True) -> dict[str, tuple[str, bytes]]:
+def _tree_bound(max_entries: int) -> int:
+    """The most bytes a tree of ``max_entries`` entries takes: mode, blank, a 255-byte name, NUL, a
+    SHA-256 id each."""
+    return max_entries * (6 + 1 + 255 + 1 + 32)
+
+
+def _read(m: Mirror, oids: list[str], names: dict[str, str] | None, *, fetch: bool = True,
+          limit: int | None = None) -> dict[str, tuple[str, bytes]]:
     """The objects' bodies in one ``cat-file --batch``, each hashed against its id; those the
-    mirror lacks are fetched first (``_ensure``), or with ``fetch=False`` left out."""
+    mirror lacks are fetched first (``_ensure``), or with ``fetch=False`` left out. With
+    ``limit``, an object larger than that is refused, named, before its body is read."""
     def batch(wanted: list[str]) -> dict[str, tuple[str, bytes]]:
+        if limit is not None:
+            big = next(((o, size) for o, (_, size) in _present(m, wanted).items() if size > limit), None)
+            if big:
+                what = (names or {}).get(big[0], "object")
+                raise BadInput(f"git source {m.url}: {what} ({big[0]}) is {big[1]} bytes, over the {limit} a source may "
+                               "hold there: refused (raise --max-files for larger trees)")
         out = m.view().run("cat-file", "--batch", stdin="".join(f"{o}\n" for o in wanted).encode())
         return gitobjects.parse_batch(out, f"git source {m.url}")
 
@@ -389,7 +406,7 @@ def _lookup(m: Mirror, shas: list[str], path: str) -> list[gitobjects.Entry | No
     """The entry at ``path`` in each commit (None where absent, or where the mirror lacks the
     commit: fetching a commit by id would resend its history): one verified step per path
     component for all commits at once, reading no tree beside the path."""
-    commits = _read(m, shas, None, fetch=False)
+    commits = _read(m, shas, {sha: f"the commit {sha[:12]}" for sha in shas}, fetch=False, limit=COMMIT_BYTES)
     current: list[str | None] = []
     for sha in shas:
         kind, body = commits.get(sha, ("commit", None))
@@ -400,7 +417,8 @@ def _lookup(m: Mirror, shas: list[str], path: str) -> list[gitobjects.Entry | No
     parts = PurePosixPath(path).parts
     for depth, part in enumerate(parts):
         trees = sorted({t for t in current if t})
-        read = _read(m, trees, {t: f"the tree {'/'.join(parts[:depth]) or '/'}" for t in trees})
+        read = _read(m, trees, {t: f"the tree {'/'.join(parts[:depth]) or '/'}" for t in trees},
+                     limit=_tree_bound(intake.Bounds.files))
         for i, tree in enumerate(current):
             entries = gitobjects.tree_entries(read[tree][1], tree) if tree and read[tree][0] == "tree" else []
             found[i] = next((e for e in entries if e.name == part.encode()), None)
@@ -420,16 +438,23 @@ def _shown(where: str, path: bytes) -> str:
     return f"{where}/{path.decode(errors='backslashreplace')}".rstrip("/")
 
 
-def package_files(m: Mirror, tree: str, where: str, max_entries: int = intake.Bounds.files) -> list[GitFile]:
+def package_files(m: Mirror, tree: str, where: str, bounds: intake.Bounds = intake.Bounds()) -> list[GitFile]:
     """Every entry under the package tree ``tree``, sorted by path: its trees read level by level
     (one verified ``cat-file --batch`` each), then the blobs the mirror lacks fetched at once, so
-    each entry's size is known before a byte of it is read. More than ``max_entries`` entries
-    (a tree can name one subtree many times over) is refused as soon as it is seen. ``where``
-    names the package in errors."""
+    each entry's size is known before a byte of it is read. Within intake's ``bounds``, each
+    refused as soon as it is passed, before more is read: more entries than ``bounds.files`` (a
+    tree can name one subtree many times over), more levels than ``bounds.depth`` (a chain of
+    trees is read one process per level), a tree object larger than those entries could take
+    (compressed, a tree of millions of entries is small). ``where`` names the package in errors."""
     files: list[GitFile] = []
     level = [(tree, b"")]
+    depth = 0
     while level:
-        read = _read(m, sorted({oid for oid, _ in level}), {oid: _shown(where, prefix) for oid, prefix in level})
+        depth += 1
+        if depth > bounds.depth:
+            raise BadInput(f"{where}: refused: {_shown(where, level[0][1])!r} is more than {bounds.depth} levels deep")
+        read = _read(m, sorted({oid for oid, _ in level}), {oid: _shown(where, prefix) for oid, prefix in level},
+                     limit=_tree_bound(bounds.files))
         if odd := next((oid for oid, (kind, _) in read.items() if kind != "tree"), None):
             raise BadInput(f"{where}: {odd} is named as a directory but is a {read[odd][0]}")
         parsed = {oid: gitobjects.tree_entries(body, oid) for oid, (_, body) in read.items()}
@@ -440,8 +465,8 @@ def package_files(m: Mirror, tree: str, where: str, max_entries: int = intake.Bo
                     nxt.append((e.oid, prefix + e.name + b"/"))
                 else:
                     files.append(GitFile(prefix + e.name, e.mode, e.oid, None))
-            if len(files) + len(nxt) > max_entries:
-                raise BadInput(f"{where}: refused: more than {max_entries} files and directories (raise it with --max-files)")
+            if len(files) + len(nxt) > bounds.files:
+                raise BadInput(f"{where}: refused: more than {bounds.files} files and directories (raise it with --max-files)")
         level = nxt
     blobs = [f.oid for f in files if f.mode != SUBMODULE]
     sizes = _ensure(m, blobs, {f.oid: _shown(where, f.path) for f in files})
@@ -449,12 +474,12 @@ def package_files(m: Mirror, tree: str, where: str, max_entries: int = intake.Bo
                   key=lambda f: f.path)
 
 
-def entries(m: Mirror, tree: str, where: str, max_entries: int = intake.Bounds.files) -> list[intake.Entry]:
+def entries(m: Mirror, tree: str, where: str, bounds: intake.Bounds = intake.Bounds()) -> list[intake.Entry]:
     """The package under ``tree`` as intake takes it in (runner/store/intake.py): names and modes
     as git stores them, sizes known; the blobs are read, each hashed against its id, in one
     ``cat-file --batch`` when intake first asks for bytes, after every entry passed its rules
     and bounds (so a link or a submodule is refused before anything is read)."""
-    files = package_files(m, tree, where, max_entries)
+    files = package_files(m, tree, where, bounds)
     blobs: dict[str, bytes] = {}
 
     def opener(oid: str) -> Callable[[], BinaryIO]:
@@ -476,11 +501,15 @@ def read_blobs(m: Mirror, oids: list[str]) -> dict[str, bytes]:
     return {oid: body for oid, (_, body) in read.items()}
 
 
-def read_file(m: Mirror, sha: str, path: str) -> bytes:
-    """The exact bytes of ``path`` in commit ``sha``: one blob, fetched if the mirror lacks it."""
+def read_file(m: Mirror, sha: str, path: str, limit: int) -> bytes:
+    """The exact bytes of ``path`` in commit ``sha``: one blob, fetched if the mirror lacks it, its
+    size read first: one larger than ``limit`` is refused (``intake.Refused``) unread."""
     entry = _lookup(m, [sha], path)[0]
     if entry is None or entry.mode in (TREE, SUBMODULE):
         raise BadInput(f"commit {sha}: no file {path} in its tree")
+    size = _ensure(m, [entry.oid], {entry.oid: path})[entry.oid][1]
+    if size > limit:
+        raise intake.refuse(f"commit {sha[:12]}", path, f"{size} bytes, over the bound of {limit} for one file")
     return read_blobs(m, [entry.oid])[entry.oid]
 
 

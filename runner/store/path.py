@@ -48,5 +48,5 @@ def resolve(spec: specs.PathSpec, cache: Store, bounds: intake.Bounds = intake.B
     with intake.directory(directory if parts else directory.parent, str(spec), inside) as entries:
         stored = trees.store(cache, entries, where=str(spec), bounds=bounds)
     identity = TreeIdentity(kind="path", source=str(spec), path=str(directory), tree_digest=stored.stamp.tree_digest,
-                            files=stored.stamp.files)
+                            files=stored.stamp.files, left_out=stored.left_out)
     return Tree(identity, stored.root, stored.files)

@@ -34,13 +34,15 @@ def resolve(spec: specs.PypiSpec, cache: Store, pinned: str | None, bounds: inta
     if hit is None or (pinned and hit[0].artifact_sha256 != pinned):
         wheel = _download(spec, cache, pinned)
         stored = _unpack(wheel, cache, str(spec), bounds)
-        entry = trees.Index(tree_digest=stored.stamp.tree_digest, artifact=wheel.name, artifact_sha256=sha256_file(wheel))
+        entry = trees.Index(tree_digest=stored.stamp.tree_digest, artifact=wheel.name, artifact_sha256=sha256_file(wheel),
+                            left_out=stored.left_out)
         write_model(index_path, entry)
         hit = (entry, stored)
     entry, stored = hit
     identity = TreeIdentity(
         kind="pypi", source=str(spec), version=spec.version, artifact=entry.artifact,
         artifact_sha256=entry.artifact_sha256, tree_digest=stored.stamp.tree_digest, files=stored.stamp.files,
+        left_out=stored.left_out,
     )
     return Tree(identity, stored.root, stored.files)
 
@@ -86,9 +88,12 @@ def _download(spec: specs.PypiSpec, cache: Store, pinned: str | None) -> Path:
 
 
 def _unpack(wheel: Path, cache: Store, where: str, bounds: intake.Bounds) -> trees.Stored:
-    """Only the package directory's members, through intake (runner/store/intake.py)."""
+    """Only the package directory's members, through intake (runner/store/intake.py); the wheel's
+    other members (beside its ``.dist-info``) are named as left out."""
     try:
         with zipfile.ZipFile(wheel) as zf:
-            return trees.store(cache, intake.wheel(zf, PKG), where=f"{where} ({wheel.name})", bounds=bounds)
+            named = f"{where} ({wheel.name})"
+            return trees.store(cache, intake.wheel(zf, PKG, named), where=named, bounds=bounds,
+                               outside=intake.wheel_outside(zf, PKG))
     except zipfile.BadZipFile as e:
         raise Infrastructure(f"{wheel.name}: corrupt wheel ({e})") from None

@@ -33,9 +33,10 @@ def resolve_commit(url: str, rev: str, cache: Store) -> tuple[mirrors.Mirror, st
     return m, sha
 
 
-def read_file(url: str, sha: str, path: str, cache: Store) -> bytes:
-    """The exact bytes of ``path`` in commit ``sha``: one blob, fetched on demand by the mirror."""
-    return mirrors.read_file(*resolve_commit(url, sha, cache), path)
+def read_file(url: str, sha: str, path: str, cache: Store, limit: int = intake.Bounds.file_size) -> bytes:
+    """The exact bytes of ``path`` in commit ``sha``: one blob, fetched on demand by the mirror; one
+    larger than ``limit`` is refused unread (``intake.Refused``, a BadInput)."""
+    return mirrors.read_file(*resolve_commit(url, sha, cache), path, limit)
 
 
 def diff(url: str, base: str, head: str, package_dir: str, cache: Store) -> bytes:
@@ -53,13 +54,13 @@ def _resolve_git(spec: specs.GitSpec, cache: Store, package_dir: str, bounds: in
     index_path = cache.index("git-tree", tree_id)
     hit = trees.from_index(cache, index_path, bounds)
     if hit is None:
-        entries = mirrors.entries(m, tree_id, f"commit {sha[:12]}: {package_dir}", bounds.files)
+        entries = mirrors.entries(m, tree_id, f"commit {sha[:12]}: {package_dir}", bounds)
         stored = trees.store(cache, entries, where=str(spec), bounds=bounds)
-        write_model(index_path, trees.Index(tree_digest=stored.stamp.tree_digest))
+        write_model(index_path, trees.Index(tree_digest=stored.stamp.tree_digest, left_out=stored.left_out))
         hit = (None, stored)
     stored = hit[1]
     identity = TreeIdentity(
         kind="git", source=str(spec), repo=spec.url, rev=spec.rev, commit=sha, package_dir=package_dir,
-        remote=remote, tree_digest=stored.stamp.tree_digest, files=stored.stamp.files,
+        remote=remote, tree_digest=stored.stamp.tree_digest, files=stored.stamp.files, left_out=stored.left_out,
     )
     return Tree(identity, stored.root, stored.files)

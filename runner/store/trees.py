@@ -4,6 +4,7 @@ was probed is exactly the bytes the identity names."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 from dataclasses import dataclass
@@ -13,7 +14,7 @@ from typing import Iterable, Literal
 from pydantic import BaseModel, ConfigDict
 from rich.markup import escape
 
-from runner import ui
+from runner import errors, ui
 from runner.errors import BadInput, Infrastructure
 from runner.files import dirhash1, scratch_dir
 from runner.store import intake, specs
@@ -40,6 +41,9 @@ class TreeIdentity(BaseModel):
     remote: RemoteState | None = None  # git names other than a full SHA: the remote state read
     tree_digest: str
     files: int
+    # what the source holds that the tree does not (intake.Taken.bytecode, .empty; a wheel's members
+    # outside the package): a deployment of the source may run it, this receipt never observed it
+    left_out: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -62,6 +66,7 @@ class Index(BaseModel):
     tree_digest: str
     artifact: str | None = None
     artifact_sha256: str | None = None
+    left_out: tuple[str, ...] = ()  # of this source (one wheel, one git tree): the stored tree is shared by digest
 
 
 @dataclass(frozen=True)
@@ -69,6 +74,14 @@ class Stored:
     root: Path
     stamp: TreeStamp
     files: tuple[str, ...]  # ``sglang/...``, as hashed from the stored bytes
+    left_out: tuple[str, ...] = ()  # what this source held that the tree does not (TreeIdentity.left_out)
+
+
+def left_out(taken: intake.Taken, outside: Iterable[str] = ()) -> tuple[str, ...]:
+    """What a source held that its stored tree does not: byte-code and empty directories of the
+    package (``sglang/...``, a directory with a trailing ``/``), then ``outside`` (a wheel's members
+    beyond the package, as the wheel names them)."""
+    return (*sorted([f"{PKG}/{n}" for n in taken.bytecode] + [f"{PKG}/{d}/" for d in taken.empty]), *sorted(outside))
 
 
 def digest(taken: intake.Taken) -> str:
@@ -117,8 +130,11 @@ def load(cache: Store, tree_digest: str, bounds: intake.Bounds = intake.Bounds()
     return Stored(root, stamp, tuple(f"{PKG}/{name}" for name, _ in taken.files))
 
 
-def store(cache: Store, entries: Iterable[intake.Entry], *, where: str, bounds: intake.Bounds = intake.Bounds()) -> Stored:
-    """Take a package in (runner/store/intake.py) and file it under its own digest.
+def store(cache: Store, entries: Iterable[intake.Entry], *, where: str, bounds: intake.Bounds = intake.Bounds(),
+          outside: Iterable[str] = ()) -> Stored:
+    """Take a package in (runner/store/intake.py) and file it under its own digest; what the source
+    holds beside it (byte-code, empty directories, ``outside``: a wheel's other members) is said and
+    returned as ``left_out``, for the receipt.
 
     An entry already filed under that digest is kept only if its bytes, read back, are the very
     files just taken in; anything else there is replaced, never served.
@@ -128,22 +144,27 @@ def store(cache: Store, entries: Iterable[intake.Entry], *, where: str, bounds: 
         names = {name for name, _ in taken.files}
         if "__init__.py" not in names:
             raise BadInput(f"{where}: no {PKG} package found (expected {PKG}/__init__.py)")
+        outside = tuple(outside)
         left = []
         if taken.bytecode:
             left.append(f"{len(taken.bytecode)} byte-code file(s) (a deployment of this tree may run them in place of the source probed)")
         if taken.empty:
             left.append(f"{len(taken.empty)} empty director(ies)")
+        if outside:
+            left.append(f"{len(outside)} member(s) outside {PKG}/ (an installation of it carries them)")
         if left:
-            ui.warn(escape(f"{where}: not taken in: {' and '.join(left)}, first {(taken.bytecode + taken.empty)[0]!r}; "
-                           "the stored tree holds the source only, as a git commit does"))
+            first = (*taken.bytecode, *taken.empty, *outside)[0]
+            ui.warn(escape(errors.printable(f"{where}: not taken in: {' and '.join(left)}, first {first!r}; the stored "
+                                            "tree holds the package's source only, and its receipts list what was left out")))
         stamp = TreeStamp(tree_digest=digest(taken), files=len(taken.files))
         write_model(scratch / "tree.json", stamp)
         final = cache.tree(stamp.tree_digest)
         files = tuple(f"{PKG}/{name}" for name, _ in taken.files)
+        gone = left_out(taken, outside)
         existing = _verify(final, bounds)[0] if final.exists() else None
         if existing is not None and existing.files == taken.files:
             cache.used(final)
-            return Stored(final, stamp, files)
+            return Stored(final, stamp, files, gone)
         if final.exists():
             ui.warn(f"cache entry {final} does not hold the bytes its name says; replacing it")
             shutil.rmtree(final, ignore_errors=True)
@@ -152,10 +173,11 @@ def store(cache: Store, entries: Iterable[intake.Entry], *, where: str, bounds: 
         except OSError:  # another process filed it meanwhile: served only if it is these bytes too
             if (_verify(final, bounds)[0] or intake.Taken((), 0)).files != taken.files:
                 raise Infrastructure(f"cache entry {final} is being replaced by another process with other bytes") from None
-    return Stored(final, stamp, files)
+    return Stored(final, stamp, files, gone)
 
 
 def from_index(cache: Store, index_path: Path, bounds: intake.Bounds = intake.Bounds()) -> tuple[Index, Stored] | None:
+    """The source's index entry and its stored tree (with what the source left out, as indexed)."""
     entry = read_model(index_path, Index)
     stored = load(cache, entry.tree_digest, bounds) if entry else None
-    return (entry, stored) if stored else None
+    return (entry, dataclasses.replace(stored, left_out=entry.left_out)) if stored else None

@@ -1,7 +1,8 @@
 """Intake over generated layouts (hypothesis), fast, no SGLang.
 
 An oracle written apart from intake says which layouts are legal (regular files and directories,
-plain printable UTF-8 names, honest sizes); intake must refuse exactly the others with one line,
+plain printable UTF-8 names, no two that a case-insensitive or normalizing file system would take
+for one, honest sizes); intake must refuse exactly the others with one line,
 and store exactly the legal ones' source files. Over what it stores: the digest is injective (two
 layouts share a digest only if they store the same files with the same bytes), and everything
 Python could import from the stored tree (every file reachable, following anything) is a regular
@@ -15,6 +16,7 @@ import hashlib
 import os
 import stat
 import tempfile
+import unicodedata
 import zipfile
 from pathlib import Path
 
@@ -28,12 +30,21 @@ from runner.store.cache import Store
 from runner.store.intake import Bounds, Entry, Refused
 
 REG, DIR, LNK, FIFO = stat.S_IFREG | 0o644, stat.S_IFDIR | 0o755, stat.S_IFLNK | 0o777, stat.S_IFIFO | 0o644
-PARTS = ["a", "b", "a.py", "__init__.py", "x.pyc", "__pycache__", ".", "..", " ", "é", "\n", "\r", "\t", "\\", "\x1b",
+PARTS = ["a", "A", "b", "a.py", "__init__.py", "x.pyc", "__pycache__", ".", "..", " ", "é", "e\u0301", "\n", "\r", "\t", "\\", "\x1b",
          "\u202e", "\u2028", "\x7f", "\x00"]
 
 
 def _legal_part(part: str) -> bool:
     return part not in ("", ".", "..") and "\\" not in part and all(c.isprintable() for c in part)
+
+
+def _twin_free(names) -> bool:
+    """No two names (and the directories they imply) are one file on macOS or Windows: parts
+    compared NFKC-normalized, case-folded, trailing dots and blanks dropped."""
+    every = {"/".join(n.split("/")[:i]) for n in names for i in range(1, n.count("/") + 2)}
+    fold = lambda n: "/".join(unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", p).casefold()).rstrip(". ")  # noqa: E731
+                              for p in n.split("/"))
+    return len({fold(n) for n in every}) == len(every)
 
 
 def _bytecode(name: str) -> bool:
@@ -67,6 +78,8 @@ def _oracle(layout: list[tuple[str, int, bytes, int]]) -> dict[str, bytes] | Non
         parts = name.split("/")
         if any("/".join(parts[:i]) in files for i in range(1, len(parts))):
             return None
+    if not _twin_free([*files, *dirs]):
+        return None
     return {n: d for n, d in files.items() if not _bytecode(n)}
 
 
@@ -146,6 +159,8 @@ def test_the_same_files_from_a_wheel_and_from_a_directory_are_the_same_tree(file
         files = {"__init__.py": b"", **files}
         if any("/".join(n.split("/")[:i]) in files for n in files for i in range(1, n.count("/") + 1)):
             return  # a file where another needs a directory: no directory can hold it
+        if not _twin_free(files):
+            return  # refused from either source (test_intake.py)
         for name, data in files.items():
             (tmp / "d" / "sglang" / name).parent.mkdir(parents=True, exist_ok=True)
             (tmp / "d" / "sglang" / name).write_bytes(data)
@@ -196,7 +211,7 @@ def _build(root: Path, layout, outside: Path) -> dict[str, bytes] | None:
          "hardlink": lambda: os.link(outside, target)}[kind]()
         made[name] = b"?"
         legal = False
-    if not legal or not all(_legal_part(p) for name in made for p in name.split("/")):
+    if not legal or not all(_legal_part(p) for name in made for p in name.split("/")) or not _twin_free(made):
         return None
     return {n: d for n, d in made.items() if d is not None and not _bytecode(n)}
 
