@@ -382,6 +382,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--no-lines", action="store_true", help="record no per-case lines (to measure what recording costs)")
     parser.add_argument("--mutate", action="store_true",
                         help="run the cases against mutants of the fix's code; writes mutation-<probe>.json")
+    parser.add_argument("--hunks", metavar="JSON",
+                        help="with --mutate: these changes of the fix's code (a JSON list of id, function, old, new) "
+                             "are the mutants")
     return parser.parse_args(argv)
 
 
@@ -413,9 +416,10 @@ def main(argv: list[str]) -> int:
     if args.mutate and imported["outcome"] == "ok":
         mutation = importlib.import_module(f"{PACKAGE}.mutation")
 
+        hunks = json.loads(args.hunks) if args.hunks else None
         for probe in probes:
             document = mutation.run(probe, selected[probe.id], lambda case: run_forked(case, places, args.case_timeout, log)[0],
-                                    places.display)
+                                    places.display, hunks)
             write_atomically(os.path.join(args.out, f"mutation-{probe.id}.json"), {**document, "import": imported})
         reap()
         return 0

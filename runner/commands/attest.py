@@ -18,14 +18,14 @@ def cmd_attest(args) -> int:
     dropped = bundle.sign_existing(root, signers, args.nonce)
     mine = {s.keyid for s in signers}
     signed = bundle.attestations(root)
-    others = [k[:16] for k in attest.claims(signed)[1] if k not in mine]
+    others = [dsse.shown(k) for k in attest.claims(signed)[1] if k not in mine]
     nonce = attest.nonce_of(signed)
-    ui.out.print(f"signed: {root} by key {', '.join(k[:16] for k in sorted(mine))}"
+    ui.out.print(f"signed: {root} by key {', '.join(dsse.shown(k) for k in sorted(mine))}"
                  + (f" for nonce {nonce!r}" if nonce is not None else ""), markup=False)
     if others:
         ui.out.print(f"kept: signatures claiming key id(s) {', '.join(others)}, not checked", markup=False)
     if dropped:
-        ui.out.print(f"dropped: signatures claiming key id(s) {', '.join(k[:16] for k in dropped)} (they signed "
+        ui.out.print(f"dropped: signatures claiming key id(s) {', '.join(dsse.shown(k) for k in dropped)} (they signed "
                      f"another payload: another nonce), not kept", markup=False)
     return errors.OK
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from runner import errors
 from runner.evidence import dsse
 from runner.sandbox.execute import DEFAULT_CASE_TIMEOUT
-from runner.store import torch_source
+from runner.store import gc, intake, torch_source
 from runner.store.torch_source import TorchSource
 
 
@@ -34,6 +34,35 @@ class ProbeOptions:
 def common(p: argparse.ArgumentParser) -> None:
     cache_dir(p)
     p.add_argument("--pins", metavar="FILE", help="pins.toml to use (default: the project's own)")
+    intake_bounds(p)
+
+
+def intake_bounds(p: argparse.ArgumentParser) -> None:
+    """How much one tree may hold (runner/store/intake.py; README, "Threat model")."""
+    d = intake.Bounds()
+    g = p.add_argument_group("intake bounds", "a tree over any of these is refused before anything of it is copied")
+    g.add_argument("--max-files", type=errors.positive_int, default=d.files, metavar="N",
+                   help=f"files and directories in one tree's package (default {d.files})")
+    g.add_argument("--max-file-size", type=_size("--max-file-size"), default=d.file_size, metavar="SIZE",
+                   help=f"apparent size of one file, e.g. 200M (default {d.file_size >> 20}M)")
+    g.add_argument("--max-tree-size", type=_size("--max-tree-size"), default=d.total_size, metavar="SIZE",
+                   help=f"apparent size of all files of one tree, e.g. 2G (default {d.total_size >> 20}M)")
+
+
+def _size(option: str):
+    def parse(text: str) -> int:
+        try:
+            return gc.parse_size(text, option)
+        except errors.BadInput as e:
+            raise argparse.ArgumentTypeError(e.message) from None
+    return parse
+
+
+def bounds(args: argparse.Namespace) -> intake.Bounds:
+    """The values of ``intake_bounds`` (the defaults where a command has none)."""
+    d = intake.Bounds()
+    return intake.Bounds(files=getattr(args, "max_files", d.files), file_size=getattr(args, "max_file_size", d.file_size),
+                         total_size=getattr(args, "max_tree_size", d.total_size))
 
 
 def cache_dir(p: argparse.ArgumentParser) -> None:

@@ -44,7 +44,7 @@ def counted(texts: list[str], opts: pipeline.Options, twins: dict[str, str] | No
     baselines: dict[str, baseline.Baseline] = {}
 
     def on_tree(text: str, tree) -> None:  # while the pool probes earlier trees
-        findings[text] = static.scan(tree.root)
+        findings[text] = static.scan(tree.root, tree.files)
         if compare:
             baselines[text] = baseline.of(tree, against, opts)
 

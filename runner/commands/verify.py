@@ -38,16 +38,16 @@ def cmd_verify(args) -> int:
     ui.out.print(f"[green]✓[/] {escape(str(root))}: intact ({len(rs)} receipts, {len(ds)} differentials, every digest recomputed)")
     signed = bundle.attestations(root)
     if keys:
-        who = ", ".join(k[:16] for k in attest.verified_signers(signed, keys))
+        who = ", ".join(dsse.shown(k) for k in attest.verified_signers(signed, keys))
         ui.out.print(f"[green]✓[/] signed: every attestation carries valid signatures by at least {args.threshold} of the "
                      f"{len(keys)} key(s) given (verified: {who})")
         if fresh:
-            ui.out.print(f"[green]✓[/] fresh: signed creation time {escape(bundle.contents(root)[0].created_at)}"
+            ui.out.print(f"[green]✓[/] fresh: signed creation time {escape(errors.printable(bundle.contents(root)[0].created_at))}"
                          + (", nonce as asked" if args.nonce is not None else ""))
     elif signed:
         count, claimed = attest.claims(signed)
         ui.out.print(f"attestations: {len(signed)} envelope(s) carry {count} signature(s) claiming key id(s) "
-                     f"{', '.join(k[:16] for k in claimed) or '(none)'}, not checked: pass --key PUBLIC_KEY", markup=False)
+                     f"{', '.join(dsse.shown(k) for k in claimed) or '(none)'}, not checked: pass --key PUBLIC_KEY", markup=False)
     else:
         ui.out.print("unsigned: no attestations (sign it with: diffprobe attest BUNDLE --sign KEY)", markup=False)
     return errors.OK

@@ -25,7 +25,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from runner.errors import BadInput
+from runner.errors import BadInput, printable
 from runner.files import sha256_bytes, write_atomic
 
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
@@ -48,6 +48,12 @@ class Envelope(BaseModel):
 
     def payload_bytes(self) -> bytes:
         return base64.b64decode(self.payload, validate=True)
+
+
+def shown(keyid: str) -> str:
+    """A key id as printed: its first 16 characters, control characters escaped (an envelope's
+    key ids are whatever its author wrote)."""
+    return printable(keyid[:16])
 
 
 def pae(payload_type: str, payload: bytes) -> bytes:
@@ -207,7 +213,7 @@ def verified_by(envelope: Envelope, keys: dict[str, Ed25519PublicKey]) -> tuple[
         try:
             key.verify(base64.b64decode(s.sig, validate=True), signed)
         except InvalidSignature:
-            problems.append(f"signature claiming key {s.keyid[:16]} does not verify with that key")
+            problems.append(f"signature claiming key {shown(s.keyid)} does not verify with that key")
             continue
         good.add(s.keyid)
     return good, problems
@@ -228,6 +234,6 @@ def check_signatures(envelope: Envelope, keys: dict[str, Ed25519PublicKey], thre
     if not envelope.signatures:
         return "no signature"
     if not good:
-        strangers = ", ".join(sorted({s.keyid[:16] for s in envelope.signatures}))
+        strangers = ", ".join(sorted({shown(s.keyid) for s in envelope.signatures}))
         return f"signed only by key(s) not given: {strangers}"
     return f"signed by {len(good)} of the given keys, fewer than the threshold {threshold}"

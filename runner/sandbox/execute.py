@@ -34,7 +34,7 @@ from typing import Iterator, Sequence
 from pydantic import ValidationError
 
 from runner.errors import BadInput, Infrastructure
-from runner.evidence import catalog
+from runner.evidence import catalog, judging
 from runner.evidence.materials import rederive
 from runner.evidence.observations import Observations
 from runner.files import owner_alive
@@ -46,7 +46,7 @@ from runner.store.sources import TreeIdentity
 
 DEFAULT_CASE_TIMEOUT = 60
 # The overall deadline is a safety net over the per-case timeouts: an import allowance plus room
-# for every case of every probe to time out.
+# for every case of every probe to time out (a probe whose cases the host does not know counts MAX_CASES).
 IMPORT_ALLOWANCE = 600
 MAX_CASES = 50
 RESULT_BYTES = 64 << 20  # a result file larger than this is not one
@@ -126,7 +126,8 @@ def run_probes(
 ) -> dict[str, Run]:
     """Run ``probes`` in one harness process (one SGLang import) and return each probe's run;
     ``lines=False`` records no per-case coverage (bench/coverage_cost.py measures what it costs)."""
-    run_timeout = run_timeout or IMPORT_ALLOWANCE + case_timeout * MAX_CASES
+    count = len(cases) if cases else sum(len(judging.case_ids(p)) or MAX_CASES for p in probes)
+    run_timeout = run_timeout or IMPORT_ALLOWANCE + case_timeout * count
     args = ["--case-timeout", str(case_timeout), *[a for p in probes for a in ("--probe", p)],
             *[a for c in cases or () for a in ("--case", c)], *(() if lines else ("--no-lines",))]
     with harness(environment, args, timeout=run_timeout, sandboxed=sandboxed) as (run, out):

@@ -39,11 +39,11 @@ class Entry:
     last_used: float
 
 
-def parse_size(text: str) -> int:
+def parse_size(text: str, option: str = "--max-size") -> int:
     """``500M``, ``20G``, ``1.5T`` or a number of bytes."""
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\s*", text, re.IGNORECASE)
     if not m:
-        raise BadInput(f"--max-size {text!r}: expected a size such as 500M, 20G or 1.5T")
+        raise BadInput(f"{option} {text!r}: expected a size such as 500M, 20G or 1.5T")
     return int(float(m.group(1)) * _UNITS[m.group(2).upper()])
 
 

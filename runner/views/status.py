@@ -20,7 +20,8 @@ def _cell(fs) -> str:
         f"{escape(s.site)} [{styles.STATUS.get(s.status, 'red')}]{s.status}[/]" for s in fs.sites)
     if fs.departed:  # the same behaviour, on code upstream never had
         return f"[yellow]fixed, on differing code ({len(fs.departed.places)} ran, {len(fs.departed.aware)} can tell)[/]"
-    return f"[{styles.STATUS.get(fs.status, 'red')}]{fs.status}[/]" + (f" ({sites})" if sites else "")
+    word = judging.shown(fs)
+    return f"[{styles.status(word)}]{word}[/]" + (f" ({sites})" if sites else "")
 
 
 def print_matrix(record: SweepRecord) -> None:
@@ -58,12 +59,14 @@ def print_audit(row: Row) -> None:
     if row.departures:
         ui.out.print(f"baseline: {escape(row.departures)}")
     for fs in row.fixes:
-        style = "yellow" if fs.departed else styles.STATUS[fs.status]
-        ui.out.print(f"#{fs.fix}: [{style}]{escape(judging.shown(fs))}[/]")
+        word = judging.shown(fs)
+        ui.out.print(f"#{fs.fix}: [{styles.status(word)}]{escape(word)}[/]")
         for place in fs.departed.places if fs.departed else ():
             ui.out.print(f"  ran on changed code: {escape(place)}")
         for place in fs.departed.aware if fs.departed else ():
             ui.out.print(f"  [bold red]can tell it is being probed:[/] {escape(place)}")
+        if fs.not_covered:
+            ui.out.print(f"  not covered (statements of the fix's code no case ran): {escape(', '.join(fs.not_covered))}")
         for site in fs.sites:
             cases = ", ".join(f"{k}={v}" for k, v in site.cases.items())
             ui.out.print(f"  {site.site}: [{styles.STATUS[site.status]}]{site.status}[/]  ({escape(cases)})")

@@ -482,3 +482,17 @@ def test_the_readmes_recipes_recompute_the_subjects_of_a_real_release(release_tr
     assert helpers.standalone().main([str(root), *key, "--artifact", str(wheel), "--tree", str(tmp_path / "x")]) == 0
     (tmp_path / "x" / "sglang" / "version.py").write_text("changed\n")
     assert helpers.standalone().main([str(root), *key, "--tree", str(tmp_path / "x")]) == 1
+
+
+def test_key_ids_and_names_from_a_bundle_are_printed_escaped(genuine, parties, capsys):
+    """An envelope's key ids are whatever its author wrote: a terminal escape among them is shown, never sent."""
+    root, _ = genuine
+    _rewrite_signatures(root, lambda raw: [{"keyid": "\x1b[2J\x1b[31mevil", "sig": base64.b64encode(os.urandom(64)).decode()}])
+    _reseal(root)
+    capsys.readouterr()
+    assert _cli(root) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\\x1b[2J" in out
+    problems, standalone = _both(root, keys=[parties["signer"].public])
+    printed = capsys.readouterr().out
+    assert standalone == 1 and "\x1b" not in printed

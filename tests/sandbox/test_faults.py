@@ -16,7 +16,7 @@ import pytest
 from runner import cli
 from runner.evidence import bundle
 from runner.sandbox import execute
-from runner.store import envs, procs, sources, specs
+from runner.store import envs, procs, sources, specs, torch_source
 from tests.helpers import ROOT
 
 # --- an environment build that fails ------------------------------------------------------------
@@ -28,6 +28,10 @@ def test_a_failing_layer_build_exits_3_naming_the_step_with_the_tail_of_its_outp
     torch = next(line for line in envs.LOCK.read_text().splitlines() if line.startswith("torch=="))
     lock.write_text(f"{torch}\ndiffprobe-no-such-package==0.0.0\n")  # torch installs; the rest of the lock fails
     monkeypatch.setattr(envs, "LOCK", lock)
+    # torch "installs" as recorded (installing the real 800 MiB wheel proves nothing here): the lock's step fails
+    record = torch_source.TorchRecord(requirement=torch, version=torch.split("==")[1], url="file:///torch.whl", sha256="0" * 64,
+                                      source=torch_source.candidates(environ={})[0])
+    monkeypatch.setattr(torch_source, "install", lambda *a, **k: record)
     tree = tmp_path / "tree"
     (tree / "sglang").mkdir(parents=True)
     (tree / "sglang" / "__init__.py").write_text("")

@@ -22,6 +22,7 @@ a { color: #0550ae; }
 .verdict.fix-not-observed, .verdict.regression, .st.not-fixed, .st.regression,
 .st.bug, .st.bug-observed, .tr.bug-bug, .tr.clean-bug { background: #ffebe9; color: var(--bad); }
 .verdict.inconclusive, .st.inconclusive, .tr.inconclusive, .tr.not-comparable { background: #fff8c5; color: var(--warn); }
+.st[class*="fixed-with-"] { background: #fff8c5; color: var(--warn); }
 .verdict.accepted, .st.passed, .st.held { background: #dafbe1; color: var(--ok); }
 .verdict.not-accepted, .st.failed, .st.not-held { background: #ffebe9; color: var(--bad); }
 .st.not-run, .st.error, .st.timeout { background: #fff8c5; color: var(--warn); }

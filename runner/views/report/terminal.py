@@ -167,7 +167,7 @@ def _show_matrix(ev: Evidence) -> None:
         source, row = mrow.source, []
         for col in columns:
             _, st = cell_at(ev, cells, source, col)
-            row.append(f"[{styles.STATUS.get(st.word, 'red')}]{_t(st.word)}[/] [dim]{_t(st.detail)}[/]")
+            row.append(f"[{styles.status(st.word)}]{_t(st.word)}[/] [dim]{_t(st.detail)}[/]")
         kind = what_it_is(source, short=True)
         name = _t(mrow.name) + (f" [dim]({_t(mrow.note)})[/]" if mrow.note else "")
         table.add_row(name, kind if source.kind in TREE_KINDS else f"[yellow]{_t(kind)}[/]", *row)
