@@ -163,7 +163,7 @@ class _Monitoring:
             return self.mon.DISABLE
         lines.add(code.co_firstlineno)
         self.mon.set_local_events(self.tool, code, self.mon.events.LINE)
-        return None
+        return self.mon.DISABLE  # its lines report themselves from now on; its later starts add nothing
 
     def _line(self, code: Any, line: int) -> Any:
         lines = self.recorder.lines_of(code.co_filename)

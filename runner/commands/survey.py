@@ -26,12 +26,13 @@ class Probed(BaseModel):
     departures: Departures | None = None  # None with the receipts: an earlier row holds the tree
 
 
-def probe(texts: list[str], opts: pipeline.Options, against: str | None = None) -> list[Probed]:
-    return counted(texts, opts, against=against)[0]
+def probe(texts: list[str], opts: pipeline.Options) -> list[Probed]:
+    """Rows only (``accept`` judges a fleet's trees by behaviour; it keeps no departure records)."""
+    return counted(texts, opts, compare=False)[0]
 
 
 def counted(texts: list[str], opts: pipeline.Options, twins: dict[str, str] | None = None,
-            against: str | None = None) -> tuple[list[Probed], int]:
+            against: str | None = None, compare: bool = True) -> tuple[list[Probed], int]:
     """One row per source, in order, and the number of probe runs it took. ``twins`` maps a source
     to an earlier one known to hold the same tree (a commit that did not touch the package, by its
     git tree id): it is neither resolved nor probed. Each tree is compared with its baseline
@@ -44,7 +45,8 @@ def counted(texts: list[str], opts: pipeline.Options, twins: dict[str, str] | No
 
     def on_tree(text: str, tree) -> None:  # while the pool probes earlier trees
         findings[text] = static.scan(tree.root, tree.files)
-        baselines[text] = baseline.of(tree, against, opts)
+        if compare:
+            baselines[text] = baseline.of(tree, against, opts)
 
     done = pipeline.probe({t: probes for t in texts if t not in twins}, opts, on_tree=on_tree)
     out: dict[str, Probed] = {}
@@ -53,11 +55,13 @@ def counted(texts: list[str], opts: pipeline.Options, twins: dict[str, str] | No
             out[t] = twin(out[twins[t]], t)
             continue
         receipts = [done.receipts[(t, p)] for p in probes]
-        record = baseline.departures_of(t, done.trees[t], baselines[t], receipts)
-        baseline.say(record)
+        record = baseline.departures_of(t, done.trees[t], baselines[t], receipts) if compare else None
+        if record is not None:
+            baseline.say(record)
+        fixes = judging.fixes(receipts)
         row = Row(source=t, label=bundle.label(done.trees[t].identity), tree_digest=done.trees[t].identity.tree_digest,
-                  fixes=departures.judged(judging.fixes(receipts), record, receipts), static=findings[t],
-                  reused=all((t, p) in done.reused for p in probes), departures=record.line())
+                  fixes=departures.judged(fixes, record, receipts) if record else fixes, static=findings[t],
+                  reused=all((t, p) in done.reused for p in probes), departures=record.line() if record else None)
         out[t] = Probed(row=row, receipts=receipts, departures=record)
     return same_trees([out[t] for t in texts]), done.runs
 

@@ -101,13 +101,13 @@ def _const_str(node: ast.AST | None) -> str | None:
     return None
 
 
-_BLOCKS = ("body", "orelse", "finalbody", "handlers", "cases")
+BLOCKS = ("body", "orelse", "finalbody", "handlers", "cases")  # the fields of a node that hold statements
 
 
 def statements(node: ast.AST):
     """Every statement under ``node`` (and each ``except`` clause), outer first; expressions are
     not entered, which is what keeps this cheap on a long module."""
-    for block in _BLOCKS:
+    for block in BLOCKS:
         for child in getattr(node, block, None) or ():
             if isinstance(child, (ast.stmt, ast.excepthandler, ast.match_case)):
                 if not isinstance(child, ast.match_case):

@@ -139,8 +139,8 @@ class Source:
     functions: list[tuple[int, int, str, bool]]  # (start, end, qualified name, a function: not a class), by start
     spans: list[tuple[int, int]]  # each statement's own lines (a compound one's header), sorted
     parsed: bool
-    imported: list[tuple[int, int]] = ()  # the spans of statements outside every function, def and class aside
-    module: ast.Module | None = None
+    at_import_spans: list[tuple[int, int]]  # statements outside every function, def and class statements aside
+    module: ast.Module | None
 
     @classmethod
     def read(cls, data: bytes) -> "Source":
@@ -154,10 +154,10 @@ class Source:
             return cls(lines, [], [(1, max(1, len(lines)))], False, [(1, max(1, len(lines)))], None)
         functions: list[tuple[int, int, str, bool]] = []
         spans: list[tuple[int, int]] = []
-        imported: list[tuple[int, int]] = []
+        at_import: list[tuple[int, int]] = []
 
         def visit(node: ast.AST, scope: str, in_function: bool) -> None:
-            for child in (c for block in _BLOCKS for c in getattr(node, block, None) or ()):
+            for child in (c for block in awareness.BLOCKS for c in getattr(node, block, None) or ()):
                 if isinstance(child, ast.match_case):
                     visit(child, scope, in_function)
                     continue
@@ -171,11 +171,11 @@ class Source:
                 if isinstance(child, (ast.stmt, ast.excepthandler)):
                     spans.append(_own_lines(child))
                     if not in_function and not definition:
-                        imported.append(_own_lines(child))
+                        at_import.append(_own_lines(child))
                 visit(child, inner, inside)
 
         visit(module, "", False)
-        return cls(lines, sorted(functions), sorted(spans), True, sorted(imported), module)
+        return cls(lines, sorted(functions), sorted(spans), True, sorted(at_import), module)
 
     def function_at(self, line: int) -> str:
         """The innermost function or class holding ``line``."""
@@ -191,25 +191,22 @@ class Source:
         """Whether lines ``first``..``last`` touch a statement that runs when the module is imported:
         at module or class level, not a ``def`` or ``class`` statement itself (a new function is
         bound then, but what it does runs only when called)."""
-        return any(s[0] <= last and s[1] >= first for s in self.imported)
+        return any(s[0] <= last and s[1] >= first for s in self.at_import_spans)
 
     def statements(self, first: int, last: int) -> list[tuple[int, int]]:
         """The statement spans that touch lines ``first``..``last``."""
         return [s for s in self.spans if s[0] <= last and s[1] >= first]
 
 
-_BLOCKS = ("body", "orelse", "finalbody", "handlers", "cases")
-
-
 def _own_lines(node: ast.AST) -> tuple[int, int]:
     """A statement's own lines: all of a simple one; a compound one's header (decorators, ``def``
     and its arguments, an ``if`` test, ``with`` items...), not the comments before its body."""
     start = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", ()))])
-    if not any(isinstance(getattr(node, block, None), list) and getattr(node, block) for block in _BLOCKS):
+    if not any(isinstance(getattr(node, block, None), list) and getattr(node, block) for block in awareness.BLOCKS):
         return start, node.end_lineno or node.lineno
     end = node.lineno
     for name, value in ast.iter_fields(node):
-        if name in _BLOCKS:
+        if name in awareness.BLOCKS:
             continue
         for root in value if isinstance(value, list) else [value]:
             if isinstance(root, ast.AST):

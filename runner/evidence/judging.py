@@ -167,9 +167,9 @@ def shown(fs: FixStatus) -> str:
         if inside := len(d.aware) - len(others):
             what += f", {inside} of which can tell {'they are' if inside != 1 else 'it is'} being probed"
         if others:
-            what += f", and beside {places(len(others))} no case was recorded running that can tell"
+            what += f", and at {places(len(others))} not recorded as run that can tell they are being probed"
     else:
-        what = f"beside {places(len(others))} no case was recorded running that can tell"
+        what = f"at {places(len(others))} not recorded as run that can tell they are being probed"
     unreached = f"; {word.removeprefix('fixed, ')}" if word != fs.status else ""
     return f"fixed, on code that differs from {d.baseline} {what}: read them{unreached}"
 

@@ -141,3 +141,5 @@ def test_module_level_code_runs_at_import_and_a_new_function_does_not(tmp_path):
     [judged] = departures.judged([judging.FixStatus(fix=38935, status="fixed", sites=[])], record,
                                  [_receipt("admission", 38935, ["sglang/door.py"])])
     assert judged.departed.places == [] and judged.departed.aware == ["sglang/door.py:2 in <module>"]
+    assert judging.shown(judged) == ("fixed, on code that differs from pypi:sglang==0.5.21 at 1 place not recorded as run "
+                                     "that can tell they are being probed: read them")
