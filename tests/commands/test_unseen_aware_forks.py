@@ -77,7 +77,7 @@ def test_detectors_the_awareness_scan_does_not_name_still_surface_as_run_and_the
     assert birth.ran_in.get("admission") and birth.place in fix.departed.places
 
 
-@pytest.mark.xfail(strict=True, reason="BREAK (r2 -> h23): detection at import time with reads awareness.py does not name "
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="BREAK (r2 -> h23): detection at import time with reads awareness.py does not name "
                    "(os.fstat(0), resource.getrlimit, socket.if_nameindex), rebinding is_unadmitted_reject only in "
                    "production, is module-level code 'ran at import' that is listed but not counted: plain 'fixed'")
 def test_a_fork_that_decides_at_import_is_not_plain_fixed(swept, trees):
@@ -88,7 +88,7 @@ def test_a_fork_that_decides_at_import_is_not_plain_fixed(swept, trees):
     assert not _plain_fixed(_fix(row, 38935)), _fix(row, 38935)
 
 
-@pytest.mark.xfail(strict=True, reason="BREAK (r2 -> h23): a changed function outside the fix's (ReqKvInfo.holds_mamba) whose "
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="BREAK (r2 -> h23): a changed function outside the fix's (ReqKvInfo.holds_mamba) whose "
                    "code object is renamed at import (setattr(f, '__code__', ...replace(co_filename=...)), unflagged) runs "
                    "in every door case unseen by the line recorder: 'not run', not counted, plain 'fixed'")
 def test_a_fork_hiding_its_changed_lines_from_the_recorder_is_not_plain_fixed(swept, trees):

@@ -120,32 +120,32 @@ HUNKS: dict[int, dict[str, Change]] = {
             "not fixed", "result-metadata-freed", "a resource freed twice: the metadata slot goes back to the allocator twice"),
         "release-kv-twice": Change(
             RETIRE_RESULT, "            release_kv_cache(", "            release_kv_cache(req, self.tree_cache)\n            release_kv_cache(",
-            "not fixed", "result-kv", "the KV row released twice (once inserting it into the radix tree)"),
+            "not fixed", "result-kv-released", "the KV row released twice (once inserting it into the radix tree)"),
         "cache-finished-success": Change(
             RETIRE_RESULT, "        self.tree_cache.finish(req.cache_request_handle, CacheRequestOutcome.ABORT)\n",
             "        self.tree_cache.finish(req.cache_request_handle, CacheRequestOutcome.SUCCESS)\n", "not fixed",
             "result-cache-finished-aborted", "the tree cache told the aborted request ended well"),
         "owns-without-mamba": Change(
-            RETIRE_RESULT, OWNS, "            req.kv.holds_kv or req.metadata_buffer_index >= 0\n", "not fixed", "mamba",
+            RETIRE_RESULT, OWNS, "            req.kv.holds_kv or req.metadata_buffer_index >= 0\n", "not fixed", "result-mamba-freed",
             "a late-result check reading the wrong fields: a request holding only Mamba state passes for retired"),
         "owns-by-sender": Change(
-            RETIRE_RESULT, OWNS, "            req.disagg_kv_sender is not None\n", "not fixed", "",
+            RETIRE_RESULT, OWNS, "            req.disagg_kv_sender is not None\n", "not fixed", "result-mamba-freed",
             "the late-result check looks at the sender, not at what the request holds"),
         "pending-chunk-wrong-key": Change(
             CLEAR_PENDING, "discard(req.rid)", "discard(req)", "not fixed", "result-pending-chunk-cleared",
             "the pending chunk set is keyed by rid; discarding the request object leaves the entry"),
         "final-result-off-by-one": Change(
             RESULT, "            if req.inflight_middle_chunks <= 0:\n", "            if req.inflight_middle_chunks < 0:\n",
-            "not fixed", "", "a final result (no middle chunk in flight) taken for a middle chunk's"),
+            "regression", "result-queued-for-transfer", "a final result (no middle chunk in flight) taken for a middle chunk's"),
         "still-chunking-off-by-one": Change(
-            RESULT, ">= len(req.origin_input_ids)", "> len(req.origin_input_ids)", "not fixed", "",
+            RESULT, ">= len(req.origin_input_ids)", "> len(req.origin_input_ids)", "regression", "result-kept-for-bootstrap",
             "a last chunk launched right to the end of the input no longer counts as in flight"),
         "still-chunking-equality": Change(
             RESULT, "still_chunking = self.chunked_req is req or (", "still_chunking = self.chunked_req == req or (",
             "fixed", None, "Req defines no __eq__ (identity), and chunked_req is a Req or None"),
         "mask-reason-after-retire": Change(
             RESULT, "                    req.to_finish = sampling_mask_finish_reason\n",
-            "", "not fixed", "", "the sampling-mask rejection retired without its finish reason set"),
+            "", "not fixed", "result-finished", "the sampling-mask rejection retired without its finish reason set"),
         "grammar-check-reads-finished": Change(
             RESULT, "                    req.grammar.finished = req.finished()\n                    if is_aborted(req):\n",
             "                    req.grammar.finished = req.finished()\n                    if req.finished():\n",
@@ -162,6 +162,11 @@ BREAKS: dict[int, dict[str, Change]] = {
             "regression", "door-keeps-resources",
             "a re-entering request holding metadata buffer 0 (the allocator's first slot) is retired at the door and "
             "its buffer leaks; every case that holds a buffer holds slot 7"),
+        "prefill-gate-spares-streaming": Change(
+            PREFILL_ADD, "        if is_unadmitted_reject(req):\n", "        if is_unadmitted_reject(req) and not req.stream:\n",
+            "not fixed", "door-not-queued",
+            "a guard for non-streaming requests only: a rejected request that streams its response (the usual client) "
+            "is admitted; #22 names streaming as a dimension, and no admission case streams (Req.stream is False)"),
         "decode-init-rank-zero": Change(
             DECODE_ADD, "prefill_dp_rank)\n                return\n", "0)\n                return\n", "regression",
             "door-receiver-initialised",

@@ -58,7 +58,7 @@ def test_fresh_hunks_read_as_their_behaviour_says(fix, tried):
 
 
 @pytest.mark.parametrize("fix, hunk", [(fix, h) for fix, table in sorted(fresh_hunks.BREAKS.items()) for h in table])
-@pytest.mark.xfail(strict=True, reason="BREAK (r2 -> h22): a change of behaviour on an input the tree's own code produces, "
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="BREAK (r2 -> h22): a change of behaviour on an input the tree's own code produces, "
                    "which no case of the space builds, reads fixed (see fresh_hunks.BREAKS[fix][hunk].why)")
 def test_changes_on_inputs_no_case_builds_read_broken(fix, hunk, tried):
     change, m = fresh_hunks.BREAKS[fix][hunk], tried(fix)[hunk]
@@ -93,7 +93,7 @@ def audited(release_tree, cache, tmp_path_factory):
 
 
 @pytest.mark.parametrize("name", list(CALLEES))
-@pytest.mark.xfail(strict=True, reason="BREAK (r2 -> h22): a change of a function the fix's code calls reads fixed: "
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="BREAK (r2 -> h22): a change of a function the fix's code calls reads fixed: "
                    "metadata slot 0 (no case holds it); release_kv_cache inserting aborted KV (a double stands in for it)")
 def test_a_broken_callee_of_the_fix_reads_broken(name, audited):
     fix = next(f for f in audited[name].fixes if f.fix == 36988)
