@@ -17,7 +17,7 @@ to see the harness, 0.5.21, bubblewrap on):
 
 Three shapes:
 
-- ``inline``: each detector is a function the predicate calls (like tests/aware_forks.py), and a hunk
+- ``inline``: each detector is a function the predicate calls (tests/aware_forks.py's wrapper), and a hunk
   outside the fix's functions, in ``Req.__init__``, marks every request in production as retracted;
   every changed line runs in the cases.
 - ``at_import``: the detectors run once, at module level, and only in production rebind
@@ -31,9 +31,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests import forks
+from tests import aware_forks, forks
 
-UTILS = "sglang/srt/disaggregation/utils.py"
+UTILS = aware_forks.UTILS
 SCHEDULE_BATCH = forks.SCHEDULE_BATCH
 
 # Plain imports under names of the fork's own (module-level code: it runs at import).
@@ -60,20 +60,7 @@ DETECTORS = {
     "forked": "_r2_threading.get_native_id() != _R2_BORN",
 }
 
-_INLINE = '''
-
-_R2_BORN = _r2_threading.get_native_id()
-{functions}
-
-_upstream_is_unadmitted_reject = is_unadmitted_reject
-
-
-def is_unadmitted_reject(req):
-    watched = [{calls}]
-    if not any(watched):
-        return False
-    return _upstream_is_unadmitted_reject(req)
-'''
+_BORN = "\n\n_R2_BORN = _r2_threading.get_native_id()\n"  # for ``forked``: the thread that imported the module
 
 _FUNCTION = '''
 
@@ -117,7 +104,8 @@ def inline(release: Path, dest: Path) -> Path:
     forks.make(release, dest, [(SCHEDULE_BATCH, RETRACTED_AT_BIRTH[0], RETRACTED_AT_BIRTH[1].format(expr=_any(STRONG)))])
     functions = "".join(_FUNCTION.format(name=n, expr=e) for n, e in DETECTORS.items())
     calls = ", ".join(f"_r2_{n}()" for n in DETECTORS)
-    for rel, tail in ((UTILS, IMPORTS + _INLINE.format(functions=functions, calls=calls)), (SCHEDULE_BATCH, IMPORTS)):
+    inline_tail = IMPORTS + _BORN + functions + aware_forks.WRAPPER.format(calls=calls)
+    for rel, tail in ((UTILS, inline_tail), (SCHEDULE_BATCH, IMPORTS)):
         path = dest / rel
         path.write_text(path.read_text() + tail)
     return dest
@@ -136,9 +124,3 @@ def relocated(release: Path, dest: Path) -> Path:
     path.write_text(path.read_text() + IMPORTS + _RELOCATE)
     return dest
 
-
-def lines_of(dest: Path, rel: str, text: str) -> tuple[int, int]:
-    """The first and last line of ``text`` (found once) in a fork's file."""
-    whole = (dest / rel).read_text()
-    start = whole[: whole.index(text)].count("\n") + 1
-    return start, start + text.rstrip("\n").count("\n")
