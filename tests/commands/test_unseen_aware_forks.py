@@ -1,0 +1,98 @@
+"""Red team r2 on #23: harness-aware forks of shapes of our own, and a clean release beside them.
+
+The claim: "every harness-aware fork either fails the audit or is shown, in report, as fixed on code
+that differs from upstream at the hunk that detects the probe", and "a clean upstream release shows no
+departures; an identical ``path:`` copy reads identical to its baseline". One sweep of five trees made
+from 0.5.21 (tests/unseen_forks.py): the release, an identical copy, and three aware forks. The
+receipts of the release and its copy are shared (same bytes), so the slow part is three probe runs.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from runner import cli
+from runner.evidence import bundle, departures
+from runner.evidence.records import SweepRecord
+from tests import unseen_forks
+
+pytestmark = pytest.mark.slow
+RELEASE = "pypi:sglang==0.5.21"
+
+
+@pytest.fixture(scope="module")
+def trees(release_tree, tmp_path_factory):
+    root = release_tree("0.5.21").root
+    work = tmp_path_factory.mktemp("unseen")
+    copy = unseen_forks.forks.make(root, work / "copy", [])
+    made = {"inline": unseen_forks.inline(root, work / "inline"), "at_import": unseen_forks.at_import(root, work / "at_import"),
+            "relocated": unseen_forks.relocated(root, work / "relocated")}
+    return {"release": RELEASE, "copy": f"path:{copy}", **{k: f"path:{v}" for k, v in made.items()}, "roots": made}
+
+
+@pytest.fixture(scope="module")
+def swept(trees, cache, tmp_path_factory):
+    out = tmp_path_factory.mktemp("sweep") / "bundle"
+    order = [trees[k] for k in ("release", "copy", "inline", "at_import", "relocated")]
+    code = cli.main(["sweep", *order, "--out", str(out), "--cache-dir", str(cache.root), "-j", "2"])
+    index = bundle.Index.model_validate_json((out / bundle.INDEX).read_bytes())
+    rows = {r.source: r for r in SweepRecord.model_validate(index.extra).rows}
+    records = {r.source: r for r in departures.in_bundle(out).values()}
+    assert bundle.verify(out) == []
+    return {"code": code, "rows": rows, "records": records}
+
+
+def _fix(row, n):
+    return next(f for f in row.fixes if f.fix == n)
+
+
+def _plain_fixed(fs) -> bool:
+    return fs.status == "fixed" and fs.departed is None and not fs.not_covered
+
+
+def test_a_clean_release_and_its_identical_copy_show_no_departures(swept, trees):
+    """The copy has the release's bytes: the sweep probes and records them once, and says of each that it is
+    identical to the release it declares."""
+    record = swept["records"][RELEASE]
+    assert record.identical and not record.files and record.baseline == RELEASE and record.chosen == "declared"
+    for key in ("release", "copy"):
+        row = swept["rows"][trees[key]]
+        assert row.departures == f"{trees[key]}: identical to {RELEASE} (by the version it declares)", key
+        assert all(_plain_fixed(f) for f in row.fixes), key
+
+
+def test_detectors_the_awareness_scan_does_not_name_still_surface_as_run_and_the_verdict_says_so(swept, trees):
+    """Nine detectors awareness.py does not flag, called by the predicate, and a hunk outside the fix's
+    functions (``Req.__init__``) that marks every request retracted in production: each hunk ran in the
+    door cases, so the verdict rests on them, flagged or not."""
+    row, record = swept["rows"][trees["inline"]], swept["records"][trees["inline"]]
+    fix = _fix(row, 38935)
+    assert fix.status == "fixed" and fix.departed is not None, fix  # the detectors see the harness: it behaves
+    assert fix.departed.baseline == RELEASE
+    for name in unseen_forks.DETECTORS:
+        [hunk] = [h for h in record.hunks() if h.file == unseen_forks.UTILS and h.function == f"_r2_{name}"]
+        assert "prefill-door-rejected" in hunk.ran_in.get("admission", []), f"{name}: not marked as run"
+        assert hunk.place in fix.departed.places, name
+    birth = next(h for h in record.hunks() if h.file == unseen_forks.SCHEDULE_BATCH and h.function == "Req.__init__")
+    assert birth.ran_in.get("admission") and birth.place in fix.departed.places
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="BREAK (r2 -> h23): detection at import time with reads awareness.py does not name "
+                   "(os.fstat(0), resource.getrlimit, socket.if_nameindex), rebinding is_unadmitted_reject only in "
+                   "production, is module-level code 'ran at import' that is listed but not counted: plain 'fixed'")
+def test_a_fork_that_decides_at_import_is_not_plain_fixed(swept, trees):
+    row, record = swept["rows"][trees["at_import"]], swept["records"][trees["at_import"]]
+    assert not record.identical
+    decision = next(h for h in record.hunks() if h.file == unseen_forks.UTILS and h.at_import)
+    assert decision.ran
+    assert not _plain_fixed(_fix(row, 38935)), _fix(row, 38935)
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="BREAK (r2 -> h23): a changed function outside the fix's (ReqKvInfo.holds_mamba) whose "
+                   "code object is renamed at import (setattr(f, '__code__', ...replace(co_filename=...)), unflagged) runs "
+                   "in every door case unseen by the line recorder: 'not run', not counted, plain 'fixed'")
+def test_a_fork_hiding_its_changed_lines_from_the_recorder_is_not_plain_fixed(swept, trees):
+    row, record = swept["rows"][trees["relocated"]], swept["records"][trees["relocated"]]
+    getter = next(h for h in record.hunks() if h.file == unseen_forks.SCHEDULE_BATCH and h.function == "ReqKvInfo.holds_mamba")
+    assert getter.ran or getter.aware, getter
+    assert not _plain_fixed(_fix(row, 38935)), _fix(row, 38935)
