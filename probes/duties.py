@@ -569,3 +569,169 @@ def judge_duties(duties: tuple[str, ...], effects: Effects) -> dict[str, bool]:
 def classify(duties: Mapping[str, bool]) -> str:
     """``bug`` when any duty failed (for a guard case: the regression), else ``clean``."""
     return "clean" if all(duties.values()) else "bug"
+
+
+# --- gates 3 and 4: the handoff and the lifetime of its pages (#39500, #40645, #41402, #41404, #41023) ---
+# Self-contained: the effects are the page-ownership model's (probes/pages.py) and the wire's
+# (probes/lifetime.py). "The subject" is the request whose transfer the case aborts or fails.
+
+
+def _subject(effects: Effects) -> str:
+    return effects["subject"]
+
+
+def _started(effects: Effects) -> dict[str, Any]:
+    """The step at which the subject took the room (bootstrapped on every rank)."""
+    return next(s for s in effects["steps"] if s["step"] == "bootstrapped" and s.get("rid") == _subject(effects))
+
+
+def _timeout_at(effects: Effects) -> int:
+    """When the tree's stated release timeout, counted from the subject's start, is reached."""
+    return _started(effects)["t"] + effects["timeout"]
+
+
+def _frees(rank: Mapping[str, Any], rid: str) -> list[Mapping[str, Any]]:
+    return [e for e in rank["events"] if e["event"] == "free" and e["rid"] == rid]
+
+
+def _no_early_release(effects: Effects) -> bool:
+    """No page of the subject went back to the allocator while a prefill write could still land in
+    it, unless the tree's stated release timeout had passed (a release by the timeout is recorded as
+    such in the events, and allowed)."""
+    return not any(f["rid"] == _subject(effects) and f["t"] < _timeout_at(effects)
+                   for rank in effects["decode"] for f in rank["freed_while_writable"])
+
+
+def _freed_once(effects: Effects) -> bool:
+    """By the last step, each page of the subject went back exactly once, its metadata row was freed
+    exactly once, no page was freed twice or by a request that did not own it, nothing is still held."""
+    rid = _subject(effects)
+    for rank in effects["decode"]:
+        request = rank["requests"][rid]
+        freed = [p for f in _frees(rank, rid) for p in f["pages"]]
+        if sorted(freed) != sorted(request["pages"]) or rank["double_frees"] or rank["held"]:
+            return False
+        if rank["metadata_frees"].count(request["metadata_index"]) != 1:
+            return False
+    return True
+
+
+def _acks(effects: Effects, prefill: int, decode: int) -> list[Mapping[str, Any]]:
+    """Acknowledgements prefill rank ``prefill`` sent decode rank ``decode`` since the subject started."""
+    return [m for m in effects["wire"] if m["kind"] == "ABORT_ACK" and m["seq"] > _started(effects)["seq"]
+            and m["from"] == f"prefill{prefill}" and m["to"].endswith(f":{17000 + decode}")]
+
+
+def _drained(effects: Effects, prefill: int) -> int:
+    """The sequence number at which prefill rank ``prefill``'s last write of the subject landed or failed (0: none)."""
+    ends = [e["seq"] for rank in effects["decode"] for e in rank["events"]
+            if e["event"] in ("write lands", "write fails") and e.get("rank") == prefill and e["rid"] == _subject(effects)]
+    return max(ends, default=0)
+
+
+def _acked_after_drain(effects: Effects, ranks: list[int]) -> bool:
+    """Each of decode ``ranks`` got exactly one acknowledgement from every prefill rank, sent after
+    that prefill rank's writes of the subject stopped."""
+    prefills = range(len(effects["outstanding"]))
+    for d in ranks:
+        for p in prefills:
+            acks = _acks(effects, p, d)
+            if len(acks) != 1 or acks[0]["seq"] < _drained(effects, p):
+                return False
+    return True
+
+
+def _aborting(effects: Effects) -> list[int]:
+    """Decode ranks that told prefill the subject was aborted."""
+    return [r["rank"] for r in effects["decode"] if r["requests"][_subject(effects)]["notified"]]
+
+
+def _aborted_after_clear(effects: Effects) -> list[int]:
+    """Decode ranks whose ABORT reached prefill only after the prefill scheduler had cleared the room."""
+    cleared = [s["seq"] for s in effects["steps"] if s["step"] == "prefill concludes" and s.get("rid") == _subject(effects)]
+    if not cleared:
+        return []
+    return sorted({int(m["frames"][3]) - 17000 for m in effects["wire"] if m["kind"] == "ABORT"
+                   and m.get("delivered", 0) > min(cleared) and len(m["frames"]) >= 4})
+
+
+def _released_before_timeout(effects: Effects) -> bool:
+    """With every acknowledgement delivered, the subject's pages went back before the timeout."""
+    rid = _subject(effects)
+    return all(_frees(rank, rid) and all(f["t"] < _timeout_at(effects) for f in _frees(rank, rid))
+               for rank in effects["decode"])
+
+
+def _not_held_forever(effects: Effects) -> bool:
+    rid = _subject(effects)
+    return all(not rank["held"] and _frees(rank, rid) for rank in effects["decode"])
+
+
+def _committed(effects: Effects) -> bool:
+    rid = _subject(effects)
+    return all(rid in rank["committed"] and not rank["unwritten_reads"] and not _frees(rank, rid) and not rank["held"]
+               for rank in effects["decode"])
+
+
+LIFETIME_DUTIES = (
+    Duty("lifetime-no-early-release", 41023,
+         "no page went back to the allocator while a prefill write could still land in it, except at the tree's "
+         "stated release timeout (recorded as such)", _no_early_release),
+    Duty("lifetime-no-foreign-write", 41023, "no write landed in a page another request owned",
+         lambda e: not any(rank["foreign_writes"] for rank in e["decode"])),
+    Duty("lifetime-freed-once", 41023,
+         "each page and the metadata row of the aborted request went back exactly once, and nothing is held at the end",
+         _freed_once),
+    Duty("lifetime-acked-after-drain", 40645,
+         "every aborting decode rank got exactly one acknowledgement from each prefill rank, sent after its writes stopped",
+         lambda e: bool(_aborting(e)) and _acked_after_drain(e, _aborting(e))),
+    Duty("lifetime-late-abort-acked", 40645,
+         "a decode rank whose ABORT reached prefill after the room was cleared, a write still outstanding, was "
+         "acknowledged exactly once after the drain",
+         lambda e: bool(_aborted_after_clear(e)) and _acked_after_drain(e, _aborted_after_clear(e))),
+    Duty("lifetime-released-on-ack", 40645,
+         "with every acknowledgement delivered, the pages went back before the release timeout, not by it",
+         _released_before_timeout),
+    Duty("lifetime-not-held-forever", 41023,
+         "the pages went back by the end (by acknowledgement or the stated timeout), nothing held forever (a guard)",
+         _not_held_forever),
+    Duty("lifetime-committed", 41023,
+         "a healthy transfer was committed at once: its pages held, read only where its own write landed (a guard)",
+         _committed),
+)
+
+DUTIES.update({duty.id: duty for duty in LIFETIME_DUTIES})
+
+_HELD = ("lifetime-no-early-release", "lifetime-no-foreign-write", "lifetime-freed-once")
+_ACKED = ("lifetime-acked-after-drain", "lifetime-released-on-ack")
+_GUARD_ABORT = ("lifetime-not-held-forever", "lifetime-freed-once")
+LIFETIME_CASES: dict[str, dict[str, tuple[str, ...]]] = {
+    "lifetime-default": {
+        "abort-in-flight": _HELD,
+        "abort-acks-lost": _GUARD_ABORT,
+        "abort-nothing-in-flight": ("lifetime-released-on-ack", "lifetime-freed-once"),
+        "healthy-transfer": ("lifetime-committed",),
+    },
+    "lifetime-drain": {
+        "prefill-clears-before-drain": (*_ACKED, *_HELD),
+        "abort-after-room-cleared": ("lifetime-late-abort-acked", *_HELD),
+        "acks-lost": _GUARD_ABORT,
+        "acks-late": _GUARD_ABORT,
+        "abort-nothing-in-flight": ("lifetime-released-on-ack", "lifetime-freed-once"),
+    },
+    "lifetime-peers": {
+        "two-decode-ranks-abort": (*_ACKED, *_HELD),
+        "two-decode-ranks-room-cleared-between": (*_ACKED, *_HELD),
+        "stale-ack-of-previous-request": _HELD,
+        "two-prefill-ranks-abort": (*_ACKED, *_HELD),
+    },
+    "lifetime-failures": {
+        "other-rank-fails-while-writing": (*_HELD, "lifetime-not-held-forever"),
+        "failed-write-keeps-landing": (*_HELD, "lifetime-not-held-forever"),
+        "failure-nothing-else-in-flight": _GUARD_ABORT,
+    },
+}
+# Every case runs in the default configuration and with the deferred release switched on; the latter
+# carries the configuration's name as a suffix and checks the same duties.
+for _probe, _cases in LIFETIME_CASES.items():
+    CASES[_probe] = {**_cases, **{f"{cid}-with-deferred-release": d for cid, d in _cases.items()}}

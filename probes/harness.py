@@ -28,7 +28,14 @@ from types import ModuleType
 from typing import Any
 
 SCHEMA = "diffprobe.observations/2"
-PROBE_MODULES = {"admission": "probes.admission", "prefill-cleanup": "probes.prefill_cleanup"}
+PROBE_MODULES = {
+    "admission": "probes.admission",
+    "prefill-cleanup": "probes.prefill_cleanup",
+    "lifetime-default": "probes.lifetime_default",
+    "lifetime-drain": "probes.lifetime_drain",
+    "lifetime-peers": "probes.lifetime_peers",
+    "lifetime-failures": "probes.lifetime_failures",
+}
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 

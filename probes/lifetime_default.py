@@ -1,0 +1,27 @@
+"""Probe for #41023: deferred decode-side KV release, on by default in the backends that support it.
+
+An abort reaches decode while prefill's write into the request's pages is still in flight; the
+pool then has nothing else free, so whatever decode releases goes straight to the next request.
+In its default configuration the tree must hold the pages until prefill acknowledges that its
+writes stopped (or the stated timeout passes), so that the late write never lands in another
+request's pages. Run in the default configuration and with the option on (releases where it is
+off by default). Guards: a healthy transfer is committed at once; an abort with nothing in flight
+releases on the acknowledgement; lost acknowledgements never hold the pages forever.
+"""
+
+from __future__ import annotations
+
+from .case import Probe
+from .lifetime import IMPORTS, configured
+
+PROBE = Probe(
+    id="lifetime-default",
+    fix=41023,
+    imports=IMPORTS,
+    cases=configured("lifetime-default", [
+        ("abort-in-flight", "bug", "a client abort at decode while prefill's write of the request is in flight", {}),
+        ("abort-acks-lost", "guard", "abort in flight, every drain acknowledgement lost on the wire", {"acks": "lost"}),
+        ("abort-nothing-in-flight", "guard", "a client abort before prefill wrote anything", {"in_flight": False}),
+        ("healthy-transfer", "guard", "a healthy transfer, committed to decode", {"failure": "none"}),
+    ], ("default", "with-deferred-release")),
+)
