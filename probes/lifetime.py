@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import logging
 import math
 import os
 import textwrap
@@ -197,11 +198,17 @@ def threading_capture(captured: list[Callable[[], None]]) -> SimpleNamespace:
     return SimpleNamespace(**{**vars(threading), "Thread": Thread})
 
 
-def single_rank_reduce(utils: Any, journal: Journal) -> None:
-    """A poll all-reduced over a one-rank group is that rank's own poll (no process group exists on
-    CPU): the tree's ``_all_reduce_polls`` answers so, recorded."""
-    if hasattr(utils, "_all_reduce_polls"):
-        utils._all_reduce_polls = journal.method("collective", "_all_reduce_polls", lambda polls, group: list(polls))
+def single_rank_reduce(modules: list[Any], journal: Journal) -> None:
+    """A value all-reduced over a one-rank group is that rank's own (no process group exists on CPU):
+    the tree's reducers (``_all_reduce_polls``, later ``all_reduce_flags``), wherever a module of
+    it looks them up, answer so, recorded."""
+    for module_ in modules:
+        if hasattr(module_, "_all_reduce_polls"):
+            module_._all_reduce_polls = journal.method("collective", "_all_reduce_polls",
+                                                       lambda polls, group: list(polls))
+        if hasattr(module_, "all_reduce_flags"):
+            module_.all_reduce_flags = journal.method("collective", "all_reduce_flags",
+                                                      lambda flags, group=None, op=None: list(flags))
 
 
 def clocked_time(clock: Clock) -> SimpleNamespace:
@@ -210,6 +217,38 @@ def clocked_time(clock: Clock) -> SimpleNamespace:
 
     return SimpleNamespace(**{**vars(real), "time": clock.monotonic, "monotonic": clock.monotonic,
                               "perf_counter": clock.monotonic, "sleep": lambda seconds: None})
+
+
+class TreeLog(logging.Handler):
+    """What the tree's disaggregation code logs during a case: its warnings and errors, and every
+    failure it swallowed (a record with a traceback, or a message saying something failed). A
+    swallowed failure raised in this package's stand-ins is a gap of ours, never a behaviour: the case
+    stops as an error naming it."""
+
+    LOGGER = "sglang.srt.disaggregation"
+
+    def __init__(self, journal: Journal) -> None:
+        super().__init__(logging.DEBUG)
+        self.journal = journal
+        self.records: list[dict[str, JSON]] = []
+        logger = logging.getLogger(self.LOGGER)
+        logger.addHandler(self)
+        logger.setLevel(logging.DEBUG)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage().splitlines()[0][:300] if record.getMessage() else ""
+        failed = record.exc_info is not None or message.lower().startswith("failed")
+        if record.levelno < logging.WARNING and not failed:
+            return
+        if record.exc_info and record.exc_info[2] is not None:
+            here = os.path.dirname(os.path.abspath(__file__))
+            import traceback
+
+            if any(os.path.abspath(f.filename).startswith(here + os.sep) for f in traceback.extract_tb(record.exc_info[2])):
+                self.journal.gap(f"a stand-in that raised {record.exc_info[0].__name__} inside the tree "
+                                 f"({message[:120]})")
+        self.records.append({"logger": record.name.removeprefix("sglang.srt."), "level": record.levelname,
+                             "message": message})
 
 
 # --- the ranks ---------------------------------------------------------------------------------
@@ -232,6 +271,16 @@ def _trace_null() -> Any:
         except tree.Missing:
             continue
     return None
+
+
+def metadata_buffers(**flags: Any) -> Any:
+    """The tree's own ``MetadataBuffers`` (CPU tensors), small: what decode's metadata gate, commit and
+    release read and reset. ``flags``: keyword options the tree's constructor takes (others left out)."""
+    cls = tree.resolve(f"{UTILS}.MetadataBuffers")
+    accepted = inspect.signature(cls).parameters
+    wanted = {"size": 16, "hidden_size": 8, "hidden_states_dtype": tree.torch().float32, "max_sampling_mask_tokens": 0,
+              **flags}
+    return cls(**{k: v for k, v in wanted.items() if k in accepted})
 
 
 class Rank:
@@ -437,8 +486,7 @@ class DecodeRank(Rank):
         self.config = configure(journal, tree.module(COMMON).CommonKVManager, self.manager,
                                 ("enable_deferred_decode_kv_release",))
         streamer, self.streamed = output_streamer(journal)
-        torch = tree.torch()
-        self.metadata = SimpleNamespace(bootstrap_room=torch.zeros((16, 1), dtype=torch.int64))
+        self.metadata = metadata_buffers()
         self.metadata_frees: list[int] = []
         self.queue = strict_subject(
             tree.resolve(QUEUE), journal, f"{self.name}.transfer_queue",
@@ -474,14 +522,19 @@ class DecodeRank(Rank):
         decode, conn = tree.module(DECODE), tree.module(MOONCAKE)
         request = Request(rid=rid, pages=self.pool.alloc(rid, PAGES), metadata_index=3 + len(self.requests))
         poll = tree.kv_poll()
+        # what the receiver's constructor registers on its manager (the constructor itself, which opens
+        # connections to the bootstrap server, is not run)
+        bootstrap_addr = f"{tree.BOOTSTRAP_HOST}:{tree.BOOTSTRAP_PORT}"
         self.manager.required_prefill_response_num_table[ROOM] = len(scene.prefill)
+        self.manager.addr_to_rooms_tracker[bootstrap_addr].add(ROOM)
+        self.manager.prefill_response_tracker.setdefault(ROOM, set())
         self.manager.update_status(ROOM, poll.Bootstrapping)
         self.manager.update_status(ROOM, poll.WaitingForInput)
         infos = [{"rank_ip": p.endpoint[0], "rank_port": p.endpoint[1], "is_dummy": False} for p in scene.prefill]
         request.receiver = strict_subject(
             conn.MooncakeKVReceiver, journal, f"{self.name}.kv_receiver.{rid}",
             kv_mgr=self.manager, bootstrap_room=ROOM, conclude_state=None, abort_notified=False,
-            bootstrap_infos=infos, init_time=0, bootstrap_addr=f"{tree.BOOTSTRAP_HOST}:{tree.BOOTSTRAP_PORT}",
+            bootstrap_infos=infos, init_time=0, bootstrap_addr=bootstrap_addr,
             _abort_generation=None, require_staging=False,
             _connect_to_bootstrap_server=lambda info: (
                 scene.wire.socket(journal, self.name, tcp((info["rank_ip"], info["rank_port"]))), threading.Lock()),
@@ -551,13 +604,14 @@ class Scene:
             os.environ[name] = value
         self.clock = Clock()
         self.wire = Wire(self.clock)
+        self.log = TreeLog(journal)
         self.steps: list[dict[str, JSON]] = []
         decode_mod, conn, common, utils = (tree.module(n) for n in (DECODE, MOONCAKE, COMMON, UTILS))
         time_ = clocked_time(self.clock)
         for mod in (decode_mod, conn, common):
             if hasattr(mod, "time"):
                 mod.time = time_
-        single_rank_reduce(utils, journal)
+        single_rank_reduce([utils, decode_mod], journal)
         decode_mod.release_kv_cache = self._release
         self.decode = [DecodeRank(self, d) for d in range(shape.decode_ranks)]
         self.prefill = [PrefillRank(self, p) for p in range(shape.prefill_ranks)]
@@ -655,6 +709,7 @@ class Scene:
             "wire": self.wire.effects(),
             "outstanding": [p.outstanding() for p in self.prefill],
             "decode": [d.effects() for d in self.decode],
+            "log": list(self.log.records),
         }
 
 
