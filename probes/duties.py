@@ -735,3 +735,59 @@ LIFETIME_CASES: dict[str, dict[str, tuple[str, ...]]] = {
 # carries the configuration's name as a suffix and checks the same duties.
 for _probe, _cases in LIFETIME_CASES.items():
     CASES[_probe] = {**_cases, **{f"{cid}-with-deferred-release": d for cid, d in _cases.items()}}
+
+
+def _handoff_rank(effects: Effects) -> Mapping[str, Any]:
+    return effects["decode"][0]
+
+
+def _ran(effects: Effects) -> bool:
+    return any(_subject(effects) in batch["runs"] for batch in effects["batches"])
+
+
+def _caught(effects: Effects) -> bool:
+    """A handoff not read ended as an error: finished with an abort, streamed once, its pages back once."""
+    if _ran(effects):
+        return True
+    rank, rid = _handoff_rank(effects), _subject(effects)
+    freed = [p for f in _frees(rank, rid) for p in f["pages"]]
+    return (_streamed_once_with({"streamed": rank["streamed"], "request": effects["request"]}, None)
+            and effects["request"]["finished"] and sorted(freed) == sorted(rank["requests"][rid]["pages"])
+            and not rank["double_frees"])
+
+
+def _declared_unverified(effects: Effects) -> bool:
+    """Pages read that the request's own write did not reach were read only after the tree logged
+    that it admitted the handoff unverified."""
+    if not _handoff_rank(effects)["unwritten_reads"]:
+        return True
+    return any("checksum skipped" in r["message"].lower() or "unverified" in r["message"].lower()
+               for r in effects["log"])
+
+
+HANDOFF_DUTIES = (
+    Duty("handoff-no-unwritten-read", 39500,
+         "decode read no page that the request's own write did not reach (transfer-complete is not proof)",
+         lambda e: not _handoff_rank(e)["unwritten_reads"]),
+    Duty("handoff-caught-released", 39500,
+         "a handoff decode did not read ended as an error: finished with an abort, streamed once, its pages given back once",
+         _caught),
+    Duty("handoff-unverified-declared", 39500,
+         "where the checksum cannot compare the two layouts, a short handoff was caught or the tree logged that it "
+         "admitted it unverified", _declared_unverified),
+    Duty("handoff-full-accepted", 39500,
+         "a full handoff was committed and read, only its own KV, and not aborted or released (a guard)",
+         lambda e: _ran(e) and not _handoff_rank(e)["unwritten_reads"] and not e["request"]["finished"]
+         and not _frees(_handoff_rank(e), _subject(e))),
+)
+DUTIES.update({duty.id: duty for duty in HANDOFF_DUTIES})
+_SHORT = ("handoff-no-unwritten-read", "handoff-caught-released")
+_UNCOMPARABLE = ("handoff-unverified-declared", "handoff-caught-released")
+CASES["handoff"] = {
+    **{f"{case}{suffix}": _SHORT for case in ("short-handoff", "partial-write", "early-success")
+       for suffix in ("", "-with-kv-checksum")},
+    **{f"{case}-incomparable-layout-with-kv-checksum": _UNCOMPARABLE
+       for case in ("short-handoff", "partial-write", "early-success")},
+    "full-handoff": ("handoff-full-accepted",),
+    "full-handoff-with-kv-checksum": ("handoff-full-accepted",),
+}

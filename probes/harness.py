@@ -35,6 +35,7 @@ PROBE_MODULES = {
     "lifetime-drain": "probes.lifetime_drain",
     "lifetime-peers": "probes.lifetime_peers",
     "lifetime-failures": "probes.lifetime_failures",
+    "handoff": "probes.handoff",
 }
 HERE = os.path.dirname(os.path.abspath(__file__))
 

@@ -42,6 +42,8 @@ from .plain import JSON, plain
 COMMON = "sglang.srt.disaggregation.common.conn"
 MOONCAKE = "sglang.srt.disaggregation.mooncake.conn"
 DECODE = "sglang.srt.disaggregation.decode"
+PREFILL = "sglang.srt.disaggregation.prefill"
+PREFILL_MIXIN = f"{PREFILL}.SchedulerDisaggregationPrefillMixin"
 UTILS = "sglang.srt.disaggregation.utils"
 SCHEDULER = "sglang.srt.managers.scheduler.Scheduler"
 MANAGER = f"{MOONCAKE}.MooncakeKVManager"
@@ -55,6 +57,7 @@ IMPORTS = (
     "sglang.srt.disaggregation.base",
     COMMON,
     MOONCAKE,
+    PREFILL,
     DECODE,
     "sglang.srt.managers.io_struct",
     "sglang.srt.managers.scheduler",
@@ -410,7 +413,7 @@ class PrefillRank(Rank):
 
     def _send_aux(self, req: Any, prefill_aux_index: Any, dst_aux_ptrs: Any, *args: Any, **kwargs: Any) -> int:
         decode = next(d for d in self.scene.decode if d.endpoint == (req.endpoint, req.dst_port))
-        decode.metadata_written(int(req.dst_aux_index))
+        self.scene.aux(decode, int(req.dst_aux_index))
         return 0
 
     def send_last_chunk(self) -> None:
@@ -486,33 +489,36 @@ class DecodeRank(Rank):
         self.config = configure(journal, tree.module(COMMON).CommonKVManager, self.manager,
                                 ("enable_deferred_decode_kv_release",))
         streamer, self.streamed = output_streamer(journal)
-        self.metadata = metadata_buffers()
+        self.metadata = metadata_buffers(**scene.metadata_flags())
         self.metadata_frees: list[int] = []
+        # one scheduler, as in the server: the transfer queue's and the one the abort reaches
+        self.scheduler = strict_subject(tree.resolve(SCHEDULER), journal, f"{self.name}.scheduler", **{
+            **dict(chunked_req=None, mm_receiver=None, waiting_queue=[], dllm_config=None, enable_hicache_storage=False,
+                   grammar_manager=Double(journal, "grammar_manager", recorded=("abort_requests",)),
+                   disaggregation_mode=modes.DECODE, collect_inflight_reqs=lambda: [],
+                   ps=Double(journal, "parallel_state", pp_size=1), pp_size=1,
+                   enable_decode_hicache=False, enable_hisparse=False, output_streamer=streamer,
+                   metrics_reporter=Double(journal, "metrics_reporter", enable_metrics=False)),
+            **scene.decode_scheduler_state(self),
+        })
         self.queue = strict_subject(
             tree.resolve(QUEUE), journal, f"{self.name}.transfer_queue",
             queue=[], gloo_group=Double(journal, "gloo_group"), tp_rank=0, metadata_buffers=self.metadata,
             req_to_metadata_buffer_idx_allocator=Double(journal, f"{self.name}.metadata_allocator",
                                                         free=lambda idx: self.metadata_frees.append(int(idx))),
-            tree_cache=Double(journal, f"{self.name}.tree_cache"),
+            tree_cache=self.scheduler.tree_cache if "tree_cache" in vars(self.scheduler) else
+            Double(journal, f"{self.name}.tree_cache"),
             enable_staging=False, staging_handler=None, _deferred_releases=[], enable_host_receive=False,
-            scheduler=Double(journal, f"{self.name}.scheduler", enable_decode_hicache=False, enable_hisparse=False,
-                             output_streamer=streamer,
-                             metrics_reporter=Double(journal, "metrics_reporter", enable_metrics=False),
-                             disagg_decode_prealloc_queue=None),
+            scheduler=self.scheduler,
             _clean_hicache_prefetch_resources=lambda decode_req: None,
-            _commit_transfer_to_req=self._commit,
+            # the lifetime cases never look past the commit: it stands for the request starting to decode
+            # (reading its pages); the handoff probe runs the tree's own commit and what follows it
+            **({"_commit_transfer_to_req": self._commit} if scene.commit_stand_in else {}),
+            **scene.decode_queue_state(self),
         )
+        object.__setattr__(self.scheduler, "disagg_decode_transfer_queue", self.queue)
         self.config.update(configure(journal, decode.DecodeTransferQueue, self.queue,
                                      ("enable_deferred_kv_release", "deferred_kv_release_timeout")))
-        self.scheduler = strict_subject(
-            tree.resolve(SCHEDULER), journal, f"{self.name}.scheduler_loop",
-            chunked_req=None, mm_receiver=None, waiting_queue=[], dllm_config=None, enable_hicache_storage=False,
-            grammar_manager=Double(journal, "grammar_manager", recorded=("abort_requests",)),
-            disaggregation_mode=modes.DECODE,
-            disagg_decode_prealloc_queue=Double(journal, "prealloc_queue", queue=[], retracted_queue=[]),
-            disagg_decode_transfer_queue=self.queue, collect_inflight_reqs=lambda: [],
-            ps=Double(journal, "parallel_state", pp_size=1), pp_size=1,
-        )
         self.start(self.manager.start_decode_thread)
 
     def admit(self, rid: str) -> None:
@@ -598,9 +604,28 @@ class DecodeRank(Rank):
 class Scene:
     """The ranks, the wire, the clock; the case's script drives them."""
 
+    commit_stand_in = True
+
+    def metadata_flags(self) -> dict[str, Any]:
+        return {}
+
+    def aux(self, decode: "DecodeRank", index: int) -> None:
+        """The aux transfer lands in decode's metadata row ``index``."""
+        decode.metadata_written(index)
+
+    def decode_queue_state(self, rank: "DecodeRank") -> dict[str, Any]:
+        """What else a decode rank's transfer queue holds in this scene."""
+        return {}
+
+    def decode_scheduler_state(self, rank: "DecodeRank") -> dict[str, Any]:
+        """What else a decode rank's scheduler holds in this scene."""
+        journal = self.journal
+        return {"disagg_decode_prealloc_queue": Double(journal, f"decode{rank.rank}.prealloc_queue", queue=[],
+                                                       retracted_queue=[])}
+
     def __init__(self, journal: Journal, shape: "Shape") -> None:
         self.journal, self.shape = journal, shape
-        for name, value in CONFIGS[shape.config].items():
+        for name, value in CONFIGS.get(shape.config, {}).items():
             os.environ[name] = value
         self.clock = Clock()
         self.wire = Wire(self.clock)
@@ -702,7 +727,7 @@ class Scene:
     def effects(self) -> dict[str, JSON]:
         return {
             "subject": RID,
-            "config": {"name": self.shape.config, "env": dict(CONFIGS[self.shape.config]),
+            "config": {"name": self.shape.config, "env": dict(CONFIGS.get(self.shape.config, {})),
                        "prefill": [p.config for p in self.prefill], "decode": [d.config for d in self.decode]},
             "timeout": self.timeout(),
             "steps": list(self.steps),

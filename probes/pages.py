@@ -48,6 +48,7 @@ class Transfer:
     rank: int  # the prefill rank writing
     pages: list[int]
     began: int
+    sources: list[tuple[str, int]] = field(default_factory=list)  # per page: the (request, position) of the KV it carries
     landed: list[int] = field(default_factory=list)
     state: str = "in flight"  # in flight | landed | partial | failed
 
@@ -103,9 +104,12 @@ class PagePool:
 
     # --- the transfer engine ------------------------------------------------------------------
 
-    def begin(self, writer: str, rank: int, pages: list[int]) -> Transfer:
+    def begin(self, writer: str, rank: int, pages: list[int], sources: list[tuple[str, int]] | None = None) -> Transfer:
+        """A write of ``writer``'s KV into ``pages`` starts; ``sources`` says which of its KV each page
+        gets (by default the writer's positions 0, 1, ... in order)."""
         transfer = Transfer(id=len(self.transfers) + 1, writer=writer, rank=rank, pages=list(pages),
-                            began=self.clock.now)
+                            began=self.clock.now,
+                            sources=list(sources) if sources is not None else [(writer, i) for i in range(len(pages))])
         self.transfers.append(transfer)
         self._event("write begins", rid=writer, rank=rank, pages=list(pages), transfer=transfer.id)
         return transfer
@@ -119,7 +123,8 @@ class PagePool:
             if owner != transfer.writer:
                 self.foreign_writes.append({"t": self.clock.now, "writer": transfer.writer, "rank": transfer.rank,
                                             "page": page, "owner": owner})
-            self.content[page] = {"rid": transfer.writer, "t": self.clock.now, "transfer": transfer.id}
+            source = transfer.sources[transfer.pages.index(page)]
+            self.content[page] = {"rid": source[0], "position": source[1], "t": self.clock.now, "transfer": transfer.id}
             transfer.landed.append(page)
         transfer.state = "landed" if len(transfer.landed) == len(transfer.pages) else "partial"
         self._event("write lands", rid=transfer.writer, rank=transfer.rank, pages=list(transfer.landed),
@@ -145,6 +150,11 @@ class PagePool:
                 self.unwritten_reads.append({"t": self.clock.now, "rid": rid, "page": page, "index": index,
                                              "holds": None if written is None else written["rid"]})
         self._event("read", rid=rid, pages=list(pages))
+
+    def holds(self, pages: list[int]) -> list[tuple[str, int] | None]:
+        """What KV each page holds now: (request, position), or None for a page nothing wrote."""
+        return [None if self.content.get(p) is None else (self.content[p]["rid"], self.content[p]["position"])
+                for p in pages]
 
     def effects(self) -> dict[str, Any]:
         return {

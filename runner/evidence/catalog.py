@@ -19,6 +19,7 @@ PROBES: dict[str, str] = {
     "lifetime-drain": "lifetime_drain.py",
     "lifetime-peers": "lifetime_peers.py",
     "lifetime-failures": "lifetime_failures.py",
+    "handoff": "handoff.py",
 }
 HARNESS = "harness.py"
 # ``diffprobe upstream-tests``' entry point: not a tree probe (no fix of its own), and not part of theirs.
