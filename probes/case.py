@@ -22,9 +22,6 @@ from .doubles import Absent, DoubleGap, Journal
 from .plain import JSON, plain
 
 SITES = ("prefill-door", "decode-door", "prefill-result")
-# The later defences' probes group their cases by the configuration they run under (a defence off by
-# default is probed with its option on as well): runner/evidence/judging.py CONFIGURATIONS.
-CONFIG_SITES = ("default", "with-deferred-release", "with-kv-checksum")
 ROLES = ("bug", "guard")
 _DOUBLES_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "doubles.py")
 
@@ -54,7 +51,7 @@ class Case:
     requires: tuple[str, ...]
 
     def __post_init__(self) -> None:
-        assert self.site in SITES + CONFIG_SITES and self.role in ROLES, self.id
+        assert self.site in SITES + duty_table.CONFIGURATIONS and self.role in ROLES, self.id
         assert self.duties and all(d in duty_table.DUTIES for d in self.duties), self.id
 
     @property

@@ -575,6 +575,11 @@ def classify(duties: Mapping[str, bool]) -> str:
 # Self-contained: the effects are the page-ownership model's (probes/pages.py) and the wire's
 # (probes/lifetime.py). "The subject" is the request whose transfer the case aborts or fails.
 
+# The later defences' cases are grouped by the configuration they run under (their site): the tree's
+# defaults, or a defence's option switched on. A defence off by default is in force only where its
+# "with-" configuration is fixed; the host keeps one bug window per configuration (judging.window).
+CONFIGURATIONS = ("default", "with-deferred-release", "with-kv-checksum")
+
 
 def _subject(effects: Effects) -> str:
     return effects["subject"]
