@@ -137,10 +137,7 @@ class HandoffScene(Scene):
         return digest
 
     def decode_queue_state(self, rank: Any) -> dict[str, Any]:
-        journal = self.journal
-        return {"spec_algorithm": Double(journal, "spec_algorithm", is_none=lambda: True, is_eagle=lambda: False,
-                                         is_standalone=lambda: False, is_ngram=lambda: False),
-                "_skipped_checksum_signatures": set()}
+        return {"_skipped_checksum_signatures": set()}
 
     def decode_scheduler_state(self, rank: Any) -> dict[str, Any]:
         journal, torch = self.journal, tree.torch()
@@ -158,7 +155,8 @@ class HandoffScene(Scene):
             "req_to_token_pool": Double(journal, "decode0.req_to_token_pool", req_to_token=self.decode_row),
             "token_to_kv_pool_allocator": Double(journal, "decode0.token_to_kv_pool_allocator", page_size=1,
                                                  get_kvcache=lambda: Double(journal, "decode0.kv_pool")),
-            "tree_cache": Double(journal, "decode0.tree_cache"),
+            "tree_cache": Double(journal, "decode0.tree_cache",
+                                 cache_finished_req=lambda req, *args, **flags: self._release(req)),
             "batch_result_processor": Double(journal, "decode0.batch_result_processor",
                                              recorded=("_maybe_update_reasoning_tokens",)),
             "waiting_queue": [], "chunked_req": None, "future_map": Double(journal, "future_map"),

@@ -201,10 +201,22 @@ def threading_capture(captured: list[Callable[[], None]]) -> SimpleNamespace:
     return SimpleNamespace(**{**vars(threading), "Thread": Thread})
 
 
+def server_args() -> Any:
+    """The stock server configuration, as the tree's own ``ServerArgs`` holds it."""
+    return tree.resolve("sglang.srt.server_args.ServerArgs")(model_path="dummy")
+
+
 def single_rank_reduce(modules: list[Any], journal: Journal) -> None:
     """A value all-reduced over a one-rank group is that rank's own (no process group exists on CPU):
     the tree's reducers (``_all_reduce_polls``, later ``all_reduce_flags``), wherever a module of
-    it looks them up, answer so, recorded."""
+    it looks them up, answer so, recorded. Trees that reduce inline in ``poll_and_all_reduce`` (no
+    reducer of its own) get that function answering with each poller's own poll."""
+    utils = modules[0]
+    if not hasattr(utils, "_all_reduce_polls") and not hasattr(utils, "all_reduce_flags"):
+        for module_ in modules:
+            if hasattr(module_, "poll_and_all_reduce"):
+                module_.poll_and_all_reduce = journal.method(
+                    "collective", "poll_and_all_reduce", lambda pollers, group, *a, **k: [int(p.poll()) for p in pollers])
     for module_ in modules:
         if hasattr(module_, "_all_reduce_polls"):
             module_._all_reduce_polls = journal.method("collective", "_all_reduce_polls",
@@ -312,6 +324,7 @@ class Rank:
             local_ip=self.endpoint[0], rank_port=self.endpoint[1],
             _connect=lambda endpoint, is_ipv6=False: self.scene.wire.socket(journal, name, endpoint),
             _make_worker_recv=lambda socket, timeout_ms=500: self._recv,
+            _bind_server_socket=lambda: None,  # earlier trees bind when their threads start: the wire is ours
         )
 
     def start(self, start: Callable[[], None]) -> None:
@@ -359,6 +372,7 @@ class PrefillRank(Rank):
             session_lock=threading.Lock(), failed_sessions=set(), session_failures=defaultdict(int),
             state_layout_rejections={},
             bootstrap_port=tree.BOOTSTRAP_PORT, bootstrap_timeout=300,
+            pp_group=Double(journal, f"{self.name}.pp_group", is_last_rank=True, is_first_rank=True),
             kv_args=Double(journal, f"{self.name}.kv_args", kv_data_ptrs=[0x10000], kv_item_lens=[64],
                            aux_data_ptrs=[0x20000], aux_item_lens=[64], state_data_ptrs=[], state_item_lens=[],
                            page_size=1),
@@ -422,8 +436,8 @@ class PrefillRank(Rank):
 
         add = self.manager.add_transfer_request
         wanted = {"bootstrap_room": ROOM, "kv_indices": np.arange(PAGES, dtype=np.int32),
-                  "index_slice": slice(0, PAGES), "is_last_chunk": True, "aux_index": 0, "state_indices": None,
-                  "num_kv_tokens": PAGES}
+                  "index_slice": slice(0, PAGES), "is_last_chunk": True, "is_last": True, "aux_index": 0,
+                  "state_indices": None, "num_kv_tokens": PAGES}
         add(**{k: v for k, v in wanted.items() if tree.accepts(add, k)})
 
     def work(self) -> None:
@@ -498,7 +512,12 @@ class DecodeRank(Rank):
                    disaggregation_mode=modes.DECODE, collect_inflight_reqs=lambda: [],
                    ps=Double(journal, "parallel_state", pp_size=1), pp_size=1,
                    enable_decode_hicache=False, enable_hisparse=False, output_streamer=streamer,
-                   metrics_reporter=Double(journal, "metrics_reporter", enable_metrics=False)),
+                   metrics_reporter=Double(journal, "metrics_reporter", enable_metrics=False),
+                   # nothing is running yet; earlier trees read the server configuration from the scheduler
+                   running_batch=Double(journal, "running_batch", reqs=[]), last_batch=None, cur_batch=None,
+                   is_generation=True, enable_metrics=False, grammar_queue=[],
+                   stream_output=streamer.stream_output,  # earlier trees stream from the scheduler itself
+                   server_args=server_args()),
             **scene.decode_scheduler_state(self),
         })
         self.queue = strict_subject(
@@ -506,8 +525,12 @@ class DecodeRank(Rank):
             queue=[], gloo_group=Double(journal, "gloo_group"), tp_rank=0, metadata_buffers=self.metadata,
             req_to_metadata_buffer_idx_allocator=Double(journal, f"{self.name}.metadata_allocator",
                                                         free=lambda idx: self.metadata_frees.append(int(idx))),
+            # the tree cache gives a failed request's pages back (trees before release_kv_cache call it directly)
             tree_cache=self.scheduler.tree_cache if "tree_cache" in vars(self.scheduler) else
-            Double(journal, f"{self.name}.tree_cache"),
+            Double(journal, f"{self.name}.tree_cache",
+                   cache_finished_req=lambda req, *args, **flags: scene._release(req)),
+            spec_algorithm=Double(journal, "spec_algorithm", is_none=lambda: True, is_eagle=lambda: False,
+                                  is_standalone=lambda: False, is_ngram=lambda: False),
             enable_staging=False, staging_handler=None, _deferred_releases=[], enable_host_receive=False,
             scheduler=self.scheduler,
             _clean_hicache_prefetch_resources=lambda decode_req: None,
@@ -548,16 +571,21 @@ class DecodeRank(Rank):
                                                              "invalidate_cached_bootstrap_infos"),
         )
         request.req = tree.make_req(rid, PAGES, "DECODE")
+        if getattr(request.req, "vocab_size", 0) is None:  # the model's vocabulary, which the request learns from it
+            request.req.vocab_size = 32000
         tree.give_kv(request.req, PAGES)
         request.req.metadata_buffer_index = request.metadata_index
-        self.metadata.bootstrap_room[request.metadata_index, 0] = 0
+        if hasattr(self.metadata, "bootstrap_room"):  # the row's room: what later trees' metadata gate reads
+            self.metadata.bootstrap_room[request.metadata_index, 0] = 0
         self.queue.queue.append(_dataclass(decode.DecodeRequest, req=request.req, kv_receiver=request.receiver,
                                            metadata_buffer_index=request.metadata_index))
         self.requests[rid] = request
 
     def metadata_written(self, index: int) -> None:
-        """The aux transfer landed: the metadata row names the room (what the decode metadata gate reads)."""
-        self.metadata.bootstrap_room[index, 0] = ROOM
+        """The aux transfer landed: the metadata row names the room (what the decode metadata gate reads,
+        in the trees whose rows carry it)."""
+        if hasattr(self.metadata, "bootstrap_room"):
+            self.metadata.bootstrap_room[index, 0] = ROOM
 
     def _commit(self, decode_req: Any) -> None:
         """The committed request starts decoding: its attention reads every page it reserved."""
@@ -578,8 +606,11 @@ class DecodeRank(Rank):
 
     def step(self) -> None:
         """One pass of the decode event loop over the transfer queue: poll, then the deferred
-        releases; then pages that are free go to the next request."""
-        self.queue.pop_transferred()
+        releases; then pages that are free go to the next request. A request handed over starts
+        decoding (trees that commit inline, without ``_commit_transfer_to_req``, never called ours)."""
+        for req in self.queue.pop_transferred():
+            if req.rid not in self.committed:
+                self._commit(SimpleNamespace(req=req))
         if hasattr(self.queue, "resolve_deferred_releases"):
             self.queue.resolve_deferred_releases()
         if self.scene.reuse and self.next_pages is None and len(self.pool.free_list) >= PAGES:
@@ -876,6 +907,9 @@ REQUIRES = (
     f"{MOONCAKE}.MooncakeKVReceiver",
     f"{MOONCAKE}.MooncakeKVSender",
     f"{QUEUE}.pop_transferred",
+    # the commit of a completed transfer as a step of its own (trees that commit inline, 0.5.5 and
+    # earlier, check the committed request against model state this scene does not build)
+    f"{QUEUE}._commit_transfer_to_req",
     f"{SCHEDULER}.abort_request",
 )
 

@@ -50,10 +50,14 @@ def print_matrix(record: SweepRecord) -> None:
         ui.out.print(f"[yellow]inconclusive ({len(gaps)}): {escape(', '.join(gaps))}[/]")
 
 
-def print_audit(row: Row) -> None:
+def print_audit(row: Row, pinned: dict[int, tuple[str, str]] | None = None) -> None:
+    """``pinned``: fix -> (the configuration its pin names, its status there), for a defence whose
+    verdict is read in one configuration (an option off by default, on)."""
     ui.out.print(f"[bold]audit[/] {escape(row.source)}  {row.tree_digest}")
     for fs in row.fixes:
-        ui.out.print(f"#{fs.fix}: [{styles.STATUS[fs.status]}]{fs.status}[/]")
+        config = (pinned or {}).get(fs.fix)
+        said = f"  (pinned configuration {escape(config[0])}: [{styles.STATUS[config[1]]}]{config[1]}[/])" if config else ""
+        ui.out.print(f"#{fs.fix}: [{styles.STATUS[fs.status]}]{fs.status}[/]{said}")
         for site in fs.sites:
             cases = ", ".join(f"{k}={v}" for k, v in site.cases.items())
             ui.out.print(f"  {site.site}: [{styles.STATUS[site.status]}]{site.status}[/]  ({escape(cases)})")
