@@ -12,15 +12,16 @@ own tests for #38935 say those must reach their queue, not be retired at the doo
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import pathlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from . import tree
 from .case import Case, Probe
 from . import duties
-from .doubles import Double, Journal, KVTransport, ever_assigned, output_streamer, strict_subject
+from .doubles import Double, Journal, KVTransport, ever_assigned, output_streamer, read_sources, strict_subject
 from .plain import JSON
 
 PREFILL = "sglang.srt.disaggregation.prefill"
@@ -29,6 +30,7 @@ UTILS = "sglang.srt.disaggregation.utils"
 SCHEDULER = "sglang.srt.managers.scheduler"
 
 CAPACITY = 1024  # the KV pool both doors check against
+OVER_CAPACITY = 1100  # a prompt intake passed that the pool cannot hold
 REJECTION = "Input length (1500 tokens) exceeds the maximum allowed length (1018 tokens)."
 NUM_KV_HEADS = 8
 
@@ -44,12 +46,14 @@ def _backend() -> dict[str, Any]:
     return {} if backend is None else {"transfer_backend": backend}
 
 
+@functools.cache
 def beam_groups() -> bool:
     """Whether the tree's scheduler keeps beam groups (a ``beam_coordinator``, 0.5.19 on): only then
     has a rejected request a group to retire, and only then does the scene give it one."""
     return ever_assigned(tree.resolve(f"{SCHEDULER}.Scheduler"), "beam_coordinator")
 
 
+@functools.cache
 def cache_abort_release() -> bool:
     """Whether the tree can release the cache-side state of an aborted request: the scheduler's
     ``_release_aborted_request`` (0.5.20 on) or a tree cache's ``release_aborted_request`` (HiCache
@@ -132,8 +136,9 @@ def _state(req: Any) -> dict[str, JSON]:
 
 
 class PrefillDoor(_Door):
-    def __init__(self, journal: Journal, req: Any, flags: dict[str, bool]) -> None:
+    def __init__(self, journal: Journal, req: Any, flags: dict[str, bool], known_peer: bool = True) -> None:
         super().__init__(journal, req)
+        self.flags = flags
         prefill = tree.module(PREFILL)
         tree.route_kv_endpoints(prefill, self.transport.get_kv_class)  # child process only
         self.door = strict_subject(
@@ -153,14 +158,14 @@ class PrefillDoor(_Door):
 
     def drive(self) -> None:
         extra = {"num_kv_heads": NUM_KV_HEADS} if tree.accepts(self.door.add, "num_kv_heads") else {}
-        self.door.add(self.req, **extra)
+        self.door.add(self.req, **extra, **self.flags)
 
     def queues(self) -> dict[str, list[str]]:
         return {"bootstrap": [req.rid for req in self.door.queue]}
 
 
 class DecodeDoor(_Door):
-    def __init__(self, journal: Journal, req: Any, flags: dict[str, bool]) -> None:
+    def __init__(self, journal: Journal, req: Any, flags: dict[str, bool], known_peer: bool = True) -> None:
         super().__init__(journal, req)
         self.flags = flags
         decode = tree.module(DECODE)
@@ -173,8 +178,9 @@ class DecodeDoor(_Door):
             get_kvcache=lambda: kv_pool,
             prealloc_ceiling_fits=lambda full, swa: None,  # no unified byte ceiling: token capacity decides
         )
-        # One prefill peer already known with dp_size 1: the door's cache-hit fast path.
+        # One prefill peer already known with dp_size 1 (the door's cache-hit fast path), or none yet.
         peer = Double(journal, "prefill_info", dp_size=1)
+        peers = {_peer_address(decode, req): peer} if known_peer else {}
         self.door = strict_subject(
             decode.DecodePreallocQueue,
             journal,
@@ -183,7 +189,7 @@ class DecodeDoor(_Door):
             queue=[],
             pending_reqs=[],
             retracted_queue=[],
-            kv_manager=Double(journal, "kv_manager", prefill_info_table=PeerTable(journal, {_peer_address(decode, req): peer})),
+            kv_manager=Double(journal, "kv_manager", prefill_info_table=PeerTable(journal, peers)),
             **_backend(),
             token_to_kv_pool=kv_pool,
             token_to_kv_pool_allocator=allocator,
@@ -223,133 +229,81 @@ def _peer_address(decode: Any, req: Any) -> str:
     return spell(req) if spell is not None else f"{req.bootstrap_host}:{port}"
 
 
-# --- requests as they reach a door ---------------------------------------------------------------
-
-Request = Callable[[Journal, str, str], Any]  # (journal, rid, mode) -> Req
+# --- requests as they reach a door: one point of the case space (probes/duties.py ADMISSION) --------
 
 
-def rejected(journal: Journal, rid: str, mode: str) -> Any:
-    """Over-long prompt rejected at intake: abort pending in ``to_finish``, prompt cut to 1 token."""
-    req = tree.make_req(rid, 1500, mode)
-    tree.reject_at_intake(req, REJECTION)
+def request(journal: Journal, rid: str, mode: str, point: Mapping[str, str]) -> Any:
+    """A real ``Req`` in the state ``point`` names, made the way the tree's own code makes it."""
+    abort = point["abort"]
+    length = 1500 if abort == "rejected" else OVER_CAPACITY if point["capacity"] == "exceeds" else 16
+    req = tree.make_req(rid, length, mode)
+    if point["transfer"] == "fake":  # the warm-up request's address: the fake transfer backend serves it
+        req.bootstrap_host = tree.resolve(f"{UTILS}.FAKE_BOOTSTRAP_HOST")
+    if abort == "rejected":  # over-long prompt: abort pending in ``to_finish``, prompt cut to 1 token
+        tree.reject_at_intake(req, REJECTION)
+    elif abort == "marked":  # "abort method 3": ``finished()`` still says False
+        tree.mark_abort(req)
+    if point["entry"] == "preempted":  # ``reset_for_retract``'s mark; nothing else declares the re-entry
+        req.is_retracted = True
+    HOLD[point["holds"]](journal, req)
+    if point["session"] != "none":
+        _in_session(journal, req, streaming=point["session"] == "session")
     return req
 
 
-def _in_session(journal: Journal, rid: str, mode: str, streaming: bool) -> Any:
-    """A rejected turn of a session, where the tree's request carries its session (``Req.session``,
-    0.5.10 on; before, a request names its session by id only and holds nothing of it)."""
-    req = rejected(journal, rid, mode)
+def _hold_metadata(journal: Journal, req: Any) -> None:
+    req.metadata_buffer_index = 7
+
+
+HOLD: dict[str, Callable[[Journal, Any], None]] = {
+    "nothing": lambda journal, req: None,
+    "metadata": _hold_metadata,
+    "kv": lambda journal, req: tree.give_kv(req, len(req.origin_input_ids)),
+    "mamba": lambda journal, req: tree.give_mamba(req),
+    "backup": lambda journal, req: tree.give_retraction_backup(req, Double(journal, "retraction_backup")),
+}
+
+
+def _in_session(journal: Journal, req: Any, streaming: bool) -> None:
+    """A turn of a session, where the tree's request carries its session (``Req.session``, 0.5.10 on;
+    before, a request names its session by id only and holds nothing of it)."""
     if not ever_assigned(type(req), "session"):
         raise tree.Missing("sglang.srt.managers.schedule_batch.Req.session")
     req.session = Double(journal, "session", streaming=streaming, recorded=("abort_req",))
-    return req
 
 
-def rejected_in_session(journal: Journal, rid: str, mode: str) -> Any:
-    """A rejected turn of a streaming session, which ``create_req`` marked in flight."""
-    return _in_session(journal, rid, mode, streaming=True)
+# --- cases: every reachable point of the space ---------------------------------------------------
+
+FLAGS = {"retracted": "is_retracted", "rebootstrap": "is_rebootstrap"}  # the entries a door declares by a flag
 
 
-def rejected_in_plain_session(journal: Journal, rid: str, mode: str) -> Any:
-    """A rejected turn of a session that does not stream: nothing of it is in flight to release."""
-    return _in_session(journal, rid, mode, streaming=False)
-
-
-def valid(journal: Journal, rid: str, mode: str) -> Any:
-    return tree.make_req(rid, 16, mode)
-
-
-def _marked(rid: str, mode: str) -> Any:
-    """A request that was running when an abort was marked on it ("abort method 3")."""
-    req = tree.make_req(rid, 16, mode)
-    tree.mark_abort(req)  # pending: ``finished()`` still says False
-    return req
-
-
-def holding_metadata(journal: Journal, rid: str, mode: str) -> Any:
-    """Preempted prefill requeue: KV already released, metadata buffer still held."""
-    req = _marked(rid, mode)
-    req.metadata_buffer_index = 7
-    return req
-
-
-def holding_kv(journal: Journal, rid: str, mode: str) -> Any:
-    """Re-entry that still holds its KV row (released by its queue, not by the door)."""
-    req = _marked(rid, mode)
-    tree.give_kv(req, len(req.origin_input_ids))
-    return req
-
-
-def holding_mamba(journal: Journal, rid: str, mode: str) -> Any:
-    """Re-entry that holds Mamba state and no KV."""
-    req = _marked(rid, mode)
-    tree.give_mamba(req)
-    return req
-
-
-def holding_backup(journal: Journal, rid: str, mode: str) -> Any:
-    """Preempted requeue that still owns a host retraction backup."""
-    req = _marked(rid, mode)
-    tree.give_retraction_backup(req, Double(journal, "retraction_backup"))
-    return req
-
-
-def retracted(journal: Journal, rid: str, mode: str) -> Any:
-    """Re-entry carrying nothing: ``release_req`` freed KV, short sequences take no backup."""
-    return _marked(rid, mode)
-
-
-def preempted(journal: Journal, rid: str, mode: str) -> Any:
-    """Priority preemption requeues through a bare ``_add_request_to_queue``: no door flag, only
-    ``reset_for_retract``'s ``is_retracted`` mark and no resources left."""
-    req = _marked(rid, mode)
-    req.is_retracted = True
-    return req
-
-
-# --- cases ---------------------------------------------------------------------------------------
-
-
-def rejected_case(door: type[_Door], name: str = "rejected", request: Request = rejected, what: str = "") -> Case:
-    prefill = door is PrefillDoor
-    return _case(
-        door,
-        name,
-        role="bug",
-        title=f"request{what} rejected for length reaches the {'prefill' if prefill else 'decode'} admission door",
-        request=request,
-        extra_requires=("sglang.srt.managers.utils.validate_input_length",),
-    )
-
-
-def guard_case(door: type[_Door], name: str, title: str, request: Request, **flags: bool) -> Case:
-    return _case(door, name, role="guard", title=title, request=request, flags=flags)
-
-
-def _case(
-    door: type[_Door],
-    name: str,
-    *,
-    role: str,
-    title: str,
-    request: Request,
-    flags: dict[str, bool] | None = None,
-    extra_requires: tuple[str, ...] = (),
-) -> Case:
-    """One door, one request shape; ``name`` is both the case's suffix and the request's rid."""
-    flags = flags or {}
-    prefill = door is PrefillDoor
-    module, site = (PREFILL, "prefill-door") if prefill else (DECODE, "decode-door")
-    add = f"{module}.{'PrefillBootstrapQueue' if prefill else 'DecodePreallocQueue'}.add"
+def point_case(point: Mapping[str, str]) -> Case:
+    """The case of one point: its door, its request, the flag its entry passes; ``requires`` names the
+    door's ``add`` and the flag's parameter (a door without it cannot be entered that way: not
+    applicable), and for a rejection the tree's own length check."""
+    space = duties.ADMISSION
+    prefill = point["door"] == "prefill"
+    door, module, queue = (PrefillDoor, PREFILL, "PrefillBootstrapQueue") if prefill else (DecodeDoor, DECODE, "DecodePreallocQueue")
+    add = f"{module}.{queue}.add"
+    case_id = space.case_id(point)
+    rid = case_id.split("-door-", 1)[1]
     mode = "PREFILL" if prefill else "DECODE"
+    flags = {FLAGS[point["entry"]]: True} if point["entry"] in FLAGS else {}
+    needs = {  # what a state needs of the tree besides the door: its own length check, capacity check, ...
+        "sglang.srt.managers.utils.validate_input_length": point["abort"] == "rejected",
+        f"{module}.{queue}._check_if_req_exceed_kv_capacity": point["capacity"] == "exceeds",
+        f"{UTILS}.FAKE_BOOTSTRAP_HOST": point["transfer"] == "fake",
+        f"{DECODE}.DecodePreallocQueue._resolve_prefill_dp_rank": point["peer"] == "unknown",
+    }
+    known_peer = point["peer"] == "known"
     return Case(
-        id=f"{site}-{name}",
-        site=site,
-        role=role,
-        title=title,
-        duties=duties.declared("admission", f"{site}-{name}"),
-        build=lambda journal: door(journal, request(journal, name, mode), flags),
-        requires=(add, *(f"{add}({flag})" for flag in flags), *extra_requires),
+        id=case_id,
+        site=space.site_of(point),
+        role=space.role(point),
+        title=space.title(point),
+        duties=space.duties(point),
+        build=lambda journal: door(journal, request(journal, rid, mode, point), flags, known_peer),
+        requires=(add, *(f"{add}({flag})" for flag in flags), *(api for api, needed in needs.items() if needed)),
     )
 
 
@@ -367,62 +321,8 @@ PROBE = Probe(
         DECODE,
         SCHEDULER,
     ),
-    cases=(
-        rejected_case(PrefillDoor),
-        rejected_case(DecodeDoor),
-        rejected_case(PrefillDoor, "rejected-session", rejected_in_session, " of a streaming session"),
-        rejected_case(PrefillDoor, "rejected-plain-session", rejected_in_plain_session, " of a non-streaming session"),
-        guard_case(PrefillDoor, "valid", "valid request at the prefill admission door", valid),
-        guard_case(DecodeDoor, "valid", "valid request at the decode admission door", valid),
-        guard_case(
-            PrefillDoor,
-            "reentry-metadata",
-            "aborted-while-running request re-enters the prefill door holding a metadata buffer",
-            holding_metadata,
-        ),
-        guard_case(
-            PrefillDoor,
-            "reentry-backup",
-            "aborted-while-running request re-enters the prefill door holding a retraction backup",
-            holding_backup,
-        ),
-        guard_case(
-            PrefillDoor,
-            "reentry-kv",
-            "aborted-while-running request re-enters the prefill door holding its KV",
-            holding_kv,
-        ),
-        guard_case(
-            PrefillDoor,
-            "reentry-mamba",
-            "aborted-while-running request re-enters the prefill door holding Mamba state",
-            holding_mamba,
-        ),
-        guard_case(
-            DecodeDoor,
-            "retracted",
-            "retracted decode request with a pending abort re-enters the decode door",
-            retracted,
-            is_retracted=True,
-        ),
-        guard_case(
-            DecodeDoor,
-            "rebootstrap",
-            "re-bootstrapping decode request with a pending abort re-enters the decode door",
-            retracted,
-            is_rebootstrap=True,
-        ),
-        guard_case(
-            PrefillDoor,
-            "preempted",
-            "preempted request holding nothing re-enters the prefill door with a pending abort",
-            preempted,
-        ),
-        guard_case(
-            DecodeDoor,
-            "preempted",
-            "preempted request holding nothing re-enters the decode door with a pending abort",
-            preempted,
-        ),
-    ),
+    cases=tuple(point_case(p) for p in duties.ADMISSION.points()),
+    warm=lambda: (beam_groups(), cache_abort_release(), read_sources(
+        tree.resolve(f"{SCHEDULER}.Scheduler"), tree.resolve(f"{PREFILL}.PrefillBootstrapQueue"),
+        tree.resolve(f"{DECODE}.DecodePreallocQueue"), tree.resolve("sglang.srt.managers.schedule_batch.Req"))),
 )

@@ -70,10 +70,14 @@ class Case:
 
 @dataclass(frozen=True)
 class Probe:
+    """``warm``: done once in the harness's parent after the import, before any case is forked, so every
+    case inherits it instead of paying it again (reading the tree's sources to learn what it has)."""
+
     id: str
     fix: int
     imports: tuple[str, ...]  # SGLang modules the harness imports once, before forking
     cases: tuple[Case, ...]
+    warm: Callable[[], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -162,11 +166,9 @@ def run_case(case: Case, places: Places) -> dict[str, JSON]:
     journal = Journal()
     phase = "setup"
     try:
-        for api in case.requires:
-            try:
-                tree.resolve(api)
-            except tree.Missing:
-                return _result("not_applicable", missing=api)
+        missing = unmet(case)
+        if missing is not None:
+            return _result("not_applicable", missing=missing)
         tree.publish_defaults()
         try:
             scene = case.build(journal)
@@ -194,6 +196,21 @@ def run_case(case: Case, places: Places) -> dict[str, JSON]:
     except Exception as exc:  # every failure becomes an outcome; the run itself goes on
         return _result("error", failure=_failure(exc, phase, journal, places))
     return _result("observed", effects=effects, bug=duty_table.classify(held) == "bug")
+
+
+def unmet(case: Case) -> str | None:
+    """The first API the case drives that the tree lacks, or None. Asking changes nothing in the tree,
+    so the harness may ask before forking: a case the tree cannot run costs no process."""
+    for api in case.requires:
+        try:
+            tree.resolve(api)
+        except tree.Missing:
+            return api
+    return None
+
+
+def not_applicable(missing: str) -> dict[str, JSON]:
+    return _result("not_applicable", missing=missing)
 
 
 def _escaped(exc: Exception, journal: Journal, places: Places) -> dict[str, JSON] | None:

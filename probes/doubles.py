@@ -23,7 +23,8 @@ import dis
 import inspect
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from types import FunctionType
 from typing import Any
 
@@ -174,18 +175,41 @@ def _read_by_name(frame: Any) -> bool:
     return 0 <= frame.f_lasti < len(code) and code[frame.f_lasti] not in _DIRECT_READS
 
 
-_SOURCES: dict[str, str] = {}
+_ASSIGNED = re.compile(r"\bself\.(\w+)\s*(?::[^=\n]*)?=(?!=)|setattr\(\s*self\s*,\s*[\"'](\w+)[\"']")
+_DYNAMIC = re.compile(r"setattr\(\s*self\s*,\s*[^\"'\s]")
+
+
+@dataclass
+class _Source:
+    """One module's source, with what it assigns to ``self`` by name read once."""
+
+    text: str
+    assigned: frozenset[str]  # ``self.<attr> = ...`` and ``setattr(self, "<attr>", ...)``
+    dynamic: bool  # a ``setattr(self, <variable>, ...)``: any name it spells as a string may be set
+
+    @classmethod
+    def read(cls, path: str) -> "_Source":
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            text = handle.read()
+        return cls(text, frozenset(a or b for a, b in _ASSIGNED.findall(text)), bool(_DYNAMIC.search(text)))
+
+
+_SOURCES: dict[str, _Source] = {}
 
 
 def ever_assigned(cls: type, attr: str) -> bool:
     """Whether any module defining a class of ``cls``'s MRO assigns ``self.<attr>`` (or sets it
     by name): then a real instance may hold it and its absence here is a gap of our model."""
-    name = re.escape(attr)
-    # ``self.<attr> = ...``, ``setattr(self, "<attr>", ...)``, or a ``setattr(self, <variable>, ...)`` in a
-    # module that spells the name as a string somewhere (the variable may hold it)
-    pattern = re.compile(rf"\bself\.{name}\s*(?::[^=\n]*)?=(?!=)|setattr\(\s*self\s*,\s*[\"']{name}[\"']")
-    dynamic = re.compile(r"setattr\(\s*self\s*,\s*[^\"'\s]")
-    spelled = re.compile(rf"[\"']{name}[\"']")
+    for source in _mro_sources(cls):
+        if source is None:
+            return True  # no source to read: assume it could be set
+        if attr in source.assigned or (source.dynamic and re.search(rf"[\"']{re.escape(attr)}[\"']", source.text)):
+            return True
+    return False
+
+
+def _mro_sources(cls: type) -> Iterator[_Source | None]:
+    """The source of each module defining a class of ``cls``'s MRO (None where there is none to read)."""
     for klass in cls.__mro__:
         if klass is object or klass.__module__ == __name__:
             continue
@@ -195,14 +219,19 @@ def ever_assigned(cls: type, attr: str) -> bool:
         except TypeError:
             path = None
         if path is None:
-            return True  # no source to read: assume it could be set
+            yield None
+            continue
         if path not in _SOURCES:
-            with open(path, encoding="utf-8", errors="replace") as handle:
-                _SOURCES[path] = handle.read()
-        text = _SOURCES[path]
-        if pattern.search(text) or (dynamic.search(text) and spelled.search(text)):
-            return True
-    return False
+            _SOURCES[path] = _Source.read(path)
+        yield _SOURCES[path]
+
+
+def read_sources(*classes: type) -> None:
+    """Read once what :func:`ever_assigned` reads of these classes (in the harness's parent, so every case
+    inherits it)."""
+    for cls in classes:
+        for _ in _mro_sources(cls):
+            pass
 
 
 def strict_subject(cls: type, journal: Journal, name: str, spies: tuple[str, ...] = (), **state: Any) -> Any:

@@ -14,6 +14,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from . import space
+
 Effects = Mapping[str, Any]
 
 
@@ -164,6 +166,28 @@ DOOR_DUTIES = (
         and not e["queues"].get("pending"),
     ),
     Duty(
+        "door-awaits-peer",
+        38935,
+        "a door that does not know the request's prefill peer yet parked it as pending with its receiver, "
+        "uninitialised (a guard)",
+        lambda e: e["queues"].get("pending") == [_rid(e)] and not [c for c in e["kv_calls"] if c["call"] == "init"],
+    ),
+    Duty(
+        "door-fake-initialised",
+        38935,
+        "a fake-transfer (warm-up) request's receiver was initialised once without a peer lookup, never parked "
+        "as pending (a guard)",
+        lambda e: [c["call"] for c in e["kv_calls"]] == ["init"] and not e.get("peer_lookups")
+        and not e["queues"].get("pending"),
+    ),
+    Duty(
+        "door-refused-over-capacity",
+        38935,
+        "a request longer than the KV pool was refused at the door: queued nowhere, no KV sender or receiver, "
+        "finished with an abort streamed to its client once (a guard: the fix must not let it through)",
+        lambda e: not _admitted(e) and not e["kv_endpoints"] and e["request"]["finished"] and _streamed_once_with(e, None),
+    ),
+    Duty(
         "door-beam-retired",
         38935,
         "the rejected request's beam group was retired with it (trees with beam groups; none before 0.5.19)",
@@ -215,6 +239,8 @@ REJECTED = ("door-not-queued", "door-no-kv-endpoint", "door-no-bootstrap", "door
 KEPT = ("door-keeps-resources", "door-returns")
 AT_PREFILL = ("door-queued-bootstrap", "door-endpoint-built", *KEPT)
 AT_DECODE = ("door-queued-prealloc", "door-endpoint-built", "door-receiver-initialised", *KEPT)
+AWAITING_PEER = ("door-queued-prealloc", "door-endpoint-built", "door-awaits-peer", *KEPT)
+FAKE_AT_DECODE = ("door-queued-prealloc", "door-endpoint-built", "door-fake-initialised", *KEPT)
 
 
 # --- #36988: prefill result cleanup ---------------------------------------------------------------
@@ -356,6 +382,12 @@ RESULT_DUTIES = (
         "the tree cache (HiCache) was told once that the request ended aborted",
         _cache_finished_aborted,
     ),
+    Duty(
+        "result-cache-not-misinformed",
+        36988,
+        "with HiCache storage off, the tree cache was told at most once, and only that the request ended aborted",
+        lambda e: len(_tree_cache(e, "finish")) <= 1 and all(_cache_finished_aborted(e) for _ in _tree_cache(e, "finish")),
+    ),
     Duty("result-mamba-freed", 36988, "the Mamba state it held was freed exactly once", _mamba_freed),
     Duty(
         "result-bootstrap-settled",
@@ -434,51 +466,269 @@ RESULT_DUTIES = (
     ),
 )
 
-RETIRED_ONCE = ("result-sender-aborted", "result-returns", "result-pending-chunk-cleared", "result-not-requeued",
-                "result-no-kv-chunk", "result-metadata-freed", "result-kv-released", "result-kv-not-inserted",
-                "result-cache-finished-aborted", "result-mamba-freed", "result-bootstrap-settled", "result-finished",
-                "result-streamed-once")
+RETIRED_BEFORE_CACHE = ("result-sender-aborted", "result-returns", "result-pending-chunk-cleared", "result-not-requeued",
+                        "result-no-kv-chunk", "result-metadata-freed", "result-kv-released", "result-kv-not-inserted")
+RETIRED_AFTER_CACHE = ("result-mamba-freed", "result-bootstrap-settled", "result-finished", "result-streamed-once")
+RETIRED_ONCE = (*RETIRED_BEFORE_CACHE, "result-cache-finished-aborted", *RETIRED_AFTER_CACHE)
 
 HEALTHY = ("result-queued-for-transfer", "result-last-chunk-sent", "result-healthy-kept", "result-returns")
+KEPT_FOR_BOOTSTRAP = ("result-kept-for-bootstrap", "result-waits-for-bootstrap", "result-returns")
 
 DUTIES: dict[str, Duty] = {duty.id: duty for duty in DOOR_DUTIES + RESULT_DUTIES}
 
-# Which duties each case checks, by probe and case id: its signature is their conjunction.
-CASES: dict[str, dict[str, tuple[str, ...]]] = {
-    "admission": {
-        "prefill-door-rejected": REJECTED,
-        "decode-door-rejected": REJECTED,
-        "prefill-door-rejected-session": (*REJECTED, "door-session-released"),
-        "prefill-door-rejected-plain-session": (*REJECTED, "door-session-kept"),
-        "prefill-door-valid": AT_PREFILL,
-        "decode-door-valid": AT_DECODE,
-        "prefill-door-reentry-metadata": AT_PREFILL,
-        "prefill-door-reentry-backup": AT_PREFILL,
-        "prefill-door-reentry-kv": AT_PREFILL,
-        "prefill-door-reentry-mamba": AT_PREFILL,
-        "decode-door-retracted": ("door-queued-retracted", *KEPT),
-        "decode-door-rebootstrap": AT_DECODE,
-        "prefill-door-preempted": AT_PREFILL,
-        "decode-door-preempted": AT_DECODE,
+
+# --- the case spaces: what each fix's code tells apart (probes/space.py) ------------------------------
+# Each probe's cases are the reachable combinations of these dimensions; each value says how the tree's
+# own code produces that state. A case's duties follow from its dimensions (the rules below), never
+# from a hand table per case. The scene builders (probes/admission.py, probes/prefill_cleanup.py) turn
+# a point into real SGLang objects; a state an era's code cannot produce is not applicable there,
+# naming the API the tree lacks.
+
+RE_ENTRIES = ("reentry", "preempted", "retracted", "rebootstrap")
+HELD = ("metadata", "kv", "mamba", "backup")
+
+ADMISSION = space.Space(
+    probe="admission",
+    dimensions=(
+        space.Dimension("door", (
+            space.Value("prefill", "PrefillBootstrapQueue.add, where the prefill scheduler's _add_request_to_queue "
+                        "hands every request", label="prefill-door", says="at the prefill admission door"),
+            space.Value("decode", "DecodePreallocQueue.add, where the decode scheduler hands every request",
+                        label="decode-door", says="at the decode admission door"),
+        ), core=True),
+        space.Dimension("abort", (
+            space.Value("valid", "a request that passed intake; no abort on it", says="valid request"),
+            space.Value("rejected", "rejected at intake: the length check's set_finish_with_abort leaves the abort "
+                        "pending in to_finish (finished() still False) and cuts the prompt to one token",
+                        says="request rejected for length"),
+            space.Value("marked", "an AbortReq reached it while it ran (abort method 3): to_finish pending, "
+                        "finished() still False", label="", says="request aborted while it ran"),
+        ), core=True, reads=("is_aborted", "is_unadmitted_reject", "to_finish", "finished_reason")),
+        space.Dimension("entry", (
+            space.Value("fresh", "its first admission, straight from intake", label=""),
+            space.Value("reentry", "requeued through _add_request_to_queue while its queue still owns what it "
+                        "holds (a preempted prefill requeue, a resumed request)", says="re-entering"),
+            space.Value("preempted", "priority preemption or a pause requeues it through a bare "
+                        "_add_request_to_queue: release_req freed what it held and reset_for_retract marked it "
+                        "is_retracted", says="preempted and re-entering"),
+            space.Value("retracted", "the door's own re-entry of a retracted request: add(is_retracted=True)",
+                        says="retracted and re-entering (is_retracted)"),
+            space.Value("rebootstrap", "a PD true-retraction whose prefix KV the prefill worker recomputes: "
+                        "add(is_rebootstrap=True)", says="re-bootstrapping (is_rebootstrap)"),
+        ), core=True, reads=("is_retracted", "is_rebootstrap")),
+        space.Dimension("holds", (
+            space.Value("nothing", "nothing of its own: a fresh request acquires at the door; a retraction "
+                        "released the rest", label=""),
+            space.Value("metadata", "a metadata buffer (a preempted prefill requeue whose KV is already released)",
+                        says="holding a metadata buffer"),
+            space.Value("kv", "its KV row (released by its queue, not by the door)", says="holding its KV"),
+            space.Value("mamba", "Mamba state and no KV", says="holding Mamba state"),
+            space.Value("backup", "a host copy of its KV taken at retraction (offload_kv_cache)",
+                        says="holding a retraction backup"),
+        ), over={"entry": RE_ENTRIES},
+            reads=("holds_kv", "holds_mamba", "metadata_buffer_index", "retraction_backup")),
+        space.Dimension("capacity", (
+            space.Value("fits", "a prompt the door's KV pool can hold", label=""),
+            space.Value("exceeds", "the server's context length exceeds its KV pool (the incident's first fault): "
+                        "intake passes a prompt longer than the door's pool holds", label="over-capacity",
+                        says="longer than the KV pool"),
+        ), over={"entry": ("fresh",), "abort": ("valid",)},
+            reads=("create_sender", "_check_if_req_exceed_kv_capacity")),
+        space.Dimension("transfer", (
+            space.Value("real", "a real transfer backend", label=""),
+            space.Value("fake", "the server's own warm-up request: its bootstrap host is FAKE_BOOTSTRAP_HOST and the "
+                        "fake transfer backend serves it", label="fake", says="on the fake transfer (warm-up)"),
+        ), over={"entry": ("fresh",)}, reads=("_is_fake_transfer", "bootstrap_host")),
+        space.Dimension("peer", (
+            space.Value("known", "the decode worker already knows the request's prefill peer (its prefill_info_table "
+                        "has it): the door's cache-hit fast path", label=""),
+            space.Value("unknown", "the request's prefill peer is not in the decode worker's prefill_info_table yet: "
+                        "the door leaves it to the handshake", label="new-peer", says="from a prefill peer not met yet"),
+        ), over={"door": ("decode",), "abort": ("valid", "rejected"), "entry": ("fresh", "preempted", "rebootstrap")},
+            reads=("prefill_dp_rank", "_resolve_prefill_dp_rank", "prefill_info_table")),
+        space.Dimension("session", (
+            space.Value("none", "no session", label=""),
+            space.Value("session", "a turn of a streaming session, which create_req marked in flight",
+                        says="in a streaming session"),
+            space.Value("plain-session", "a turn of a session that does not stream: nothing of it is in flight",
+                        says="in a non-streaming session"),
+        ), over={"entry": ("fresh",)}, reads=("session", "streaming")),
+    ),
+    unreachable=(
+        space.Unreachable("a request is rejected at intake, before its first door: it never re-enters",
+                          {"abort": ("rejected",), "entry": RE_ENTRIES}),
+        space.Unreachable("an abort is marked on a request that ran; a request at its first door has not",
+                          {"abort": ("marked",), "entry": ("fresh",)}),
+        space.Unreachable("a request at its first door holds nothing: the door is where it acquires",
+                          {"entry": ("fresh",), "holds": HELD}),
+        space.Unreachable("a requeue that holds nothing went through release_req, whose reset_for_retract marks it "
+                          "is_retracted: that is the preempted entry", {"entry": ("reentry",), "holds": ("nothing",)}),
+        space.Unreachable("a retraction releases device KV, Mamba state and the metadata buffer (release_req); "
+                          "at most a host backup stays", {"entry": ("preempted", "retracted", "rebootstrap"),
+                                                          "holds": ("metadata", "kv", "mamba")}),
+    ),
+    bug=({"abort": ("rejected",)},),
+    duties_by=(
+        space.Rule({"abort": ("rejected",)}, REJECTED),
+        space.Rule({"abort": ("rejected",), "session": ("session",)}, ("door-session-released",)),
+        space.Rule({"abort": ("rejected",), "session": ("plain-session",)}, ("door-session-kept",)),
+        space.Rule({"abort": ("valid", "marked"), "capacity": ("fits",), "door": ("prefill",)}, AT_PREFILL),
+        space.Rule({"abort": ("valid", "marked"), "door": ("decode",), "entry": ("retracted",)},
+                   ("door-queued-retracted", *KEPT)),
+        *(space.Rule({"abort": ("valid", "marked"), "capacity": ("fits",), "door": ("decode",),
+                      "entry": ("fresh", "reentry", "preempted", "rebootstrap"), **when}, held) for when, held in (
+            ({"peer": ("known",), "transfer": ("real",)}, AT_DECODE),
+            ({"peer": ("unknown",)}, AWAITING_PEER),
+            ({"transfer": ("fake",)}, FAKE_AT_DECODE))),
+        space.Rule({"capacity": ("exceeds",)}, ("door-refused-over-capacity", "door-returns")),
+        space.Rule({"abort": ("valid", "marked"), "session": ("session", "plain-session")}, ("door-session-kept",)),
+    ),
+    site=lambda p: f"{p['door']}-door",
+    incidental={
+        "req": "the request itself", "self": "the door's queue or the scheduler", "kv": "the request's KV "
+        "bookkeeping, whose fields are the holds dimension", "num_kv_heads": "the model's head count, passed "
+        "to the sender as is",
     },
-    "prefill-cleanup": {
-        "aborted-final-result": RETIRED_ONCE,
-        "late-result-after-retire": ("result-late-no-effect", "result-returns"),
-        "aborted-middle-chunk": ("result-not-freed-early", *RETIRED_ONCE),
-        "sender-abort-raises": RETIRED_ONCE,
-        "grammar-rejection": RETIRED_ONCE,
-        "mamba-before-kv": RETIRED_ONCE,
-        "metadata-only": RETIRED_ONCE,
-        "aborted-yielded-chunk": RETIRED_ONCE,
-        "healthy-final-result": HEALTHY,
-        "healthy-grammar-result": HEALTHY,
-        "healthy-chunked-result": HEALTHY,
-        "healthy-yielded-result": ("result-yield-requeued", "result-returns"),
-        "healthy-yielded-bootstrapped": ("result-healthy-kept", "result-returns"),
-        "healthy-optimistic-chunked": ("result-kept-for-bootstrap", "result-waits-for-bootstrap", "result-returns"),
-        "healthy-optimistic-result": ("result-kept-for-bootstrap", "result-waits-for-bootstrap", "result-returns"),
+)
+
+RETIRING = {"abort": ("pending",), "phase": ("final", "yielded")}  # where _retire_aborted_prefill_result is called
+FINAL = {"phase": ("final",)}
+
+PREFILL_CLEANUP = space.Space(
+    probe="prefill-cleanup",
+    dimensions=(
+        space.Dimension("abort", (
+            space.Value("none", "no abort on it", label="healthy", says="healthy request"),
+            space.Value("pending", "an AbortReq reached it while its forward ran (abort method 3): to_finish "
+                        "pending", label="aborted", says="request aborted while its forward ran"),
+            space.Value("retired", "already retired by an earlier retire or a bootstrap failure: finished with an "
+                        "abort, its resources released; this is a late result of it", label="late",
+                        says="late result of a request already retired",
+                        implies={"holds": "nothing", "bootstrap": "done"}),
+        ), core=True, reads=("is_aborted", "to_finish", "finished_reason")),
+        space.Dimension("phase", (
+            space.Value("final", "the result of its last (or only) chunk", label="final-result", says="its final result"),
+            space.Value("chunked", "a middle chunk's result while its next chunk runs (it is still the scheduler's "
+                        "chunked_req), then its last chunk's result", says="a middle chunk's result, then its last"),
+            space.Value("last-launched", "a middle chunk's result while its last chunk already runs (overlap "
+                        "scheduling launched it: its extend range reaches the end of the input), then the last's",
+                        says="a middle chunk's result while its last chunk runs, then its last",
+                        implies={"overlap": "on"}),
+            space.Value("yielded", "a middle chunk's result with no later chunk of it running: it yields",
+                        says="a middle chunk's result with no later chunk in flight"),
+        ), core=True, reads=("inflight_middle_chunks", "chunked_req", "extend_range", "extend_end", "still_chunking")),
+        space.Dimension("bootstrap", (
+            space.Value("done", "its bootstrap completed before the forward", label=""),
+            space.Value("pending", "optimistic prefill: popped while the handshake is still bootstrapping (with a "
+                        "metadata buffer), its forward run ahead of it", label="optimistic",
+                        says="bootstrap still pending (optimistic prefill)"),
+        ), core=True, reads=("pending_bootstrap",)),
+        space.Dimension("holds", (
+            space.Value("kv-metadata", "its KV row and its metadata buffer, as after its forward", label=""),
+            space.Value("metadata", "a metadata buffer and no KV or Mamba state", label="metadata-only",
+                        says="holding a metadata buffer only"),
+            space.Value("mamba", "Mamba state, no KV, no metadata buffer and no KV sender yet", says="holding Mamba state only",
+                        implies={"sender": "none"}),
+            space.Value("nothing", "nothing: an earlier retire released it all", label=""),
+        ), over=RETIRING, reads=("holds_kv", "holds_mamba", "metadata_buffer_index", "owns_resources")),
+        space.Dimension("sender", (
+            space.Value("ready", "the KV sender the prefill door built", label=""),
+            space.Value("fails", "its KV sender's abort() raises (the transport is down)", label="sender-fails",
+                        says="its KV sender failing to abort"),
+            space.Value("none", "no KV sender built yet", label="no-sender", says="no KV sender yet"),
+        ), over=RETIRING, reads=("disagg_kv_sender", "sender")),
+        space.Dimension("grammar", (
+            space.Value("none", "no grammar", label=""),
+            space.Value("accepts", "a compiled grammar that accepts the sampled token", label="grammar",
+                        says="its grammar accepting the sampled token"),
+            space.Value("rejects", "a compiled grammar whose accept_token raises ValueError for the sampled token",
+                        label="grammar-rejects", says="its grammar rejecting the sampled token"),
+        ), over=FINAL, reads=("grammar",)),
+        space.Dimension("mask", (
+            space.Value("off", "no sampling mask asked for", label=""),
+            space.Value("ok", "return_sampling_mask, the sampler reporting the token inside its captured support",
+                        label="mask", says="a sampling mask that holds"),
+            space.Value("rejects", "return_sampling_mask, the sampler reporting the token outside its captured support "
+                        "(the batch result processor's own get_sampling_mask_finish_reason aborts it)",
+                        label="mask-rejects", says="its sampling mask rejecting the sampled token"),
+        ), over=FINAL, reads=("return_sampling_mask", "sampling_mask_finish_reason")),
+        space.Dimension("discard", (
+            space.Value("kept", "its KV landed", label=""),
+            space.Value("discarded", "the cache discarded its output: its KV never landed (discard_output_reason)",
+                        says="its output discarded (KV never landed)"),
+        ), over=FINAL, reads=("discard_output_reason",)),
+        space.Dimension("overlap", (
+            space.Value("off", "the normal event loop: a middle chunk's KV is sent from process_prefill_chunk", label=""),
+            space.Value("on", "overlap scheduling: a middle chunk's KV is sent from result processing",
+                        label="overlap", says="under overlap scheduling"),
+        ), over={"phase": ("chunked", "yielded")}, reads=("enable_overlap",)),
+        space.Dimension("hicache", (
+            space.Value("on", "HiCache storage on", label=""),
+            space.Value("off", "HiCache storage off", label="no-hicache", says="HiCache storage off"),
+        ), over=RETIRING, reads=("enable_hicache_storage",)),
+    ),
+    unreachable=(
+        space.Unreachable("a request that ran its forward holds what it ran with; only an earlier retire leaves it "
+                          "nothing", {"abort": ("none", "pending"), "holds": ("nothing",)}),
+        space.Unreachable("the prefill door builds the KV sender when it admits a request (create_sender), before "
+                          "any forward; only the Mamba-only state is taken before it",
+                          {"sender": ("none",), "holds": ("kv-metadata", "metadata")}),
+    ),
+    bug=({"abort": ("pending", "retired")}, {"grammar": ("rejects",)}, {"mask": ("rejects",)},
+         {"discard": ("discarded",)}),
+    duties_by=(
+        space.Rule({"abort": ("retired",)}, ("result-late-no-effect", "result-returns")),
+        space.Rule({"abort": ("pending",), "phase": ("chunked", "last-launched")}, ("result-not-freed-early",)),
+        *(space.Rule(when, RETIRED_BEFORE_CACHE) for when in (
+            {"abort": ("pending",)}, {"abort": ("none",), "grammar": ("rejects",)},
+            {"abort": ("none",), "mask": ("rejects",)}, {"abort": ("none",), "discard": ("discarded",)})),
+        *(space.Rule({**when, "hicache": (state,)}, (duty,)) for state, duty in (
+            ("on", "result-cache-finished-aborted"), ("off", "result-cache-not-misinformed")) for when in (
+            {"abort": ("pending",)}, {"abort": ("none",), "grammar": ("rejects",)},
+            {"abort": ("none",), "mask": ("rejects",)}, {"abort": ("none",), "discard": ("discarded",)})),
+        *(space.Rule(when, RETIRED_AFTER_CACHE) for when in (
+            {"abort": ("pending",)}, {"abort": ("none",), "grammar": ("rejects",)},
+            {"abort": ("none",), "mask": ("rejects",)}, {"abort": ("none",), "discard": ("discarded",)})),
+        *(space.Rule({"abort": ("none",), "grammar": ("none", "accepts"), "mask": ("off", "ok"), "discard": ("kept",), **when},
+                     duties) for when, duties in (
+            ({"phase": ("final", "chunked", "last-launched"), "bootstrap": ("done",)}, HEALTHY),
+            ({"phase": ("final", "chunked", "last-launched"), "bootstrap": ("pending",)}, KEPT_FOR_BOOTSTRAP),
+            ({"phase": ("yielded",), "bootstrap": ("pending",)}, ("result-yield-requeued", "result-returns")),
+            ({"phase": ("yielded",), "bootstrap": ("done",)}, ("result-healthy-kept", "result-returns")),
+        )),
+    ),
+    aliases={
+        "late-final-result": "late-result-after-retire",
+        "aborted-chunked-overlap": "aborted-middle-chunk",
+        "aborted-final-result-sender-fails": "sender-abort-raises",
+        "healthy-final-result-grammar-rejects": "grammar-rejection",
+        "aborted-final-result-mamba-no-sender": "mamba-before-kv",
+        "aborted-final-result-metadata-only": "metadata-only",
+        "aborted-yielded-optimistic": "aborted-yielded-chunk",
+        "healthy-final-result-grammar": "healthy-grammar-result",
+        "healthy-chunked-overlap": "healthy-chunked-result",
+        "healthy-yielded-optimistic": "healthy-yielded-result",
+        "healthy-yielded": "healthy-yielded-bootstrapped",
+        "healthy-chunked-optimistic": "healthy-optimistic-chunked",
+        "healthy-final-result-optimistic": "healthy-optimistic-result",
     },
-}
+    site="prefill-result",
+    incidental={
+        "req": "the request itself", "self": "the scheduler", "kv": "the request's KV bookkeeping, whose fields "
+        "are the holds dimension", "len": "a builtin", "isinstance": "a builtin", "FINISH_ABORT": "the abort "
+        "class is_aborted tests for (the abort dimension)", "end": "the end of the extend range (the phase "
+        "dimension)", "origin_input_ids": "the prompt, whose end the extend range is compared with (phase)",
+        "aborted_reqs": "the batch's retired requests so far, to stream: filled by the abort dimension's cases",
+        "_retire_aborted_prefill_result": "its answer, whether the request still owned resources (holds)",
+        "finished": "req.finished(): a retired request is finished (the abort dimension)",
+    },
+)
+
+SPACES: dict[str, space.Space] = {s.probe: s for s in (ADMISSION, PREFILL_CLEANUP)}
+
+# Which duties each case checks, by probe and case id: its signature is their conjunction. Generated from
+# the spaces; a probe declaring its cases another way registers them here the same way.
+CASES: dict[str, dict[str, tuple[str, ...]]] = {probe: s.duty_table() for probe, s in SPACES.items()}
 
 
 # The code each fix changed, by qualified name: what ``diffprobe mutate`` mutates, on the lines the

@@ -1,9 +1,9 @@
 """Probe harness: the one entry point the host runs inside a tree's environment.
 
     <env python> -I -B /abs/probes/harness.py --probe PROBE_ID [--probe PROBE_ID ...] --out DIR
-        [--case-timeout SECONDS] [--case CASE_ID ...]
+        [--case-timeout SECONDS] [--case CASE_ID ...] [--no-lines]
 
-Implements ``docs/probe-contract.md`` (``diffprobe.observations/2``): imports SGLang once, forks
+Implements ``docs/probe-contract.md`` (``diffprobe.observations/3``): imports SGLang once, forks
 one child per case so cases share no state and never pay the import twice, kills a child that
 outlives its timeout, and writes the observations file atomically. Exit 0 means the file was
 written, whatever the cases did; any other exit is an infrastructure failure.
@@ -27,7 +27,7 @@ from collections.abc import Iterable
 from types import ModuleType
 from typing import Any
 
-SCHEMA = "diffprobe.observations/2"
+SCHEMA = "diffprobe.observations/3"
 PROBE_MODULES = {
     "admission": "probes.admission",
     "prefill-cleanup": "probes.prefill_cleanup",
@@ -38,6 +38,7 @@ PROBE_MODULES = {
     "handoff": "probes.handoff",
 }
 HERE = os.path.dirname(os.path.abspath(__file__))
+RECORD_LINES = True  # per-case coverage (probes/coverage.py); --no-lines exists to measure its cost
 
 
 def load_package() -> ModuleType:
@@ -57,7 +58,8 @@ def load_package() -> ModuleType:
 
 
 load_package()  # before the imports below: ``probes`` is not on sys.path
-from probes.case import Case, Places, Probe, error, run_case  # noqa: E402
+from probes.case import Case, Places, Probe, error, not_applicable, run_case, unmet  # noqa: E402
+from probes.coverage import Recorder, canonical  # noqa: E402
 from probes.tree import publish_defaults  # noqa: E402
 
 
@@ -97,15 +99,16 @@ def import_sglang(modules: tuple[str, ...], places: Places) -> dict[str, Any]:
     }
 
 
-def warm_up() -> None:
+def warm_up(probes: Iterable[Probe] = ()) -> None:
     """Do once here what every case does first: publishing the default server configuration
-    imports a dozen modules lazily, which each child would otherwise pay again (~60 ms a case).
-    Every case publishes afresh, so nothing of this call reaches one; a failure is left to the
-    cases, which meet it again and report it."""
-    try:
-        publish_defaults()
-    except Exception:
-        pass
+    imports a dozen modules lazily, which each child would otherwise pay again (~60 ms a case), and
+    each probe's own ``warm``. Every case publishes afresh, so nothing of this call reaches one; a
+    failure is left to the cases, which meet it again and report it."""
+    for warm in (publish_defaults, *(p.warm for p in probes if p.warm is not None)):
+        try:
+            warm()
+        except Exception:
+            pass
 
 
 def _import_error(exc: BaseException, places: Places) -> dict[str, Any]:
@@ -193,7 +196,7 @@ def run_forked(case: Case, places: Places, timeout: float, log: ImportLog) -> tu
         message, problem = well_formed(data)
         if message is not None:  # its result is in; its exit (unmapping a large heap) need not hold up the next case
             EXITING.append(pid)
-            return {**case.header(), **message["result"], "duration_ms": _ms_since(start)}, message
+            return {**case.header(), **message["result"], "lines": message["lines"], "duration_ms": _ms_since(start)}, message
     elif ended == "overflow":
         problem = f"more than {MAX_MESSAGE} bytes"
     if ended != "eof":
@@ -239,9 +242,11 @@ def well_formed(data: bytes) -> tuple[dict | None, str | None]:
         message = json.loads(data)
     except (ValueError, RecursionError) as exc:
         return None, f"not one JSON document ({type(exc).__name__})"
-    if not isinstance(message, dict) or sorted(message) != ["modules", "result", "standins"]:
-        return None, "not an object of result, modules and standins"
+    if not isinstance(message, dict) or sorted(message) != ["lines", "modules", "result", "standins"]:
+        return None, "not an object of result, lines, modules and standins"
     result = message["result"]
+    if not _lines_ok(message["lines"]):
+        return None, "lines are not null or file -> sorted, disjoint [start, end] line ranges"
     for key in ("modules", "standins"):
         if not isinstance(message[key], list) or not all(isinstance(n, str) for n in message[key]):
             return None, f"{key} is not a list of names"
@@ -262,6 +267,10 @@ def well_formed(data: bytes) -> tuple[dict | None, str | None]:
     if not (isinstance(failure["type"], str) and isinstance(failure["message"], str) and isinstance(failure["frame"], (str, type(None)))):
         return None, "the error's fields are not strings"
     return message, None
+
+
+def _lines_ok(lines: Any) -> bool:
+    return lines is None or (isinstance(lines, dict) and all(isinstance(p, str) and canonical(s) for p, s in lines.items()))
 
 
 def _plain(value: Any, depth: int) -> bool:
@@ -291,10 +300,15 @@ def reap(block: bool = True) -> None:
 def _child(case: Case, places: Places, write_fd: int, log: ImportLog) -> None:
     code = 1
     try:
-        result = run_case(case, places)
+        recorder = Recorder(places.sglang_root).start() if places.sglang_root and RECORD_LINES else None
+        try:
+            result = run_case(case, places)
+        finally:
+            lines = recorder.stop() if recorder else None
         new = log.new_modules()
         payload = {
             "result": result,
+            "lines": None if result["outcome"] == "not_applicable" else lines,
             "modules": sorted(imported_files(places.sglang_root, new)),
             "standins": sorted(standins_among(new)),
         }
@@ -332,6 +346,7 @@ def _bare(outcome: str, failure: dict | None = None) -> dict[str, Any]:
         "effects": None,
         "error": failure,
         "missing": None,
+        "lines": None,
     }
 
 
@@ -363,6 +378,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--out", required=True, help="directory that receives one <probe>.json per probe")
     parser.add_argument("--case-timeout", type=float, default=60.0)
     parser.add_argument("--case", action="append", dest="cases", metavar="CASE_ID")
+    parser.add_argument("--no-lines", action="store_true", help="record no per-case lines (to measure what recording costs)")
     parser.add_argument("--mutate", action="store_true",
                         help="run the cases against mutants of the fix's code; writes mutation-<probe>.json")
     return parser.parse_args(argv)
@@ -370,6 +386,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
+    global RECORD_LINES
+    RECORD_LINES = not args.no_lines
     probes: list[Probe] = [importlib.import_module(PROBE_MODULES[p]).PROBE for p in dict.fromkeys(args.probes)]
     selected = {probe.id: [c for c in probe.cases if not args.cases or c.id in args.cases] for probe in probes}
     unknown = sorted(set(args.cases or ()) - {c.id for probe in probes for c in probe.cases})
@@ -382,7 +400,10 @@ def main(argv: list[str]) -> int:
     # One import serves every probe: the import is most of the cost of a run.
     imported = import_sglang(tuple(dict.fromkeys(m for probe in probes for m in probe.imports)), places)
     if imported["outcome"] == "ok":
-        warm_up()
+        warm_up(probes)
+    # Asked here, before any case is forked: a case the tree cannot run costs no process (and anything the
+    # question imports is the parent's, like the import itself).
+    lacking = {c.id: unmet(c) for probe in probes for c in selected[probe.id]} if imported["outcome"] == "ok" else {}
     known = frozenset(sys.modules)
     parent_files, parent_standins = imported_files(sglang_root, known), standins_among(known)
     log = ImportLog(known)
@@ -393,7 +414,7 @@ def main(argv: list[str]) -> int:
 
         for probe in probes:
             document = mutation.run(probe, selected[probe.id], lambda case: run_forked(case, places, args.case_timeout, log)[0],
-                                    args.out, places.display)
+                                    places.display)
             write_atomically(os.path.join(args.out, f"mutation-{probe.id}.json"), {**document, "import": imported})
         reap()
         return 0
@@ -402,6 +423,9 @@ def main(argv: list[str]) -> int:
         for case in selected[probe.id]:
             if imported["outcome"] != "ok":
                 results.append({**case.header(), **_bare("error", imported["error"]), "duration_ms": 0})
+                continue
+            if lacking.get(case.id) is not None:
+                results.append({**case.header(), **not_applicable(lacking[case.id]), "lines": None, "duration_ms": 0})
                 continue
             result, payload = run_forked(case, places, args.case_timeout, log)
             results.append(result)

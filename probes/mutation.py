@@ -28,15 +28,13 @@ import ast
 import copy
 import dataclasses
 import inspect
-import json
-import os
-import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from types import CodeType, FunctionType
 from typing import Any
 
 from . import tree
+from .coverage import expand
 from .duties import FIX_CODE
 
 TELEMETRY = ("logger.", "logging.", "time_stats", "trace_ctx", "metrics_reporter", "metrics_collector")
@@ -348,79 +346,20 @@ def apply(target: Target, mutant: Mutant) -> None:
     target.function.__code__ = mutant.code
 
 
-# --- tracing ---------------------------------------------------------------------------------------
-
-
-class LineTrace:
-    """The lines of ``files`` a run executes (``sys.settrace`` limited to those files)."""
-
-    def __init__(self, files: set[str]) -> None:
-        self.files = files
-        self.lines: dict[str, set[int]] = {}
-
-    def _global(self, frame: Any, event: str, arg: Any) -> Any:
-        if frame.f_code.co_filename not in self.files:
-            return None
-        lines = self.lines.setdefault(frame.f_code.co_filename, set())
-
-        def local(frame: Any, event: str, arg: Any) -> Any:
-            if event == "line":
-                lines.add(frame.f_lineno)
-            return local
-
-        lines.add(frame.f_lineno)
-        return local
-
-    def __enter__(self) -> "LineTrace":
-        sys.settrace(self._global)
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        sys.settrace(None)
-
-
 # --- running ---------------------------------------------------------------------------------------
 
 SCHEMA = "diffprobe.mutation/1"
 
 
-class _Traced:
-    """A scene whose drive is traced; the lines go to ``path`` (the child cannot return them
-    through its one result message)."""
-
-    def __init__(self, scene: Any, files: set[str], path: str) -> None:
-        self.scene, self.files, self.path = scene, files, path
-
-    def drive(self) -> None:
-        trace = LineTrace(self.files)
-        try:
-            with trace:
-                self.scene.drive()
-        finally:
-            with open(self.path, "w", encoding="utf-8") as handle:
-                json.dump({name: sorted(lines) for name, lines in trace.lines.items()}, handle)
-
-    def effects(self) -> Any:
-        return self.scene.effects()
-
-
-def run(probe: Any, cases: list[Any], run_forked: Callable[[Any], dict[str, Any]], scratch: str,
-        display: Callable[[str], str]) -> dict[str, Any]:
-    """Trace the probe's cases on the tree as it is, then run them against every mutant of the
-    fix's code on the lines they executed. Results are raw case results: the host judges."""
+def run(probe: Any, cases: list[Any], run_forked: Callable[[Any], dict[str, Any]], display: Callable[[str], str]) -> dict[str, Any]:
+    """Run the probe's cases on the tree as it is, then against every mutant of the fix's code on
+    the lines they executed (each result's ``lines``). Results are raw case results: the host judges."""
     targets, missing = find(FIX_CODE[probe.fix])
-    files = {target.path for target in targets}
-    executed: dict[str, set[int]] = {}
-    baseline = []
-    for case in cases:
-        path = os.path.join(scratch, f".trace-{probe.id}-{case.id}.json")
-        traced = dataclasses.replace(case, build=lambda journal, case=case, path=path: _Traced(case.build(journal), files, path))
-        baseline.append(run_forked(traced))
-        if os.path.exists(path):
-            with open(path, encoding="utf-8") as handle:
-                for name, lines in json.load(handle).items():
-                    executed.setdefault(name, set()).update(lines)
-            os.unlink(path)
+    executed: dict[str, set[int]] = {}  # by absolute path, from each case's recorded lines (probes/coverage.py)
+    baseline = [run_forked(case) for case in cases]
+    for target in targets:
+        for result in baseline:
+            executed.setdefault(target.path, set()).update(expand((result.get("lines") or {}).get(display(target.path), ())))
     # A case the tree already fails cannot tell a mutant from it (the host ignores it all the same).
     held = [case for case, result in zip(cases, baseline)
             if result.get("outcome") == "observed" and result.get("classification") == "clean"]

@@ -10,44 +10,79 @@ and Mamba state freed, finished and streamed once; a late result of a retired re
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from . import tree
 from .case import Case, Probe
 from . import duties
-from .doubles import Double, Journal, KVTransport, output_streamer, strict_subject
+from .doubles import Double, Journal, KVTransport, output_streamer, read_sources, strict_subject
 from .plain import JSON, plain
 
 PREFILL = "sglang.srt.disaggregation.prefill"
 MIXIN = f"{PREFILL}.SchedulerDisaggregationPrefillMixin"
 SCHEDULER = "sglang.srt.managers.scheduler.Scheduler"
+RESULT_PROCESSOR = "sglang.srt.managers.scheduler_components.batch_result_processor.SchedulerBatchResultProcessor"
 NEXT_TOKEN = 11
 METADATA_INDEX = 7
 
 
 @dataclass(frozen=True)
 class Shape:
-    """The request as the result finds it.
+    """The request as the result finds it, from one point of the case space (``probes/duties.py``
+    PREFILL_CLEANUP).
 
-    ``abort``: ``pending`` (marked while running, in ``to_finish``), ``retired`` (already
-    finished with an abort and stripped of resources) or ``none``. ``chunks_in_flight`` holds,
-    per processed result, whether a later chunk of the request is still running.
+    ``abort``: ``none``, ``pending`` (marked while running, in ``to_finish``) or ``retired`` (already
+    finished with an abort and stripped of resources). ``steps`` holds, per processed result, what of
+    the request is still in flight: ``chunking`` (its next chunk: it is the scheduler's chunked_req),
+    ``last`` (its last chunk, launched ahead by overlap scheduling) or ``none``.
     """
 
     abort: str = "pending"
     holds_kv: bool = True
     holds_mamba: bool = False
     metadata_index: int = METADATA_INDEX
-    grammar_rejects: bool = False
-    grammar_accepts: bool = False
+    grammar: str = "none"  # none, accepts, rejects
+    mask: str = "off"  # off, ok, rejects
+    discard: bool = False
     sender_abort_fails: bool = False
-    chunks_in_flight: tuple[bool, ...] = (False,)
-    middle_chunks: int | None = None  # results still to come before the last (default: one per chunk in flight)
     has_sender: bool = True
+    steps: tuple[str, ...] = ("none",)
+    middle_chunks: int = 0  # results still to come before the last
     bootstrapped: bool = True  # False: optimistic prefill, bootstrap still pending
-    overlap: bool = False  # overlap scheduling, where the tree has it: a middle chunk's KV is sent from result processing
+    overlap: bool = False  # overlap scheduling: a middle chunk's KV is sent from result processing
+    hicache: bool = True
+
+    @classmethod
+    def of(cls, point: Mapping[str, str]) -> "Shape":
+        steps, middle = PHASES[point["phase"]]
+        holds = point["holds"]
+        return cls(
+            abort=point["abort"],
+            holds_kv=holds == "kv-metadata",
+            holds_mamba=holds == "mamba",
+            metadata_index=METADATA_INDEX if holds in ("kv-metadata", "metadata") else -1,
+            grammar=point["grammar"],
+            mask=point["mask"],
+            discard=point["discard"] == "discarded",
+            sender_abort_fails=point["sender"] == "fails",
+            has_sender=point["sender"] != "none",
+            steps=steps,
+            middle_chunks=middle,
+            bootstrapped=point["bootstrap"] == "done",
+            overlap=point["overlap"] == "on",
+            hicache=point["hicache"] == "on",
+        )
+
+
+# phase -> (what is in flight when each result is processed, middle chunks before the last)
+PHASES = {
+    "final": (("none",), 0),
+    "chunked": (("chunking", "none"), 1),
+    "last-launched": (("last", "none"), 1),
+    "yielded": (("none",), 1),
+}
 
 
 def _inflight_queue(prefill: Any) -> str:
@@ -64,7 +99,9 @@ class ResultScene:
         self.journal = journal
         self.shape = shape
         prefill = tree.module(PREFILL)
-        self.overlap = shape.overlap and tree.overlap_prefill(prefill)
+        if shape.overlap and not tree.overlap_prefill(prefill):  # no overlap loop in this tree
+            raise tree.Missing(f"{MIXIN}.event_loop_overlap_disagg_prefill")
+        self.overlap = shape.overlap
         self.releases: list[dict[str, JSON]] = []
         tree.single_rank_polls(prefill, journal)
         if hasattr(prefill, "release_kv_cache"):  # earlier trees call the tree cache directly
@@ -81,8 +118,9 @@ class ResultScene:
             batch_result_processor=Double(
                 journal,
                 "batch_result_processor",
-                recorded=("move_logprobs_to_cpu",),
+                recorded=("move_logprobs_to_cpu", "add_sampling_mask_return_values"),
                 snapshot_auxiliary_output_starts=lambda batch, result: [],
+                **self._mask_decision(),
             ),
             spec_algorithm=Double(journal, "spec_algorithm", is_eagle=lambda: False),
             tree_cache=Double(
@@ -120,7 +158,7 @@ class ResultScene:
                 req_to_metadata_buffer_idx_allocator=metadata,
             ),
             disagg_prefill_pending_chunk_rids=set() if shape.abort == "retired" else {self.req.rid},
-            enable_hicache_storage=True,
+            enable_hicache_storage=shape.hicache,
             chunked_req=None,
             # without overlap, middle chunks are sent by the chunked-prefill step, not here
             enable_overlap=self.overlap,
@@ -154,7 +192,7 @@ class ResultScene:
         req = tree.make_req(rid, 16, "PREFILL")
         if not shape.bootstrapped and not hasattr(req, "pending_bootstrap"):
             raise tree.Missing("sglang.srt.managers.schedule_batch.Req.pending_bootstrap")  # no optimistic prefill
-        if not shape.bootstrapped and any(shape.chunks_in_flight):
+        if not shape.bootstrapped and any(step != "none" for step in shape.steps):
             # a later chunk in flight while the bootstrap is pending: only trees that keep chunking an optimistic
             # request until a bootstrapped one waits (0.5.16 on); before, process_prefill_chunk stops it
             tree.resolve(f"{MIXIN}.has_bootstrapped_waiting_req")
@@ -173,8 +211,7 @@ class ResultScene:
             )
         req.pending_bootstrap = not shape.bootstrapped
         req.metadata_buffer_index = shape.metadata_index
-        middle = len(shape.chunks_in_flight) - 1 if shape.middle_chunks is None else shape.middle_chunks
-        tree.set_middle_chunks(req, middle)
+        tree.set_middle_chunks(req, shape.middle_chunks)
         if shape.holds_kv:
             tree.give_kv(req, len(req.origin_input_ids))
         if shape.holds_mamba:
@@ -183,9 +220,9 @@ class ResultScene:
             tree.mark_abort(req)
         elif shape.abort == "retired":
             req.finished_reason = tree.abort_reason()
-        if shape.grammar_accepts:
+        if shape.grammar == "accepts":
             req.grammar = Double(journal, "grammar", recorded=("accept_token",), finished=False)
-        if shape.grammar_rejects:
+        elif shape.grammar == "rejects":
             req.grammar = Double(
                 journal,
                 "grammar",
@@ -193,6 +230,12 @@ class ResultScene:
                     "grammar", "accept_token", raises=ValueError("token not allowed")
                 ),
             )
+        if shape.mask != "off":
+            tree.ask_sampling_mask(req)
+        if shape.discard:
+            tree.discard_output(req)
+        if "last" in shape.steps:
+            tree.launch_last_chunk(req)
         return req
 
     def _release_kv_cache(self, req: Any, tree_cache: Any, **flags: Any) -> None:
@@ -211,13 +254,32 @@ class ResultScene:
             )
         tree.drop_kv(req)
 
+    def _mask_decision(self) -> dict[str, Any]:
+        """Where the request asked for its sampling mask, the decision on it is the tree's own
+        (``get_sampling_mask_finish_reason`` of its batch result processor, on the status the sampler
+        reported); the double only records that it was asked."""
+        if self.shape.mask == "off":
+            return {}
+        decide = tree.resolve(f"{RESULT_PROCESSOR}.get_sampling_mask_finish_reason")
+        return {"get_sampling_mask_finish_reason": lambda status: decide(None, status=status)}
+
+    def _result(self) -> Any:
+        """The forward's result: the sampled token and, where the request asked for its sampling mask,
+        the sampler's status for it in a real ``LogitsProcessorOutput``."""
+        result = tree.batch_result(self.result_cls, tree.torch().tensor([NEXT_TOKEN]))
+        if self.shape.mask != "off":
+            logits = result.logits_output if result.logits_output is not None else tree.logits_output()
+            logits.next_token_sampling_mask_status = [tree.sampling_mask_status(self.shape.mask == "ok")]
+            result.logits_output = logits
+        return result
+
     def _worker_answer(self, name: str) -> Any:
         return tree.worker_results(self.result.logits_output, [NEXT_TOKEN])[name]
 
     def drive(self) -> None:
-        for in_flight in self.shape.chunks_in_flight:
-            self.scheduler.chunked_req = self.req if in_flight else None
-            self.result = result = tree.batch_result(self.result_cls, tree.torch().tensor([NEXT_TOKEN]))
+        for step in self.shape.steps:
+            self.scheduler.chunked_req = self.req if step == "chunking" else None
+            self.result = result = self._result()
             self.scheduler.process_batch_result_disagg_prefill(self.batch, result)
             self.snapshots.append(self._snapshot())
 
@@ -246,16 +308,18 @@ class ResultScene:
         return {"before": self.before, "results": self.snapshots, "overlap": self.overlap}
 
 
-# --- cases ---------------------------------------------------------------------------------------
+# --- cases: every reachable point of the space -----------------------------------------------------
 
 
-def result_case(case_id: str, role: str, title: str, shape: Shape) -> Case:
+def point_case(point: Mapping[str, str]) -> Case:
+    space = duties.PREFILL_CLEANUP
+    case_id, shape = space.case_id(point), Shape.of(point)
     return Case(
         id=case_id,
-        site="prefill-result",
-        role=role,
-        title=title,
-        duties=duties.declared("prefill-cleanup", case_id),
+        site=space.site_of(point),
+        role=space.role(point),
+        title=space.title(point),
+        duties=space.duties(point),
         build=lambda journal: ResultScene(journal, case_id, shape),
         requires=(f"{MIXIN}.process_batch_result_disagg_prefill",),
     )
@@ -275,96 +339,7 @@ PROBE = Probe(
         "sglang.srt.managers.utils",
         "sglang.srt.managers.scheduler",
     ),
-    cases=(
-        result_case(
-            "aborted-final-result",
-            "bug",
-            "final prefill result of an aborted request that owns KV and a metadata buffer",
-            Shape(),
-        ),
-        result_case(
-            "late-result-after-retire",
-            "bug",
-            "late prefill result of a request that was already retired",
-            Shape(abort="retired", holds_kv=False, metadata_index=-1),
-        ),
-        result_case(
-            "aborted-middle-chunk",
-            "bug",
-            "aborted request's middle-chunk result while its last chunk is still in flight, then its last",
-            Shape(chunks_in_flight=(True, False), overlap=True),
-        ),
-        result_case(
-            "sender-abort-raises",
-            "bug",
-            "final result of an aborted request whose KV sender fails to abort",
-            Shape(sender_abort_fails=True),
-        ),
-        result_case(
-            "grammar-rejection",
-            "bug",
-            "final prefill result whose sampled token the grammar rejects",
-            Shape(abort="none", grammar_rejects=True),
-        ),
-        result_case(
-            "mamba-before-kv",
-            "bug",
-            "final result of an aborted request holding Mamba state but no KV and no KV sender yet",
-            Shape(holds_kv=False, holds_mamba=True, metadata_index=-1, has_sender=False),
-        ),
-        result_case(
-            "metadata-only",
-            "bug",
-            "final result of an aborted request holding a metadata buffer but no KV or Mamba state",
-            Shape(holds_kv=False),
-        ),
-        result_case(
-            "aborted-yielded-chunk",
-            "bug",
-            "aborted optimistic request's middle-chunk result when no later chunk of it is in flight",
-            Shape(middle_chunks=1, bootstrapped=False),
-        ),
-        result_case(
-            "healthy-final-result",
-            "guard",
-            "final prefill result of a healthy bootstrapped request",
-            Shape(abort="none"),
-        ),
-        result_case(
-            "healthy-grammar-result",
-            "guard",
-            "final prefill result of a healthy request whose grammar accepts the sampled token",
-            Shape(abort="none", grammar_accepts=True),
-        ),
-        result_case(
-            "healthy-chunked-result",
-            "guard",
-            "healthy request's middle-chunk result, then its final one",
-            Shape(abort="none", chunks_in_flight=(True, False), overlap=True),
-        ),
-        result_case(
-            "healthy-yielded-result",
-            "guard",
-            "healthy optimistic request's middle-chunk result when no later chunk of it is in flight (it yields)",
-            Shape(abort="none", middle_chunks=1, bootstrapped=False),
-        ),
-        result_case(
-            "healthy-yielded-bootstrapped",
-            "guard",
-            "healthy bootstrapped request's middle-chunk result when no later chunk of it is in flight",
-            Shape(abort="none", middle_chunks=1),
-        ),
-        result_case(
-            "healthy-optimistic-chunked",
-            "guard",
-            "healthy optimistic request's middle-chunk result while its last chunk is in flight, then its last",
-            Shape(abort="none", chunks_in_flight=(True, False), bootstrapped=False),
-        ),
-        result_case(
-            "healthy-optimistic-result",
-            "guard",
-            "final prefill result of a healthy request whose bootstrap is still pending (optimistic prefill)",
-            Shape(abort="none", bootstrapped=False),
-        ),
-    ),
+    cases=tuple(point_case(p) for p in duties.PREFILL_CLEANUP.points()),
+    warm=lambda: read_sources(tree.resolve(SCHEDULER), tree.resolve(f"{PREFILL}.PrefillBootstrapQueue"),
+                              tree.resolve("sglang.srt.managers.schedule_batch.Req")),
 )

@@ -24,13 +24,20 @@ symlink resolved on either side: an environment imports the tree through an over
 ``assertion`` is true only for the test's own verdict: an ``AssertionError`` or ``pytest.fail``
 raised by the test's files or a mock's ``assert_*`` -- never an ``assert`` inside SGLang.
 
-The file (``diffprobe.pytest-outcomes/2``) is rewritten atomically as each test starts and ends, so
+``wanted`` names what the test itself asked of the tree when that is what failed: a module or name
+its own ``import`` could not get (``sglang.x.y.name``), the target of a ``mock.patch`` that could not
+be found (``sglang.x.Class.attr``), or an attribute its own code read from one of the tree's modules,
+classes or their instances. Whether the tree's source lacks it is decided on the host, from the
+stored tree (runner/evidence/targets.py); here only the name and where the test asked for it.
+
+The file (``diffprobe.pytest-outcomes/3``) is rewritten atomically as each test starts and ends, so
 a run killed at its deadline still says what finished and what was running.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import os
 import platform
@@ -44,7 +51,7 @@ from typing import Any
 
 import pytest
 
-SCHEMA = "diffprobe.pytest-outcomes/2"
+SCHEMA = "diffprobe.pytest-outcomes/3"
 HERE = os.path.dirname(os.path.abspath(__file__))
 MOCK_FILE = os.path.abspath(unittest.mock.__file__)
 MESSAGE_LIMIT = 300
@@ -187,7 +194,7 @@ class Recorder:
         """The attributed exception, or for a failure without one (a strict XPASS) its report line."""
         return getattr(report, "diffprobe_exception", None) or {
             "type": "Failed", "message": self.clean(str(report.longrepr)), "origin": "other", "assertion": False,
-            "frame": None, "module": None, "raised_as": None,
+            "frame": None, "module": None, "raised_as": None, "wanted": None,
         }
 
     def describe(self, exc: BaseException) -> dict[str, Any]:
@@ -215,7 +222,68 @@ class Recorder:
             "frame": self.spot(*frames[-1]) if frames else None,
             "module": module,
             "raised_as": raised_as,
+            "wanted": self.wanted(exc),
         }
+
+    def wanted(self, exc: BaseException) -> dict[str, str] | None:
+        """What of the tree the test asked for and could not get: ``{name, how, at}`` (docstring)."""
+        if not isinstance(exc, (ImportError, AttributeError)):
+            return None
+        frames = [(f, line) for f, line in _frames(exc) if not f.f_code.co_filename.startswith("<frozen")]
+        tests = [i for i, (f, _) in enumerate(frames) if self.is_test_file(f.f_code.co_filename)]
+        last = tests[-1] if tests else -1
+        at = self.spot(frames[last][0].f_code.co_filename, frames[last][1], frames[last][0].f_code.co_name) if tests else None
+        deeper = frames[last + 1:]
+        patchers = [i for i, (f, _) in enumerate(deeper) if os.path.abspath(f.f_code.co_filename) == MOCK_FILE
+                    and isinstance(f.f_locals.get("self"), unittest.mock._patch)]
+        if patchers:  # raised while mock.patch (a call, a context or a decorator) looked its target up
+            if any(self.in_tree(os.path.abspath(f.f_code.co_filename)) for f, _ in deeper[patchers[-1]:]):
+                return None  # the target's module failed in its own code: the tree's failure, not a missing name
+            name = self.patch_target(deeper[patchers[-1]][0].f_locals["self"])
+            return {"name": name, "how": "mock.patch", "at": at} if name else None
+        if not tests or deeper:
+            return None  # raised deeper, in code the test called: not the test's own lookup
+        if isinstance(exc, ImportError):
+            name = _import_target(exc)
+        else:
+            owner = self.tree_name(getattr(exc, "obj", None), instances=True)
+            name = f"{owner}.{exc.name}" if owner and isinstance(getattr(exc, "name", None), str) else None
+        return {"name": name, "how": "import" if isinstance(exc, ImportError) else "attribute", "at": at} if name else None
+
+    def patch_target(self, patcher: Any) -> str | None:
+        """``module.Class.attr`` of a ``mock.patch``: the dotted string it was given, or for
+        ``patch.object`` the tree module or class it was given."""
+        getter, attribute = getattr(patcher, "getter", None), getattr(patcher, "attribute", None)
+        if not isinstance(attribute, str):
+            return None
+        if isinstance(getter, functools.partial) and getter.args and isinstance(getter.args[0], str):
+            owner = getter.args[0]
+        else:
+            try:
+                owner = self.tree_name(getter())
+            except Exception:  # a getter that fails names nothing
+                return None
+        return f"{owner}.{attribute}" if owner and owner.split(".")[0] == "sglang" else None
+
+    def tree_name(self, obj: Any, instances: bool = False) -> str | None:
+        """The dotted name of one of the tree's modules or classes (or, with ``instances``, of an
+        instance's class); None for anything else, stand-ins included."""
+        if isinstance(obj, types.ModuleType):
+            path = getattr(obj, "__file__", None)
+            return obj.__name__ if isinstance(path, str) and self.in_tree(os.path.abspath(path)) else None
+        if not isinstance(obj, type):
+            if not instances or obj is None or self.is_stub(obj):
+                return None
+            obj = type(obj)
+        module = sys.modules.get(getattr(obj, "__module__", None) or "")
+        path = getattr(module, "__file__", None)
+        qualname = getattr(obj, "__qualname__", "")
+        if not isinstance(path, str) or not self.in_tree(os.path.abspath(path)) or "<" in qualname:
+            return None
+        return f"{obj.__module__}.{qualname}"
+
+    def is_test_file(self, path: str) -> bool:
+        return _inside(os.path.abspath(path), self.test_dir)
 
     def origin(self, exc: BaseException) -> tuple[str, str | None]:
         """``(origin, missing module)``: see the module docstring."""
@@ -292,6 +360,14 @@ def _test_record(nodeid: str) -> dict[str, Any]:
 def _verdict(exc: BaseException, origin: str) -> bool:
     """The test's own assertion: raised by the test's files or a mock's ``assert_*``."""
     return isinstance(exc, (AssertionError, pytest.fail.Exception)) and origin in ("test", "stub")
+
+
+def _import_target(exc: ImportError) -> str | None:
+    """The tree module or name an import could not get: ``No module named 'sglang.x'`` or
+    ``cannot import name 'y' from 'sglang.x'``."""
+    found = re.match(r"cannot import name '([^']+)' from '([^']+)'", str(exc))
+    name = f"{found.group(2)}.{found.group(1)}" if found else exc.name if isinstance(exc, ModuleNotFoundError) else None
+    return name if isinstance(name, str) and name.split(".")[0] == "sglang" else None
 
 
 def _chained(exc: BaseException) -> BaseException | None:

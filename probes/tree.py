@@ -185,6 +185,42 @@ def set_middle_chunks(req: Any, count: int) -> None:
     raise Missing("sglang.srt.managers.schedule_batch.Req.inflight_middle_chunks")
 
 
+def launch_last_chunk(req: Any) -> None:
+    """The request's last chunk was launched (its extend range reaches the end of the input) while its
+    middle chunk's result is still to be processed: overlap scheduling runs one batch ahead
+    (``extend_range``; later ``extend_end``)."""
+    end = len(req.origin_input_ids)
+    if hasattr(req, "set_extend_range"):
+        req.set_extend_range(max(end - 1, 0), end)
+    elif hasattr(req, "extend_end"):
+        req.extend_end = end
+    else:
+        raise Missing("sglang.srt.managers.schedule_batch.Req.extend_range")
+
+
+def ask_sampling_mask(req: Any) -> None:
+    """The request asked for its sampling mask (``return_sampling_mask``, where requests have one)."""
+    if not hasattr(req, "return_sampling_mask"):
+        raise Missing("sglang.srt.managers.schedule_batch.Req.return_sampling_mask")
+    req.return_sampling_mask = True
+
+
+def sampling_mask_status(ok: bool) -> Any:
+    """What the sampler reports for a token inside (``OK``) or outside (``INVALID``) its captured support."""
+    status = resolve("sglang.srt.layers.logits_processor.SamplingMaskStatus")
+    return status.OK if ok else status.INVALID
+
+
+def discard_output(req: Any) -> None:
+    """What the unified radix cache leaves on a request whose external KV load failed: its output is
+    discarded (``discard_output_reason``) and not inserted into the radix tree."""
+    if not hasattr(req, "discard_output_reason"):
+        raise Missing("sglang.srt.managers.schedule_batch.Req.discard_output_reason")
+    req.skip_radix_cache_insert = True
+    req.discard_output_reason = resolve("sglang.srt.managers.schedule_batch.FINISH_ABORT")(
+        "External KV cache load failed", 503)
+
+
 def overlap_prefill(prefill: Any) -> bool:
     """Whether the tree runs its PD prefill worker with overlap scheduling at all: trees with an
     overlap loop (``event_loop_overlap_disagg_prefill``, 0.4.5.post3 on) send a middle chunk's KV

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
@@ -27,24 +28,30 @@ if not out.is_terminal:  # a pipe or a log file: tables at a width that keeps th
     out = _Console(highlight=False, soft_wrap=True, width=160)
 
 Advance = Callable[[str | None, int | None, int | None], None]
+_LIVE = threading.Lock()  # one live progress line at a time: a step on another thread meanwhile prints only its ✓
 
 
 @contextmanager
 def step(description: str, total: int | None = None) -> Iterator[Advance]:
     """A progress line for one long step; yields ``advance(detail, completed, total)``."""
     columns = [SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]
-    with Progress(*columns, console=err, transient=True, disable=not err.is_terminal) as progress:
-        task = progress.add_task(description, total=total)
+    live = err.is_terminal and _LIVE.acquire(blocking=False)
+    try:
+        with Progress(*columns, console=err, transient=True, disable=not live) as progress:
+            task = progress.add_task(description, total=total)
 
-        def advance(detail: str | None = None, completed: int | None = None, new_total: int | None = None) -> None:
-            progress.update(
-                task,
-                description=f"{description} [dim]{detail}[/]" if detail else description,
-                completed=completed if completed is not None else progress.tasks[0].completed,
-                total=new_total if new_total is not None else progress.tasks[0].total,
-            )
+            def advance(detail: str | None = None, completed: int | None = None, new_total: int | None = None) -> None:
+                progress.update(
+                    task,
+                    description=f"{description} [dim]{detail}[/]" if detail else description,
+                    completed=completed if completed is not None else progress.tasks[0].completed,
+                    total=new_total if new_total is not None else progress.tasks[0].total,
+                )
 
-        yield advance
+            yield advance
+    finally:
+        if live:
+            _LIVE.release()
     err.print(f"[green]✓[/] {description}")
 
 

@@ -1,4 +1,5 @@
-"""Shared fixtures: one diffprobe cache per test session, real SGLang releases, a git fixture repo.
+"""Shared fixtures: one diffprobe cache per test session, real SGLang releases, a git fixture repo;
+system tools some tests need (tests/tools.py).
 
 Set DIFFPROBE_TEST_CACHE to keep the cache (downloads, layer, environments) between sessions.
 """
@@ -12,8 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from runner.errors import BadInput
+from runner.sandbox import bwrap, execute
 from runner.store import envs, sources, specs
 from runner.store.cache import Store
+from tests import tools
 
 RELEASES = ["0.5.19", "0.5.20", "0.5.21"]
 REAL = {"release_tree", "upstream_repo"}  # fixtures that download real SGLang releases
@@ -21,10 +25,55 @@ REAL = {"release_tree", "upstream_repo"}  # fixtures that download real SGLang r
 
 def pytest_collection_modifyitems(items):
     """A test that asks for a real release is slow wherever it is declared (files marked by hand
-    mark the tests that build environments in other ways)."""
+    mark the tests that build environments in other ways). A test marked ``needs(tool)`` is skipped,
+    with one line naming the tool and its install, where that tool cannot run."""
     for item in items:
         if REAL & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+        reasons = [tools.missing(name) for mark in item.iter_markers("needs") for name in mark.args]
+        if any(reasons):
+            item.add_marker(pytest.mark.skip(reason=next(r for r in reasons if r)))
+
+
+UNCONFINED: set[str] = set()  # tests that ran a trusted fixture tree without bubblewrap, where it is missing
+
+
+@pytest.fixture(autouse=True)
+def unconfined_where_bubblewrap_is_missing(request, monkeypatch):
+    """Where bubblewrap cannot run, a test not marked ``needs("bubblewrap")`` runs its trees (the
+    project's own fixtures and releases, trusted) unconfined instead of being refused, and the run's
+    summary counts it. Tests that simulate the machine (replace ``bwrap.version``) get the real rule.
+    With bubblewrap usable this does nothing: every tree runs sandboxed."""
+    if not tools.missing("bubblewrap") or any("bubblewrap" in m.args for m in request.node.iter_markers("needs")):
+        return
+    decide, probe_machine = execute.sandboxed_for, bwrap.version
+
+    def trusted(identity, **kw):
+        try:
+            return decide(identity, **kw)
+        except BadInput:
+            if bwrap.version is not probe_machine:
+                raise
+            UNCONFINED.add(request.node.nodeid)
+            return False
+
+    monkeypatch.setattr(execute, "sandboxed_for", trusted)
+
+
+def pytest_terminal_summary(terminalreporter):
+    """How many tests were skipped for which missing tool, and how many ran fixture trees unconfined."""
+    counts: dict[str, int] = {}
+    for report in terminalreporter.stats.get("skipped", []):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else ""
+        tool = tools.tool_of(reason.removeprefix("Skipped: "))
+        if tool:
+            counts[tool] = counts.get(tool, 0) + 1
+    if counts:
+        terminalreporter.write_line("skipped for a missing system tool: " + ", ".join(
+            f"{n} need {tool} ({tools.TOOLS[tool].install})" for tool, n in sorted(counts.items())), yellow=True)
+    if UNCONFINED:
+        terminalreporter.write_line(f"bubblewrap cannot run here: {len(UNCONFINED)} tests ran the project's trusted fixture "
+                                    "trees unconfined (with bubblewrap they run sandboxed)", yellow=True)
 
 
 @pytest.fixture(scope="session")

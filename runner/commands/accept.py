@@ -1,161 +1,63 @@
 """``diffprobe accept``: the four acceptance gates of a live PD deployment, bound to the tree it runs.
 
 Why: "upgraded" is not "passed isolation checks" (BRIEF, "Four acceptance gates"). What counts is the
-code and the configuration actually running, so every gate reads the workers' own ``/server_info``
-and the tree each one runs: gate 1 the pool against the context, gate 2 the tree audit (observed
-behaviour), gates 3 and 4 the transfer and lifetime defences, which count only where the running
-arguments enable them *and* the tree has them *and* they apply to the reported backend and device.
-A setting the server does not report fails closed and names the missing field; an environment
-variable (never reported by SGLang) is taken from ``--env`` (declared by the operator) or else from
-the tree's default, each said as such.
+code and the configuration actually running, so every gate reads each worker's own ``/server_info``,
+every data-parallel rank's own state in it (``internal_states``), and the tree each worker runs:
+gate 1 the pool of every rank against the context, gate 2 the tree audit (observed behaviour),
+gates 3 and 4 the transfer and lifetime defences, which count only where the running arguments
+enable them *and* the tree has them *and* they apply to the reported backend, device and layout.
+
+Every value the tree parses is parsed by the tree's own code, in its sandbox
+(``probes/server_config.py``): environment values by its ``Envs`` fields, reported server arguments
+against its ``ServerArgs`` declarations, a prefill<->decode pair by its checksum comparability rule.
+An environment value counts from the worker's own report (``SGLANG_EXPOSE_OWN_ENV_VARS``: its
+``internal_states`` carry ``env_vars``), else from ``--env`` (per worker beats every worker), else
+the tree's default, each recorded as such. Whatever the server does not say, says in a form the
+tree would not read, or says too slowly (``--timeout`` per whole request, ``--deadline`` for the
+whole command), fails closed and names the worker and the rank. The fleet and where each value
+comes from: ``runner/commands/fleet.py``; this module holds the checks and the four gates.
 """
 
 from __future__ import annotations
 
 import argparse
-import re
-from dataclasses import dataclass
+import time
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from runner import errors, ui
 from runner.commands import gate, options, pipeline, survey
+from runner.commands.fleet import (BATCH_LIMIT, DEFERRED, DEFERRED_TIMEOUT, Fleet, Worker, ask_trees, declarations, env_read,
+                                   env_setting, layout, past, read_fleet, server_arg, tree_version, trees_for)
 from runner.evidence import bundle, pins, static
 from runner.evidence.observations import Case
 from runner.evidence.receipts import Receipt, ServerIdentity, host_environment, host_probe, make
 from runner.evidence.records import Acceptance, GateResult
-from runner.sandbox import execute
+from runner.sandbox import execute, server_config
 from runner.views.acceptance import GATES, KIND, print_gates
 
-ROLES = ("prefill", "decode")
-DEFERRED = "SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE"
-DEFERRED_TIMEOUT = "SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE_TIMEOUT"
-BATCH_LIMIT = "SGLANG_MOONCAKE_MAX_TRANSFER_BATCH_INDICES"
-ENV_FINDING = {DEFERRED: "deferred-release", DEFERRED_TIMEOUT: "deferred-release-timeout", BATCH_LIMIT: "mooncake-batch-limit"}
 NOT_BACKENDS = {"base", "common", "utils"}
 CHECKSUM_DEVICES = (None, "cuda")  # the tree builds its checksum computer on torch.device("cuda:<gpu>")
+CANARY_MODES = ("log", "raise")
+# Which gate a fix of the tree audit backs. Gate 2: the admission door and the prefill cleanup (every
+# fix not listed). Gates 3 and 4: the later defences, once their probes observe them by behaviour
+# (issue #24); a fix listed here and pinned is judged, from the tree's receipts, in its gate beside
+# the configuration checks, and its receipts back that gate.
+GATE_OF_FIX = {39500: 3, 41023: 4, 41404: 4, 40645: 4, 41402: 4}
 LIMITS = [
-    "the gates read one deployment at one moment: its /server_info, the tree each worker's version names "
-    "(or --tree), and the operator's --env declarations; SGLang reports no environment variables",
+    "the gates read one deployment at one moment: its /server_info with every data-parallel rank's own state, "
+    "the tree each worker's version names (or --tree), and the operator's --env declarations where a worker does "
+    "not report its own environment (SGLANG_EXPOSE_OWN_ENV_VARS)",
     "gate 2 is CPU code-path evidence about the tree (see the tree receipts' limits), not the served model",
     "gates 3 and 4 show a defence is configured, present in the tree and applicable; not that its logs show it ran",
+    "a pair's checksum comparability is the tree's own rule over a stand-in model shape cut by each side's reported "
+    "TP, PP, page size and KV dtype; a model whose KV does not shard by TP (MLA) may compare where this says not",
 ]
 
 
-@dataclass(frozen=True)
-class Worker:
-    role: str
-    url: str
-    endpoint: str | None
-    info: dict
+# --- checks: each a list of (passed, what) --------------------------------------------------------
 
-    @property
-    def version(self) -> str | None:
-        v = self.info.get("version")
-        return v if isinstance(v, str) else None
-
-
-@dataclass(frozen=True)
-class Setting:
-    """One configuration value and where it came from; ``value`` None with ``known`` False: unreported."""
-
-    name: str
-    value: Any
-    source: str
-    known: bool = True
-
-    def show(self) -> str:
-        return f"{self.name}={self.value!r} ({self.source})" if self.known else f"{self.name}: {self.source}"
-
-
-# --- the fleet -----------------------------------------------------------------------------------
-
-
-def read_fleet(prefill: list[str], decode: list[str], timeout: int) -> list[Worker]:
-    workers = []
-    for role, urls in (("prefill", prefill), ("decode", decode)):
-        for raw in urls:
-            url = gate.base_url(raw)
-            endpoint, info = gate.server_info(url, timeout)
-            if endpoint is None:
-                raise errors.DiffprobeError.differs(f"{url}: neither {' nor '.join(gate.INFO_PATHS)} answered with JSON: "
-                                                    "nothing to accept (failing closed)")
-            mode = info.get("disaggregation_mode")
-            if mode != role:
-                raise errors.BadInput(f"{url} was given as --{role} but reports disaggregation_mode {mode!r}")
-            workers.append(Worker(role, url, endpoint, info))
-    return workers
-
-
-def trees_for(workers: list[Worker], given: list[str]) -> dict[str, str]:
-    """Worker URL -> tree source: ``--tree URL=SOURCE`` per worker, ``--tree SOURCE`` for all, else the
-    release each reports. A fleet of mixed versions is refused unless every worker's tree is given."""
-    per_url: dict[str, str] = {}
-    for_all = None
-    for text in given:
-        url, sep, source = text.partition("=")
-        if sep and url.startswith(("http://", "https://")):
-            per_url[gate.base_url(url)] = source
-        elif for_all is None:
-            for_all = text
-        else:
-            raise errors.BadInput(f"--tree {text!r}: a second tree for every worker; use --tree URL=SOURCE per worker")
-    unknown = sorted(set(per_url) - {w.url for w in workers})
-    if unknown:
-        raise errors.BadInput(f"--tree {unknown[0]}=...: not a worker of this fleet")
-    out = {}
-    for w in workers:
-        if w.url in per_url or for_all:
-            out[w.url] = per_url.get(w.url) or for_all
-        elif w.version is None:
-            raise errors.BadInput(f"{w.url} reports no version: give its tree with --tree {w.url}=SOURCE")
-        else:
-            out[w.url] = f"pypi:sglang=={w.version}"
-    versions = {w.version for w in workers}
-    if len(set(out.values())) > 1 and not all(w.url in per_url for w in workers):
-        raise errors.BadInput(f"mixed fleet ({', '.join(sorted(map(str, versions)))}): give every worker's tree with "
-                              "--tree URL=SOURCE, or accept each part of the fleet on its own")
-    return out
-
-
-def tree_version(root: Path) -> str | None:
-    """The version a tree declares: the generated ``_version.py`` of a wheel, else ``version.py``'s literal."""
-    for name in ("_version.py", "version.py"):
-        path = root / "sglang" / name
-        m = re.search(r"""^__version__\s*=\s*(?:version\s*=\s*)?["']([^"']+)["']""",
-                      path.read_text(errors="replace") if path.is_file() else "", re.MULTILINE)
-        if m:
-            return m.group(1)
-    return None
-
-
-# --- settings: reported, declared or the tree's default ------------------------------------------
-
-
-def server_arg(w: Worker, name: str) -> Setting:
-    if name in w.info:
-        return Setting(name, w.info[name], f"reported by {w.url}")
-    return Setting(name, None, f"not reported by {w.url}{w.endpoint}: failing closed", known=False)
-
-
-def env_setting(name: str, declared: dict[str, str], findings: dict[str, static.Finding]) -> Setting:
-    if name in declared:
-        return Setting(name, declared[name], "declared by the operator with --env")
-    f = findings.get(ENV_FINDING[name])
-    if f and f.present and f.default is not None:
-        return Setting(name, f.default, f"tree default, not reported by the server ({f.evidence[0].split(': ')[0]})")
-    return Setting(name, None, "neither declared with --env nor defined in the tree: failing closed", known=False)
-
-
-def truthy(value: Any) -> bool:
-    return value is True or (isinstance(value, str) and value.strip().lower() in ("1", "true", "yes", "on"))
-
-
-def number(value: Any) -> float | None:
-    try:
-        return float(value) if not isinstance(value, bool) else None
-    except (TypeError, ValueError):
-        return None
+Check = tuple[bool, str]
 
 
 def backends(f: static.Finding) -> dict[str, str]:
@@ -168,46 +70,86 @@ def backends(f: static.Finding) -> dict[str, str]:
     return out
 
 
-# --- checks: each a list of (passed, what) --------------------------------------------------------
-
-Check = tuple[bool, str]
-
-
 def static_present(f: static.Finding) -> Check:
     return (True, f"{f.what}: present ({f.evidence[0]})") if f.present else (False, f"{f.what}: absent from the tree")
 
 
-def checksum_in_force(w: Worker, f: dict[str, static.Finding]) -> list[Check]:
-    on = server_arg(w, "disaggregation_enable_kv_checksum")
-    device = server_arg(w, "device")
+def number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def checksum_in_force(w: Worker, rank: int | None, fleet: Fleet) -> list[Check]:
+    answers, f = fleet.of(w), fleet.findings[fleet.tree_of[w.url]]
+    on = server_arg(w, rank, "disaggregation_enable_kv_checksum", answers)
+    device = server_arg(w, rank, "device", answers)
     checks = [(on.known and on.value is True, on.show()), static_present(f["kv-checksum"])]
     supported = device.known and device.value in CHECKSUM_DEVICES
-    checks.append((supported, device.show() + ("" if supported else ": the tree computes the checksum on a CUDA "
-                                               "device only; not a defence on this device")))
+    checks.append((supported, device.show() + ("" if supported or not device.known else ": the tree computes the checksum "
+                                               "on a CUDA device only; not a defence on this device")))
     return checks
 
 
-def canary_in_force(w: Worker, f: dict[str, static.Finding]) -> list[Check]:
-    mode = server_arg(w, "kv_canary")
-    return [(mode.known and mode.value in ("log", "raise"), mode.show()), static_present(f["kv-canary"])]
+def canary_in_force(w: Worker, rank: int | None, fleet: Fleet) -> list[Check]:
+    mode = server_arg(w, rank, "kv_canary", fleet.of(w))
+    f = fleet.findings[fleet.tree_of[w.url]]
+    return [(mode.known and mode.value in CANARY_MODES, mode.show()), static_present(f["kv-canary"])]
 
 
-def lifetime(w: Worker, f: dict[str, static.Finding], declared: dict[str, str]) -> list[Check]:
-    backend = server_arg(w, "disaggregation_transfer_backend")
-    deferred = env_setting(DEFERRED, declared, f)
-    timeout = env_setting(DEFERRED_TIMEOUT, declared, f)
+def pair_comparable(p: Worker, d: Worker, fleet: Fleet) -> list[Check]:
+    """Gate 3 per pair: can decode's tree verify the checksum this prefill sends? Its own rule says,
+    over both sides' reported layouts; a pair it admits unverified is no defence."""
+    answers = fleet.of(d)
+    (lp, said_p), (ld, said_d) = layout(p, answers), layout(d, answers)
+    if lp is None or ld is None:
+        return [(False, f"prefill {p.url} <-> decode {d.url}: a layout that cannot be read ("
+                        f"{said_p if lp is None else said_d}): failing closed")]
+    checks: list[Check] = []
+    sp, sd = answers.layouts[fleet.workers.index(p)], answers.layouts[fleet.workers.index(d)]
+    if answers.rule:
+        if sp.signature is None or sd.signature is None:
+            checks.append((False, f"the tree's {answers.rule} did not answer ({sp.error or sd.error}): failing closed"))
+        else:
+            same = sp.signature == sd.signature
+            checks.append((same, f"the tree's {answers.rule}: prefill {p.url} {sp.signature:#x} ({said_p}) vs decode "
+                                 f"{d.url} {sd.signature:#x} ({said_d}): " + (
+                               "comparable" if same else "NOT comparable: decode admits this pair's handoffs unverified")))
+        backend = server_arg(d, None, "disaggregation_transfer_backend", answers)
+        own = answers.backends.get(backend.value) if backend.known else None
+        if own is None or own.own_rule is None:
+            checks.append((False, f"{backend.show()}: whether its KV manager verifies every comparable peer is not known"
+                                  f"{f' ({own.error})' if own and own.error else ''}: failing closed"))
+        elif own.own_rule:
+            checks.append((False, f"{backend.show()}: its KV manager ({', '.join(own.managers)}) has its own "
+                                  "should_verify_kv_checksum, not evaluated here: failing closed"))
+        else:
+            checks.append((True, f"{backend.show()}: its KV manager verifies every comparable peer (the base rule)"))
+    elif sp.cut is None or sd.cut is None:
+        checks.append((False, f"the tree did not cut this pair's layouts ({sp.error or sd.error}): failing closed"))
+    else:
+        differ = [k for k in sp.cut if sp.cut[k] != sd.cut.get(k)]
+        checks.append((not differ, "the tree has no comparability rule (no kv_layout_signature): decode compares every "
+                                   "digest; " + ("both sides digest the same layout" if not differ else
+                                                 f"prefill {p.url} ({said_p}) and decode {d.url} ({said_d}) differ in "
+                                                 f"{', '.join(differ)}: digests over other bytes never verify")))
+    return checks
+
+
+def lifetime(w: Worker, rank: int | None, fleet: Fleet) -> list[Check]:
+    f = fleet.findings[fleet.tree_of[w.url]]
+    backend = server_arg(w, rank, "disaggregation_transfer_backend", fleet.of(w))
+    deferred, timeout, limit = (env_setting(env_read(w, rank, name, fleet.declared[w.url]), fleet)
+                                for name in (DEFERRED, DEFERRED_TIMEOUT, BATCH_LIMIT))
     implemented = backends(f["deferred-release-backends"])
     checks = [
-        (deferred.known and truthy(deferred.value), deferred.show()),
+        (deferred.known and deferred.value is True, deferred.show()),
         (backend.known and backend.value in implemented,
          backend.show() + (f": implements deferred release ({implemented[backend.value]})" if backend.value in implemented
                            else f": deferred release applies only to {', '.join(sorted(implemented)) or 'no backend'} in this tree")),
         static_present(f["drain-ack"]),
-        ((number(timeout.value) or 0) > 0, timeout.show()),
+        (timeout.known and (number(timeout.value) or 0) > 0, timeout.show()),
     ]
     if backend.value == "mooncake":
-        limit = env_setting(BATCH_LIMIT, declared, f)
-        bounded = (number(limit.value) or 0) > 0
+        bounded = limit.known and (number(limit.value) or 0) > 0
         checks.append((bounded, limit.show() + ("" if bounded else ": one synchronous all-layer batch per transfer, "
                                                "whose duration grows with the prompt and is not bounded by the release timeout")))
     return checks
@@ -220,6 +162,10 @@ def as_case(id: str, site: str, title: str, checks: list[Check]) -> Case:
     return gate._observed(id, site, title, "any check not held", not held, effects)
 
 
+def suffix(rank: int | None) -> str:
+    return "" if rank is None else f"-rank-{rank}"
+
+
 # --- the four gates ------------------------------------------------------------------------------
 
 
@@ -229,29 +175,152 @@ def gate_receipt(n: int, w: Worker, cases: list[Case], started: str) -> Receipt:
                 host_environment(), cases, started_at=started, finished_at=execute.now())
 
 
-def verdict(n: int, title: str, receipts: list[Receipt]) -> GateResult:
-    failed = [f"{r.source.source} {c.id}: " + ((c.effects or {}).get("summary") or c.missing or (c.error and c.error.message) or c.outcome)
-              for r in receipts for c in r.cases if c.classification != "clean"]
+def failures(receipts: list[Receipt], roles: dict[str, str], skip: set[str] = frozenset()) -> list[str]:
+    """One line per case that did not hold: the worker (role and URL), the case (its rank) and why."""
+    return [f"{roles.get(r.source.source, '')} {r.source.source} {c.id}: ".lstrip()
+            + ((c.effects or {}).get("summary") or c.missing or (c.error and c.error.message) or c.outcome)
+            for r in receipts for c in r.cases if c.classification != "clean" and c.id not in skip]
+
+
+def verdict(n: int, receipts: list[Receipt], roles: dict[str, str], extra: list[Receipt] = (), extra_fail: list[str] = ()) -> GateResult:
+    failed = failures(receipts, roles) + list(extra_fail)
     passed = not failed and bool(receipts)
-    return GateResult(gate=n, title=title, passed=passed, reasons=failed or [f"{len(receipts)} receipt(s), every check held"],
-                      receipts=[bundle.receipt_name(r) for r in receipts])
+    return GateResult(gate=n, title=GATES[n], passed=passed, reasons=failed or [f"{len(receipts)} receipt(s), every check held"],
+                      receipts=[bundle.receipt_name(r) for r in [*receipts, *extra]])
 
 
-def negative_case(args, pool: int, context: int) -> Case | None:
+def pool_gate(args, fleet: Fleet, started: str, ends: float) -> list[Receipt]:
+    """Gate 1: every rank of every worker, the smallest judged; a worker whose ranks cannot be read fails closed."""
+    out = []
+    smallest: tuple[int, int] | None = None  # (pool, context) of the shortest prefill rank
+    for w in fleet.workers:
+        context, source = gate.context_of(args, w.url, w.info, w.endpoint)
+        states = w.states
+        dp, attention = (server_arg(w, None, name, fleet.of(w)) for name in ("dp_size", "enable_dp_attention"))
+        if states is None:
+            cases = [gate.unread("pool-ranks", f"{w.name()} reports no per-rank state (internal_states) in {w.endpoint}: "
+                                               "its ranks' pools cannot be read, failing closed")]
+        elif "dp_size" in w.info and not dp.known:
+            cases = [gate.unread("pool-ranks", f"{w.name()}: {dp.show()}: how many ranks it has is not known")]
+        elif dp.known and dp.value != len(states) and attention.value is not True:  # DP attention: one state per group
+            cases = [gate.unread("pool-ranks", f"{w.name()} reports dp_size {dp.value} but {len(states)} rank state(s) in "
+                                               f"{w.endpoint}: the other ranks' pools cannot be read, failing closed")]
+        else:
+            cases = []
+            top = w.info.get("max_total_num_tokens")
+            for rank, (where, tokens) in enumerate(gate.rank_pools(w.info)):
+                if tokens is None:
+                    cases.append(gate.unread(f"pool-rank-{rank}", f"{w.name(rank)} reports no integer pool "
+                                                                  "(memory_usage.token_capacity): failing closed"))
+                    continue
+                case = gate.pool_case(f"pool-rank-{rank}", w.endpoint, f"internal_states[{rank}].{where}", tokens,
+                                      context, source, args.headroom, who=f"rank {rank}: ")
+                if gate._int(top) and top != tokens:
+                    case.effects["summary"] += f" (the top-level max_total_num_tokens says {top})"
+                cases.append(case)
+                if w.role == "prefill" and (smallest is None or tokens < smallest[0]):
+                    smallest = (tokens, context)
+        if args.negative and w is last_prefill(fleet.workers) and smallest:
+            neg = negative_case(args, *smallest, ends)
+            if neg is None:
+                ui.out.print("negative case not sent: every prefill rank's pool covers the context, no prompt lies between")
+            else:
+                cases.append(neg)
+        out.append(gate_receipt(1, w, cases, started))
+    return out
+
+
+def last_prefill(workers: list[Worker]) -> Worker:
+    return [w for w in workers if w.role == "prefill"][-1]
+
+
+def negative_case(args, pool: int, context: int, ends: float) -> Case | None:
     """The write-up's negative case: a prompt under the context but over the pool must be refused (4xx)."""
     if pool + 1 >= context:
         return None
     length = pool + 1
-    reply = gate.generate(gate.base_url(args.router), gate.filler(length, 0), 1, args.timeout)
+    reply = gate.generate(gate.base_url(args.router), gate.filler(length, 0), 1, args.timeout, ends)
     refused = 400 <= reply.status < 500 and not reply.answered
     effects = {"prompt_tokens": length, "pool_tokens": pool, "context_tokens": context, "status": reply.status,
-               "answered": reply.answered, "summary": f"{length} tokens (over the pool, under the context): HTTP "
-               f"{reply.status}, " + ("refused explicitly" if refused else "NOT REFUSED EXPLICITLY")}
+               "answered": reply.answered, "summary": f"{length} tokens (over the smallest prefill rank's pool, under the "
+               f"context) through the router: HTTP {reply.status}, " + ("refused explicitly" if refused else "NOT REFUSED EXPLICITLY")}
     return gate._observed("pool-negative", "/generate", "a prompt over the pool but under the context is refused (4xx)",
                           "answered, or refused without a 4xx status", not refused, effects, reply.ms)
 
 
+def audit_gates(probed: dict, fleet: Fleet) -> dict[int, tuple[list[Receipt], list[str]]]:
+    """The tree audit's receipts and its not-fixed fixes, by the gate each fix backs; every reason names
+    the workers that run the tree."""
+    out: dict[int, tuple[list[Receipt], list[str]]] = {n: ([], []) for n in (2, 3, 4)}
+    for source, p in probed.items():
+        runs = ", ".join(w.name() for w in fleet.workers if fleet.tree_of[w.url] == source)
+        for r in p.receipts:
+            out[GATE_OF_FIX.get(r.probe.fix, 2)][0].append(r)
+        for f in p.row.fixes:
+            if f.status != "fixed":
+                out[GATE_OF_FIX.get(f.fix, 2)][1].append(
+                    f"{source} (run by {runs}): #{f.fix} {f.status}" + "".join(f" ({x.site} {x.status})" for x in f.sites
+                                                                              if x.status != "fixed"))
+    return out
+
+
+def transfer_gate(args, fleet: Fleet, started: str, ends: float, roles: dict[str, str],
+                  audit: tuple[list[Receipt], list[str]]) -> tuple[GateResult, list[Receipt]]:
+    """Gate 3: the handoff checksum on every rank of every worker *and* comparable on every
+    prefill<->decode pair by the tree's own rule, or else the KV canary on every rank; the other
+    alternative is then not used. The tree audit's behaviour for the transfer defences (issue #24)
+    joins here through ``audit``: its receipts back the gate and a not-fixed fix fails it."""
+    receipts = []
+    checksum_ids, canary_ids = set(), set()
+    for w in fleet.workers:
+        cases = []
+        for rank in w.ranks():
+            cases.append(as_case(f"kv-checksum-in-force{suffix(rank)}", "server args + tree", "the handoff KV checksum is "
+                                 "enabled, present and supported here", checksum_in_force(w, rank, fleet)))
+            cases.append(as_case(f"kv-canary-in-force{suffix(rank)}", "server args + tree", "the KV canary is enabled and "
+                                 "present", canary_in_force(w, rank, fleet)))
+        if w.role == "decode":
+            for i, p in enumerate(x for x in fleet.workers if x.role == "prefill"):
+                cases.append(as_case(f"kv-checksum-pair-{i}", "server args + tree rule", f"the checksum prefill {p.url} "
+                                     f"sends is one this decode can verify", pair_comparable(p, w, fleet)))
+        checksum_ids |= {c.id for c in cases if c.id.startswith("kv-checksum")}
+        canary_ids |= {c.id for c in cases if c.id.startswith("kv-canary")}
+        receipts.append(gate_receipt(3, w, cases, started))
+    checksum_ok, canary_ok = (all(c.classification == "clean" for r in receipts for c in r.cases if c.id in ids)
+                              for ids in (checksum_ids, canary_ids))
+    unused = sorted(canary_ids) if checksum_ok else sorted(checksum_ids) if canary_ok else []
+    failed = [] if (checksum_ok or canary_ok) else failures(receipts, roles)
+    extra = list(audit[0])
+    if args.canary is not None:
+        ns = argparse.Namespace(tokens=args.canary, plant_tokens=None, max_new_tokens=16, timeout=args.timeout, ends=ends)
+        router = gate.base_url(args.router)
+        endpoint, info = gate.server_info(router, args.timeout, ends)
+        canary = gate.canary(ns, router, info, endpoint)
+        r = make(host_probe("accept-gate-3-canary", Path(__file__)),
+                 ServerIdentity(source=router, url=router, reported=gate.reported(endpoint, info)),
+                 host_environment(), canary, started_at=started, finished_at=execute.now())
+        extra.append(r)
+        failed += failures([r], {router: "router"})
+    failed += audit[1]
+    used = ("the handoff checksum, on every rank and every prefill<->decode pair comparable by the tree's rule"
+            if checksum_ok else "the KV canary, on every rank" if canary_ok else "")
+    return GateResult(gate=3, title=GATES[3], passed=not failed and bool(receipts), reasons=failed or [f"in force: {used}"],
+                      receipts=[bundle.receipt_name(r) for r in [*receipts, *extra]], unused=unused), [*receipts, *extra]
+
+
+def lifetime_gate(fleet: Fleet, started: str, roles: dict[str, str],
+                  audit: tuple[list[Receipt], list[str]]) -> tuple[GateResult, list[Receipt]]:
+    """Gate 4: deferred release in force on every rank of every worker. The tree audit's behaviour for
+    the lifetime defences (issue #24) joins here through ``audit``, as in gate 3."""
+    receipts = [gate_receipt(4, w, [as_case(f"deferred-release-in-force{suffix(rank)}", "server args + env + tree",
+                                            "aborted transfers' pages are held until drained, on a backend that implements it",
+                                            lifetime(w, rank, fleet)) for rank in w.ranks()], started)
+                for w in fleet.workers]
+    return verdict(4, receipts, roles, audit[0], audit[1]), [*receipts, *audit[0]]
+
+
 def cmd_accept(args) -> int:
+    ends = time.monotonic() + args.deadline
     signers = options.signers(args)
     if args.negative and not args.router:
         raise errors.BadInput("--negative sends its prompt through the router: give --router URL")
@@ -259,104 +328,51 @@ def cmd_accept(args) -> int:
         raise errors.BadInput("--canary sends its prompts through the router: give --router URL")
     target = bundle.out_path(args.out, KIND)
     started = execute.now()
-    workers = read_fleet(args.prefill, args.decode, args.timeout)
+    workers = read_fleet(args.prefill, args.decode, args.timeout, ends)
     tree_of = trees_for(workers, args.tree)
-    declared = declarations(args.env, workers)
+    for w in workers:
+        gate.context_of(args, w.url, w.info, w.endpoint)  # bad input before any tree is fetched
     opts = pipeline.options(args, pins.load(options.path(args.pins)), options.probe(args))
     sources = list(dict.fromkeys(tree_of.values()))
     probed = {p.row.source: p for p in survey.probe(sources, opts)}
-    findings = {s: {f.id: f for f in probed[s].row.static} for s in sources}
-    roots = {s: pipeline.resolve(s, opts).root for s in sources}  # stored already: re-verified, not fetched
+    past(ends, args, "the tree audit")
+    trees = {s: pipeline.resolve(s, opts) for s in sources}  # stored already: re-verified, not fetched
     for w in workers:
-        said = tree_version(roots[tree_of[w.url]])
+        said = tree_version(trees[tree_of[w.url]].root)
         if w.version and said and said != w.version:
             ui.warn(f"{w.url} reports version {w.version} but its tree {tree_of[w.url]} is {said}")
+    fleet = Fleet(workers, tree_of, {}, {s: {f.id: f for f in probed[s].row.static} for s in sources},
+                  declarations(args.env, workers))
+    ask_trees(fleet, opts, trees, args, ends)
+    roles = {w.url: w.role for w in workers}
 
-    receipts: list[Receipt] = []
-    gates: list[GateResult] = []
-
-    g1: list[Receipt] = []
-    for w in (w for w in workers if w.role == "prefill"):
-        cases = gate.pool(args, w.url, w.info, w.endpoint)
-        found = gate.pool_size(w.info)
-        context = cases[0].effects.get("context_tokens") if cases[0].effects else None
-        if args.negative and found and context:
-            neg = negative_case(args, found[1], context)
-            if neg is None:
-                ui.out.print(f"{w.url}: negative case not sent: the pool covers the context, no prompt lies between")
-            else:
-                cases.append(neg)
-        g1.append(gate_receipt(1, w, cases, started))
-    gates.append(verdict(1, GATES[1], g1))
-
-    g2 = [r for s in sources for r in probed[s].receipts]
-    open_fixes = [f"{s}: #{f.fix} {f.status}" + "".join(f" ({x.site} {x.status})" for x in f.sites if x.status != "fixed")
-                  for s in sources for f in probed[s].row.fixes if f.status != "fixed"]
-    gates.append(GateResult(gate=2, title=GATES[2],
-                            passed=not open_fixes and bool(g2), reasons=open_fixes or [f"every fix fixed in {', '.join(sources)}"],
+    audit = audit_gates(probed, fleet)
+    g1 = pool_gate(args, fleet, started, ends)
+    gates = [verdict(1, g1, roles)]
+    g2, open_fixes = audit[2]
+    gates.append(GateResult(gate=2, title=GATES[2], passed=not open_fixes and bool(g2),
+                            reasons=open_fixes or [f"every fix fixed in {', '.join(sources)}, run by every worker"],
                             receipts=[bundle.receipt_name(r) for r in g2]))
+    g3_result, g3 = transfer_gate(args, fleet, started, ends, roles, audit[3])
+    g4_result, g4 = lifetime_gate(fleet, started, roles, audit[4])
+    gates += [g3_result, g4_result]
+    for line in dict.fromkeys(w for v in fleet.values for w in v.warnings if "the worker's own report counts" in w):
+        ui.warn(line)
+        fleet.warnings.append(line)
 
-    g3: list[Receipt] = []
-    for w in workers:
-        f = findings[tree_of[w.url]]
-        cases = [as_case("kv-checksum-in-force", "server args + tree", "the handoff KV checksum is enabled, present and "
-                         "supported here", checksum_in_force(w, f)),
-                 as_case("kv-canary-in-force", "server args + tree", "the KV canary is enabled and present",
-                         canary_in_force(w, f))]
-        g3.append(gate_receipt(3, w, cases, started))
-    # One defence in force on every worker is enough: the checksum guards the handoff, the canary the reads.
-    by_defence = {cid: all(c.classification == "clean" for r in g3 for c in r.cases if c.id == cid)
-                  for cid in ("kv-checksum-in-force", "kv-canary-in-force")}
-    g3_fail = [] if any(by_defence.values()) else [
-        f"{r.source.source} {c.id}: {c.effects['summary']}" for r in g3 for c in r.cases if c.classification != "clean"]
-    if args.canary is not None:
-        ns = argparse.Namespace(tokens=args.canary, plant_tokens=None, max_new_tokens=16, timeout=args.timeout)
-        router = gate.base_url(args.router)
-        endpoint, info = gate.server_info(router, args.timeout)
-        canary = gate.canary(ns, router, info, endpoint)
-        r = make(host_probe("accept-gate-3-canary", Path(__file__)),
-                 ServerIdentity(source=router, url=router, reported=gate.reported(endpoint, info)),
-                 host_environment(), canary, started_at=started, finished_at=execute.now())
-        g3.append(r)
-        g3_fail += [f"{router} {c.id}: {(c.effects or {}).get('summary') or c.error.message}" for c in canary
-                    if c.classification != "clean"]
-    gates.append(GateResult(gate=3, title=GATES[3],
-                            passed=not g3_fail, reasons=g3_fail or [f"in force: {', '.join(k for k, v in by_defence.items() if v)}"],
-                            receipts=[bundle.receipt_name(r) for r in g3]))
-
-    g4 = [gate_receipt(4, w, [as_case("deferred-release-in-force", "server args + env + tree", "aborted transfers' pages "
-                                      "are held until drained, on a backend that implements it",
-                                      lifetime(w, findings[tree_of[w.url]], declared[w.url]))], started) for w in workers]
-    gates.append(verdict(4, GATES[4], g4))
-
-    receipts = g1 + g2 + g3 + g4
     accepted = all(g.passed for g in gates)
     record = Acceptance(
-        workers={w.url: {"role": w.role, "endpoint": w.endpoint, "version": w.version, "tree": tree_of[w.url]} for w in workers},
-        trees={s: probed[s].row.tree_digest for s in sources}, gates=gates, accepted=accepted)
+        workers={w.url: {"role": w.role, "endpoint": w.endpoint, "version": w.version, "tree": tree_of[w.url],
+                         "ranks": len(w.states or [])} for w in workers},
+        trees={s: probed[s].row.tree_digest for s in sources}, gates=gates, accepted=accepted, values=fleet.values,
+        warnings=fleet.warnings, deadlines={"request": args.timeout, "accept": args.deadline},
+        reader_sha256=server_config.entry_sha256())
+    receipts = list({bundle.receipt_name(r): r for r in [*g1, *g2, *g3, *g4]}.values())
     out = bundle.write(target, kind=KIND, created_at=started, receipts=receipts, differentials=[], pins_sha256=None,
                        limits=LIMITS, extra=record.model_dump(mode="json"), signers=signers)
     print_gates(record)
     ui.out.print(f"bundle: {out}  (check with: diffprobe verify {out})")
     return errors.OK if accepted else errors.DIFFERS
-
-
-def declarations(given: list[str], workers: list[Worker]) -> dict[str, dict[str, str]]:
-    """``--env [URL=]NAME=VALUE`` -> worker URL -> NAME -> VALUE (without URL: every worker)."""
-    out: dict[str, dict[str, str]] = {w.url: {} for w in workers}
-    for text in given:
-        url, rest = ("", text)
-        if text.startswith(("http://", "https://")):
-            url, _, rest = text.partition("=")
-            url = gate.base_url(url)
-            if url not in out:
-                raise errors.BadInput(f"--env {text!r}: {url} is not a worker of this fleet")
-        name, sep, value = rest.partition("=")
-        if not sep or not re.fullmatch(r"[A-Z_][A-Z0-9_]*", name):
-            raise errors.BadInput(f"--env {text!r}: expected [URL=]NAME=VALUE as set on the workers")
-        for target in [url] if url else out:
-            out[target][name] = value
-    return out
 
 
 def register(sub) -> None:
@@ -367,13 +383,15 @@ def register(sub) -> None:
     p.add_argument("--tree", action="append", default=[], metavar="[URL=]SOURCE",
                    help="the tree a worker runs (a vendor build); default pypi:sglang==<reported version>")
     p.add_argument("--env", action="append", default=[], metavar="[URL=]NAME=VALUE",
-                   help="an environment variable as set on every worker, or on the worker at URL (SGLang reports none)")
+                   help="an environment variable as set on every worker, or on the worker at URL (which wins over every "
+                        "worker's, in any order); a worker that reports its own (SGLANG_EXPOSE_OWN_ENV_VARS) wins over both")
     p.add_argument("--context", type=int, metavar="N", help="context length when a worker reports none")
     p.add_argument("--headroom", default="1.25", metavar="X", help="required pool / context ratio (default 1.25)")
     p.add_argument("--negative", action="store_true",
-                   help="also send a prompt over the pool but under the context through the router: must be refused (4xx)")
+                   help="also send a prompt over the smallest prefill rank's pool but under the context through the "
+                        "router: must be refused (4xx)")
     p.add_argument("--canary", type=int, metavar="N", help="also run the sentinel check through the router at N and N+1 tokens")
-    p.add_argument("--timeout", type=int, default=600, metavar="S", help="seconds per HTTP request (default 600)")
+    options.http_deadlines(p, whole_command=True)
     p.add_argument("--out", metavar="DIR", help="bundle directory to create")
     options.probe_options(p)
     options.common(p)

@@ -7,16 +7,26 @@ from pathlib import Path
 from runner import errors, ui
 from runner.commands import options
 from runner.errors import BadInput
-from runner.evidence import bundle, dsse
+from runner.evidence import attest, bundle, dsse
 
 
 def cmd_attest(args) -> int:
     signers = options.signers(args)
     if not signers:
         raise BadInput(f"attest needs a key: --sign KEY or ${dsse.ENV_KEY}")
-    root = bundle.sign_existing(Path(args.bundle), signers)
-    ui.out.print(f"signed: {root}  by key {signers[0].keyid[:16]}; all signers: "
-                 + ", ".join(k[:16] for k in bundle.signers(root)), markup=False)
+    root = Path(args.bundle).resolve()
+    dropped = bundle.sign_existing(root, signers, args.nonce)
+    mine = {s.keyid for s in signers}
+    signed = bundle.attestations(root)
+    others = [dsse.shown(k) for k in attest.claims(signed)[1] if k not in mine]
+    nonce = attest.nonce_of(signed)
+    ui.out.print(f"signed: {root} by key {', '.join(dsse.shown(k) for k in sorted(mine))}"
+                 + (f" for nonce {nonce!r}" if nonce is not None else ""), markup=False)
+    if others:
+        ui.out.print(f"kept: signatures claiming key id(s) {', '.join(others)}, not checked", markup=False)
+    if dropped:
+        ui.out.print(f"dropped: signatures claiming key id(s) {', '.join(dsse.shown(k) for k in dropped)} (they signed "
+                     f"another payload: another nonce), not kept", markup=False)
     return errors.OK
 
 
@@ -24,4 +34,6 @@ def register(sub) -> None:
     p = sub.add_parser("attest", help="sign an existing bundle: in-toto Statements in DSSE envelopes (Ed25519)")
     p.add_argument("bundle", metavar="BUNDLE")
     options.signing(p)
+    options.nonce(p, "bind the signed Statements to a verifier's challenge (verify --nonce checks it); "
+                     "default: the nonce the bundle's attestations already carry, if any")
     p.set_defaults(func=cmd_attest)

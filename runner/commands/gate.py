@@ -17,13 +17,14 @@ for ``canary`` and ``latency``.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import math
 import secrets
+import socket
+import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -35,7 +36,7 @@ from runner import errors, ui
 from runner.commands import options
 from runner.evidence import bundle
 from runner.sandbox import execute
-from runner.errors import BadInput, Infrastructure
+from runner.errors import BadInput, DiffprobeError, Infrastructure
 from runner.evidence.observations import Case, CaseError
 from runner.evidence.receipts import ServerIdentity, host_environment, host_probe, make
 from runner.evidence.records import GateRecord
@@ -45,6 +46,7 @@ REPORTED = ("version", "model_path", "served_model_name", "context_length", "max
             "max_req_input_len", "disaggregation_mode", "tp_size", "dp_size", "page_size")
 POOL_IN_STATES = (("max_total_num_tokens",), ("memory_usage", "token_capacity"))
 FILLER_BASE, FILLER_SPAN = 1000, 1000
+MAX_BODY = 64 << 20  # a server_info or completion larger than this is not one
 LIMITS = [
     "a gate observes one live deployment at one moment, through its HTTP API; it reads no source code",
     "a passing canary or latency gate shows no leak for these prompts, not the absence of every leak",
@@ -85,25 +87,66 @@ def base_url(url: str) -> str:
     return url.rstrip("/")
 
 
-def call(url: str, path: str, payload: dict | None = None, timeout: int = 600) -> Reply:
-    """One HTTP request; any status comes back as a Reply, an unreachable server as exit 3."""
+def call(url: str, path: str, payload: dict | None = None, timeout: float = 600, ends: float | None = None) -> Reply:
+    """One HTTP request, the whole of it (connect, headers, body) within ``timeout`` seconds and
+    before ``ends`` (``time.monotonic()``, the whole command's deadline). Any status comes back as a
+    Reply; an unreachable server is exit 3; a server too slow for the deadline, or whose answer
+    outgrows ``MAX_BODY``, fails closed (exit 1) with one line naming it.
+
+    A socket timeout bounds each read, not the request: a server that drips a byte a second never
+    trips it. So a timer cuts the connection at the deadline, whatever it is blocked in."""
+    start = time.monotonic()
+    whole = ends is not None and ends - start < timeout
+    limit = (ends - start) if whole else timeout
+    if limit <= 0:
+        raise too_slow(url, path, timeout, whole)
+    parts = urllib.parse.urlsplit(url)
+    kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    conn = kind(parts.hostname, parts.port, timeout=limit)
+    cut = threading.Event()
+    timer = threading.Timer(limit, _cut, (conn, cut))
+    timer.daemon = True
     data = None if payload is None else orjson.dumps(payload)
-    req = urllib.request.Request(url + path, data=data, method="GET" if data is None else "POST",
-                                 headers={} if data is None else {"Content-Type": "application/json"})
-    start = time.perf_counter_ns()
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            status, body = r.status, r.read()
-    except urllib.error.HTTPError as e:
-        status, body = e.code, e.read()
-    except (urllib.error.URLError, OSError, http.client.HTTPException) as e:
-        raise Infrastructure(f"{url}{path}: unreachable ({getattr(e, 'reason', e)})") from None
-    return Reply(status, body, (time.perf_counter_ns() - start) // 1_000_000)
+        timer.start()
+        conn.request("GET" if data is None else "POST", parts.path + path, body=data,
+                     headers={} if data is None else {"Content-Type": "application/json"})
+        response = conn.getresponse()
+        body = bytearray()
+        while chunk := response.read1(1 << 16):  # one read at a time, so the cut is seen between reads
+            body += chunk
+            if len(body) > MAX_BODY:
+                raise DiffprobeError.differs(f"{url}{path}: an answer over {MAX_BODY >> 20} MiB: failing closed")
+        if cut.is_set():  # the cut reads as an end of the answer
+            raise too_slow(url, path, timeout, whole)
+        if response.length:
+            raise http.client.IncompleteRead(bytes(body), response.length)
+        status = response.status
+    except (OSError, http.client.HTTPException, ValueError) as e:
+        if cut.is_set() or time.monotonic() - start >= limit:
+            raise too_slow(url, path, timeout, whole) from None
+        raise Infrastructure(f"{url}{path}: unreachable ({getattr(e, 'reason', None) or e or type(e).__name__})") from None
+    finally:
+        timer.cancel()
+        conn.close()
+    return Reply(status, bytes(body), int((time.monotonic() - start) * 1000))
 
 
-def server_info(url: str, timeout: int) -> tuple[str | None, dict]:
+def _cut(conn: http.client.HTTPConnection, cut: threading.Event) -> None:
+    cut.set()
+    if conn.sock is not None:
+        with contextlib.suppress(OSError):
+            conn.sock.shutdown(socket.SHUT_RDWR)
+
+
+def too_slow(url: str, path: str, timeout: float, whole: bool) -> DiffprobeError:
+    why = "the whole command's deadline (--deadline) passed" if whole else f"no complete answer within {timeout:g} s (--timeout, per whole request)"
+    return DiffprobeError.differs(f"{url}{path}: {why}: failing closed")
+
+
+def server_info(url: str, timeout: float, ends: float | None = None) -> tuple[str | None, dict]:
     for path in INFO_PATHS:
-        reply = call(url, path, timeout=timeout)
+        reply = call(url, path, timeout=timeout, ends=ends)
         data = reply.json()
         if reply.status == 200 and isinstance(data, dict):
             return path, data
@@ -116,16 +159,25 @@ def reported(endpoint: str | None, info: dict) -> dict:
     return {"endpoint": endpoint, **kept}
 
 
+def rank_pools(info: dict) -> list[tuple[str | None, int | None]]:
+    """Each data-parallel rank's KV pool in tokens, from its own entry of ``internal_states``:
+    (field, tokens), or (None, None) for a rank that reports no integer pool (a float, a string or
+    a missing field is not read). Where a rank reports more than one field, the smaller counts."""
+    states = info.get("internal_states")
+    out: list[tuple[str | None, int | None]] = []
+    for state in states if isinstance(states, list) else []:
+        found = [(".".join(path), v) for path in POOL_IN_STATES if _int(v := _dig(state, path))]
+        out.append(min(found, key=lambda f: f[1]) if found else (None, None))
+    return out
+
+
 def pool_size(info: dict) -> tuple[str, int] | None:
-    """The KV pool in tokens: the scheduler's top-level field, else the smallest data-parallel rank's."""
-    if _int(top := info.get("max_total_num_tokens")):
-        return "max_total_num_tokens", top
-    states = [s for s in info.get("internal_states") or [] if isinstance(s, dict)]
-    for path in POOL_IN_STATES:
-        values = [v for s in states if _int(v := _dig(s, path))]
-        if values:
-            return f"internal_states[*].{'.'.join(path)} (smallest of {len(values)} rank(s))", min(values)
-    return None
+    """The smallest KV pool the server reports: the scheduler's top-level field (rank 0's) and each
+    rank's own. A short rank behind a healthy rank 0 is the one judged."""
+    found = [("max_total_num_tokens", top)] if _int(top := info.get("max_total_num_tokens")) else []
+    found += [(f"internal_states[{rank}].{field}", tokens) for rank, (field, tokens) in enumerate(rank_pools(info))
+              if tokens is not None]
+    return min(found, key=lambda f: f[1]) if found else None
 
 
 def _dig(d: dict, path: tuple[str, ...]) -> Any:
@@ -138,10 +190,10 @@ def filler(length: int, offset: int) -> list[int]:
     return [FILLER_BASE + (offset + i) % FILLER_SPAN for i in range(length)]
 
 
-def generate(url: str, prompt: list[int] | str, max_new_tokens: int, timeout: int) -> Reply:
+def generate(url: str, prompt: list[int] | str, max_new_tokens: int, timeout: float, ends: float | None = None) -> Reply:
     key = "text" if isinstance(prompt, str) else "input_ids"
     return call(url, "/generate", {key: prompt, "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": 0}},
-                timeout)
+                timeout, ends)
 
 
 def _ratio(text: str, flag: str) -> Fraction:
@@ -162,32 +214,46 @@ def _observed(id: str, site: str, title: str, signature: str, bug: bool, effects
 # --- the three gates ----------------------------------------------------------------------------
 
 
+POOL_TITLE = "the KV pool read from the live server covers the context with headroom"
+
+
 def pool(args, url: str, info: dict, endpoint: str | None) -> list[Case]:
     """Gate 1: the pool read from the live worker covers the context with headroom."""
     found = pool_size(info)
-    title = "the KV pool read from the live server covers the context with headroom"
     if found is None:
         tried = ", ".join(INFO_PATHS) if endpoint is None else endpoint
-        return [Case(id="pool-covers-context", site="server info", role="bug", title=title,
-                     signature="pool < context x headroom", outcome="not_applicable", classification="inconclusive",
-                     missing=f"no pool size (max_total_num_tokens, internal_states[*].memory_usage.token_capacity) "
-                             f"exposed by {tried}: failing closed", duration_ms=0)]
-    field, tokens = found
+        return [unread("pool-covers-context", f"no pool size (max_total_num_tokens, internal_states[*].memory_usage."
+                                              f"token_capacity) exposed by {tried}: failing closed")]
+    context, source = context_of(args, url, info, endpoint)
+    return [pool_case("pool-covers-context", endpoint, *found, context, source, args.headroom)]
+
+
+def unread(id: str, why: str, title: str = POOL_TITLE) -> Case:
+    """A check that could not be made because the server did not say what it needs: fails closed."""
+    return Case(id=id, site="server info", role="bug", title=title, signature="pool < context x headroom",
+                outcome="not_applicable", classification="inconclusive", missing=why, duration_ms=0)
+
+
+def context_of(args, url: str, info: dict, endpoint: str | None) -> tuple[int, str]:
     if _int(info.get("context_length")):
-        context, source = info["context_length"], f"context_length from {endpoint}"
-    elif args.context is not None:
-        context, source = args.context, "--context"
-    else:
-        raise BadInput(f"{url}: the server reports no context_length; pass --context N")
-    headroom = _ratio(args.headroom, "--headroom")
+        return info["context_length"], f"context_length from {endpoint}"
+    if args.context is not None:
+        return args.context, "--context"
+    raise BadInput(f"{url}: the server reports no context_length; pass --context N")
+
+
+def pool_case(id: str, endpoint: str | None, field: str, tokens: int, context: int, source: str, headroom_text: str,
+              who: str = "") -> Case:
+    """The pool ``field`` reports (``tokens``) against the context times the headroom."""
+    headroom = _ratio(headroom_text, "--headroom")
     required = math.ceil(context * headroom)
     short = tokens < required
-    summary = (f"pool {tokens} tokens ({field} from {endpoint}) vs context {context} ({source}) x {args.headroom} "
+    summary = (f"{who}pool {tokens} tokens ({field} from {endpoint}) vs context {context} ({source}) x {headroom_text} "
                f"= {required}: " + (f"SHORT by {required - tokens}" if short else "covered"))
     effects = {"endpoint": endpoint, "field": field, "pool_tokens": tokens, "context_tokens": context,
-               "context_from": source, "headroom": args.headroom, "required_tokens": required,
+               "context_from": source, "headroom": headroom_text, "required_tokens": required,
                "short_by": max(0, required - tokens), "summary": summary}
-    return [_observed("pool-covers-context", f"{endpoint} {field}", title, "pool < context x headroom", short, effects)]
+    return _observed(id, f"{endpoint} {field}", POOL_TITLE, "pool < context x headroom", short, effects)
 
 
 def canary(args, url: str, info: dict, endpoint: str | None) -> list[Case]:
@@ -198,7 +264,7 @@ def canary(args, url: str, info: dict, endpoint: str | None) -> list[Case]:
     sentinel = f"CANARY-{nonce}"
     sentence = f"Remember this access code: {sentinel}. "
     plant_tokens = args.plant_tokens or max(1, args.tokens // 2)
-    planted = generate(url, sentence * max(1, plant_tokens * 4 // len(sentence)), 1, args.timeout)
+    planted = generate(url, sentence * max(1, plant_tokens * 4 // len(sentence)), 1, args.timeout, args.ends)
     meta = (planted.json() or {}).get("meta_info") if planted.answered else None
     plant = {"sentinel": sentinel, "plant_status": planted.status, "plant_answered": planted.answered,
              "plant_prompt_tokens": meta.get("prompt_tokens") if isinstance(meta, dict) and _int(meta.get("prompt_tokens")) else None}
@@ -213,7 +279,7 @@ def canary(args, url: str, info: dict, endpoint: str | None) -> list[Case]:
                               error=CaseError(type="PlantNotAnswered", where="setup",
                                               message=f"the sentinel prompt was not answered (HTTP {planted.status}): failing closed")))
             continue
-        reply = generate(url, filler(length, offset + k), args.max_new_tokens, args.timeout)
+        reply = generate(url, filler(length, offset + k), args.max_new_tokens, args.timeout, args.ends)
         leaked = any(half.encode() in reply.body for half in (nonce[:8], nonce[8:]))
         summary = (f"{length} tokens: HTTP {reply.status}, {'answered' if reply.answered else 'rejected'}, "
                    + ("SENTINEL IN BODY" if leaked else "no sentinel in body"))
@@ -230,10 +296,10 @@ def latency(args, url: str, info: dict, endpoint: str | None) -> list[Case]:
     tolerance = _ratio(args.tolerance, "--tolerance")
     buckets = sorted({args.tokens // 64, args.tokens // 8, args.tokens // 2, args.tokens})
     offset = secrets.randbelow(FILLER_SPAN)
-    generate(url, filler(buckets[0], offset), 1, args.timeout)  # warm-up, not timed
+    generate(url, filler(buckets[0], offset), 1, args.timeout, args.ends)  # warm-up, not timed
     timed: dict[int, list[Reply]] = {}
     for length in buckets:
-        timed[length] = [generate(url, filler(length, offset + 1 + len(timed) * args.repeats + r), 1, args.timeout)
+        timed[length] = [generate(url, filler(length, offset + 1 + len(timed) * args.repeats + r), 1, args.timeout, args.ends)
                          for r in range(args.repeats)]
     short_len = buckets[0]
     short_ms = min(r.ms for r in timed[short_len])  # noise only adds time: the fastest repeat is the truest
@@ -263,7 +329,7 @@ def cmd_gate(args) -> int:
     signers = options.signers(args)
     url = base_url(args.url)
     started = execute.now()
-    endpoint, info = server_info(url, args.timeout)
+    endpoint, info = server_info(url, args.timeout, args.ends)
     cases = GATES[args.gate](args, url, info, endpoint)
     receipt = make(host_probe(f"gate-{args.gate}", Path(__file__)),
                    ServerIdentity(source=url, url=url, reported=reported(endpoint, info)),
@@ -301,6 +367,6 @@ def register(sub) -> None:
     for p in (pl, c, lat):
         p.add_argument("--url", required=True, help="server base URL, e.g. http://127.0.0.1:30000")
         p.add_argument("--out", metavar="DIR", help="bundle directory to create (must not exist or be empty)")
-        p.add_argument("--timeout", type=int, default=600, metavar="S", help="seconds per HTTP request (default 600)")
+        options.http_deadlines(p, whole_command=False)
         options.signing(p)
-        p.set_defaults(func=cmd_gate)
+        p.set_defaults(func=cmd_gate, ends=None)

@@ -61,15 +61,16 @@ def judge(source: str, tree_digest: str, raw: _Run) -> mutation.Mutation:
                              score=score, baseline=cases, targets=raw.targets, missing=raw.missing, mutants=mutants)
 
 
-def run_mutants(environment: envs.Env, probe: str, case_timeout: int) -> _Run:
-    """The harness with ``--mutate`` in the tree's sandbox, as ``execute.run_probes`` runs it."""
+def run_mutants(environment: envs.Env, probe: str, case_timeout: int, sandboxed: bool) -> _Run:
+    """The harness with ``--mutate`` in the tree's sandbox (where the fail-closed rule allows none,
+    outside it: ``pipeline.Options.sandboxed``), as ``execute.run_probes`` runs it."""
     with execute.run_dir() as work_dir:
         code = execute.probes_copy(work_dir)
         out = work_dir / "out"
         argv = [str(environment.python), "-I", "-B", str(code / catalog.HARNESS), "--out", str(out),
                 "--case-timeout", str(case_timeout), "--probe", probe, "--mutate"]
         run = execute.run_isolated(argv, work_dir=work_dir, timeout=MUTATE_ALLOWANCE,
-                                   read_only=[*environment.read_only, code], hidden=environment.hidden)
+                                   read_only=[*environment.read_only, code], hidden=environment.hidden, sandboxed=sandboxed)
         if run.code != 0:
             raise errors.Infrastructure(f"mutation run of {probe} failed in {environment.root.name}", detail=run.log_tail)
         raw = orjson.loads(execute.read_result(out / f"mutation-{probe}.json"))
@@ -83,10 +84,13 @@ def measure(plan: list[tuple[str, int]], p: pins.Pins, opts: pipeline.Options, i
     found = []
     for text, n in plan:
         tree = pipeline.resolve(text, opts)
+        sandboxed = opts.sandboxed(tree)  # before anything of the tree is built or run
+        if not sandboxed:
+            ui.err.print(f"[bold red]unsandboxed:[/] {escape(text)} runs without bubblewrap, with your rights")
         environment = envs.env(tree, opts.cache, interp, torch)
         for probe in p.fix(n).probes:
             ui.err.print(f"mutating #{n}'s code in {escape(text)} ({probe})...")
-            raw = run_mutants(environment, probe, case_timeout)
+            raw = run_mutants(environment, probe, case_timeout, sandboxed)
             if raw.import_.outcome != "ok":
                 raise errors.Infrastructure(f"{text}: SGLang did not import ({raw.import_.error.message if raw.import_.error else ''})")
             found.append((bundle.label(tree.identity), judge(text, tree.identity.tree_digest, raw)))

@@ -84,6 +84,20 @@ def probe(args: argparse.Namespace) -> ProbeOptions:
                         torch_index=args.torch_index, torch_wheel=args.torch_wheel, unsandboxed=args.unsandboxed)
 
 
+REQUEST_TIMEOUT = 600
+COMMAND_DEADLINE = 3600
+
+
+def http_deadlines(p: argparse.ArgumentParser, *, whole_command: bool) -> None:
+    """--timeout for each whole HTTP request to a live server (connect, headers and body: a server
+    that drips its answer cannot stretch it), and with ``whole_command`` --deadline for all of them."""
+    p.add_argument("--timeout", type=errors.positive_int, default=REQUEST_TIMEOUT, metavar="S",
+                   help=f"seconds for each whole HTTP request, headers and body (default {REQUEST_TIMEOUT})")
+    if whole_command:
+        p.add_argument("--deadline", type=errors.positive_int, default=COMMAND_DEADLINE, metavar="S",
+                       help=f"seconds for the whole command; a worker still answering then fails it closed (default {COMMAND_DEADLINE})")
+
+
 def signing(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sign", metavar="KEY",
                    help=f"sign the bundle's attestations with this Ed25519 private key (default: ${dsse.ENV_KEY})")
@@ -94,6 +108,20 @@ def signers(args: argparse.Namespace) -> list[dsse.Signer]:
     bad key fails in a second, not after the probes."""
     key = getattr(args, "sign", None) or os.environ.get(dsse.ENV_KEY)
     return [dsse.load_signer(Path(key))] if key else []
+
+
+MAX_NONCE = 256
+
+
+def nonce(p: argparse.ArgumentParser, help: str) -> None:
+    """``--nonce``: a verifier's challenge, bound into the signed Statements (attest) or required of them (verify)."""
+    p.add_argument("--nonce", metavar="NONCE", type=_nonce, help=help)
+
+
+def _nonce(value: str) -> str:
+    if not value or len(value) > MAX_NONCE or not value.isprintable():
+        raise argparse.ArgumentTypeError(f"a nonce is 1 to {MAX_NONCE} printable characters")
+    return value
 
 
 def path(value: str | None) -> Path | None:

@@ -19,6 +19,7 @@ from runner.store import envs, sources, specs
 from runner.store.cache import Store
 from runner.store.sources import TreeIdentity
 from runner.files import sha256_file
+from runner.evidence.observations import NOT_OBSERVED
 from runner.evidence.receipts import ProbeRef, Receipt
 
 
@@ -90,12 +91,20 @@ PROCESS_BYTES = 3 << 29  # 1.5 GiB: a probe process's peak with headroom
 def _same_or_fail(text: str, first: dict[str, execute.Run], again: dict[str, execute.Run], attempt: int) -> None:
     """--repeat: a probe that observes differently on the same tree cannot back a receipt."""
     for probe, run in first.items():
-        before = {c.id: c.model_dump(exclude={"duration_ms"}) for c in run.observations.cases}
-        after = {c.id: c.model_dump(exclude={"duration_ms"}) for c in again[probe].observations.cases}
+        before = {c.id: c.model_dump(exclude=set(NOT_OBSERVED)) for c in run.observations.cases}
+        after = {c.id: c.model_dump(exclude=set(NOT_OBSERVED)) for c in again[probe].observations.cases}
         differing = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
         if differing:
             raise errors.DiffprobeError.differs(
                 f"{probe} on {text}: run {attempt} observed differently from run 1 (cases: {', '.join(differing)})")
+
+
+def tally(receipt: Receipt) -> str:
+    """A receipt's cases as the progress line counts them: not-applicable cases by that name, as the
+    receipt and ``report`` say, not among the inconclusive ones (their classification)."""
+    counts, absent = receipt.summary.classifications, receipt.summary.outcomes["not_applicable"]
+    parts = [f"{counts['bug']} bug", f"{counts['clean']} clean"] + ([f"{absent} not applicable"] if absent else [])
+    return ", ".join([*parts, f"{counts['inconclusive'] - absent} inconclusive"])
 
 
 def probe_sources(
@@ -149,9 +158,7 @@ def probe(
         for probe, run in runs.items():
             receipt = receipt_of(probe_ref(probe, run.observations.fix), trees[text].identity, environment, run)
             results.record(opts.cache, receipt, key)
-            counts = receipt.summary.classifications
-            ui.err.print(f"[green]✓[/] {probe} on {escape(text)}: {counts['bug']} bug, {counts['clean']} clean, "
-                         f"{counts['inconclusive']} inconclusive")
+            ui.err.print(f"[green]✓[/] {probe} on {escape(text)}: {tally(receipt)}")
             fresh[(text, probe)] = receipt
         return fresh
 
@@ -162,10 +169,16 @@ def probe(
                      f"observed {receipt.started_at} via {escape(receipt.source.source)})")
 
     pool = ThreadPoolExecutor(max_workers=workers_for_memory(opts.probe.jobs))
+    # The shared layer (built once: a minute cold; its seal checked warm) is made ready on its own
+    # thread once the first tree is resolved and allowed to run, and while it is being built the
+    # next sources are resolved (downloaded) here; every environment waits for it.
+    ahead = ThreadPoolExecutor(max_workers=1, thread_name_prefix="layer")
+    layer = None
     futures = []
     try:
         for text in plan:
-            trees[text] = resolve(text, opts)
+            if text not in trees:
+                trees[text] = resolve(text, opts)
             digest = trees[text].identity.tree_digest
             if on_tree:
                 on_tree(text, trees[text])
@@ -176,6 +189,14 @@ def probe(
             sandboxed = opts.sandboxed(trees[text])  # before anything of the tree is built or run
             if not sandboxed:
                 ui.err.print(f"[bold red]unsandboxed:[/] {escape(text)} runs without bubblewrap, with your rights")
+            if layer is None:
+                layer = ahead.submit(envs.layer, opts.cache, interp, torch)
+                for later in plan:
+                    if layer.done():
+                        break
+                    if later not in trees:
+                        trees[later] = resolve(later, opts)
+            layer.result()
             environment = envs.env(trees[text], opts.cache, interp, torch)
             for note in environment.stamp.notes:
                 ui.warn(f"{text}: {note}")
@@ -194,9 +215,11 @@ def probe(
             got.update(f.result())
     except BaseException:
         pool.shutdown(wait=False, cancel_futures=True)
+        ahead.shutdown(wait=False)
         execute.kill_all()
         raise
     pool.shutdown()
+    ahead.shutdown()
     for text, earlier in same.items():
         for probe in plan[text]:
             reuse_one(text, probe, got[(earlier, probe)], f"the receipt of {escape(earlier)}, the same tree")

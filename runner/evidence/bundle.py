@@ -72,7 +72,18 @@ def receipt_name(receipt: Receipt) -> str:
 
 
 def _dump(value: BaseModel) -> bytes:
-    return orjson.dumps(value.model_dump(mode="json"), option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n"
+    return _ranges_inline(orjson.dumps(value.model_dump(mode="json"), option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS)) + b"\n"
+
+
+_PAIR = re.compile(rb"\[\n\s+(-?\d+),\n\s+(-?\d+)\n\s+\]")
+_PAIRS = re.compile(rb"\[\n\s+(\[-?\d+, -?\d+\](?:,\n\s+\[-?\d+, -?\d+\])*)\n\s+\]")
+
+
+def _ranges_inline(text: bytes) -> bytes:
+    """Indented JSON with each list of [start, end] pairs (a case's ``lines``) on one line: one
+    number a line made receipts three times their size."""
+    text = _PAIR.sub(rb"[\1, \2]", text)
+    return _PAIRS.sub(lambda m: b"[" + re.sub(rb",\n\s+", b", ", m.group(1)) + b"]", text)
 
 
 def out_path(out: str | None, kind: str) -> Path:
@@ -117,7 +128,7 @@ def write(
         )
         contents[INDEX] = _dump(index)
         if signers:
-            contents |= attest.sign(_statements(contents), signers, {})
+            contents |= attest.sign(_statements(contents), signers, {}, None)[0]
         _lay_out(staging, contents)
         if out.exists():
             out.rmdir()
@@ -135,8 +146,8 @@ def _lay_out(directory: Path, contents: dict[str, bytes]) -> None:
     (directory / MANIFEST).write_text(_render({n: sha256_bytes(data) for n, data in contents.items()}))
 
 
-def _statements(contents: dict[str, bytes]) -> dict[str, bytes]:
-    """The attestations' payloads for a bundle's files (name -> bytes; attestations left out), derived
+def _statements(contents: dict[str, bytes]) -> dict[str, dict]:
+    """The attestations' Statements for a bundle's files (name -> bytes; attestations left out), derived
     from the bytes themselves and in name order, so writing (files in the order a command made them)
     and verifying (files in the manifest's order) derive them the same way."""
     files = {n: d for n, d in sorted(contents.items()) if not n.startswith(attest.DIR)}
@@ -144,8 +155,8 @@ def _statements(contents: dict[str, bytes]) -> dict[str, bytes]:
     receipts = {n: Receipt.model_validate(orjson.loads(d)) for n, d in files.items() if n.startswith("receipts/")}
     diffs = {n: Differential.model_validate(orjson.loads(d)) for n, d in files.items() if n.startswith("differentials/")}
     mutations = {n: Mutation.model_validate(orjson.loads(d)) for n, d in files.items() if n.startswith(mutation.DIR)}
-    return attest.payloads({n: sha256_bytes(d) for n, d in files.items()}, receipts, diffs,
-                           (index.diffprobe, index.diffprobe_sha256), mutations)
+    return attest.expected({n: sha256_bytes(d) for n, d in files.items()}, receipts, diffs,
+                           (index.diffprobe, index.diffprobe_sha256), mutations, (INDEX, index.created_at))
 
 
 def _contents(root: Path) -> tuple[dict[str, bytes], dict[str, bytes]]:
@@ -155,9 +166,10 @@ def _contents(root: Path) -> tuple[dict[str, bytes], dict[str, bytes]]:
     return signed, {n: d for n, d in everything.items() if n not in signed}
 
 
-def sign_existing(root: Path, signers: list[dsse.Signer]) -> Path:
-    """Sign a bundle already written (``diffprobe attest``): it must verify; signatures by other keys
-    are kept. The signed bundle is laid out beside it and swapped in, so an interruption leaves the
+def sign_existing(root: Path, signers: list[dsse.Signer], nonce: str | None = None) -> list[str]:
+    """Sign a bundle already written (``diffprobe attest``), its Statements bound to ``nonce`` (by
+    default the one its attestations carry); it must verify. Signatures by other keys are kept while
+    the payload stays the same; returns the key ids of those a new nonce dropped. The signed bundle is laid out beside it and swapped in, so an interruption leaves the
     original or the signed bundle (at worst the original under a ``.partial-*`` name), never a mix."""
     root = root.resolve()
     if problems := verify(root):
@@ -165,7 +177,8 @@ def sign_existing(root: Path, signers: list[dsse.Signer]) -> Path:
     signed, files = _contents(root)
     if not (expected := _statements(files)):
         raise BadInput(f"{root}: nothing in this bundle can be attested (no receipt, no mutation report)")
-    contents = files | attest.sign(expected, signers, signed)
+    signatures, dropped = attest.sign(expected, signers, signed, nonce if nonce is not None else attest.nonce_of(signed))
+    contents = files | signatures
     staging = Path(tempfile.mkdtemp(prefix=f"{PARTIAL}{root.name}-", dir=root.parent))
     old = Path(f"{staging}-replaced")
     try:
@@ -180,7 +193,7 @@ def sign_existing(root: Path, signers: list[dsse.Signer]) -> Path:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     shutil.rmtree(old, ignore_errors=True)
-    return root
+    return dropped
 
 
 # --- reading and verifying -----------------------------------------------------------------
@@ -238,14 +251,14 @@ def _safe(root: Path, name: str) -> Path | None:
     return path
 
 
-def verify(root: Path, keys: dict[str, dsse.Ed25519PublicKey] | None = None) -> list[str]:
+def verify(root: Path, keys: dict[str, dsse.Ed25519PublicKey] | None = None, threshold: int = 1) -> list[str]:
     """Every problem found, as one line each; empty means intact.
 
     Checks the manifest (refusing entries outside the bundle and symlinks), that nothing unlisted
     sits in the bundle, that each receipt and differential validates against its schema and its own
     digest, that each differential names receipts that are in the bundle with those digests, and
     that the attestations, if any, carry exactly the Statements of what the bundle holds. With
-    ``keys`` (keyid -> public key), the bundle must be signed: each envelope by one of them.
+    ``keys`` (keyid -> public key), the bundle must be signed: each envelope by ``threshold`` of them.
     """
     root = root.resolve()
     entries = _manifest(root)
@@ -307,7 +320,7 @@ def verify(root: Path, keys: dict[str, dsse.Ed25519PublicKey] | None = None) -> 
     signed, files = _contents(root)
     if not signed and not keys:
         return problems  # unsigned, and nobody asked for a signature: no Statement to derive
-    return problems + attest.check(_statements(files), signed, keys or {})
+    return problems + attest.check(_statements(files), signed, keys or {}, threshold)
 
 
 def _rederive_differential(d: Differential, receipts: dict[str, Receipt]) -> list[str]:
@@ -319,9 +332,9 @@ def _rederive_differential(d: Differential, receipts: dict[str, Receipt]) -> lis
             if getattr(again, what) != getattr(d, what)]
 
 
-def signers(root: Path) -> list[str]:
-    """Key ids whose signatures every attestation of a verified bundle carries (unchecked without keys)."""
-    return attest.signers_of(_contents(root)[0])
+def attestations(root: Path) -> dict[str, bytes]:
+    """The envelopes of a bundle whose manifest checked out, by name."""
+    return _contents(root)[0]
 
 
 def _load(path: Path, model, problems: list[str]):

@@ -24,6 +24,8 @@ PROBES: dict[str, str] = {
 HARNESS = "harness.py"
 # ``diffprobe upstream-tests``' entry point: not a tree probe (no fix of its own), and not part of theirs.
 UPSTREAM_TESTS = ("upstream-tests", "pytest_outcomes.py")
+# ``diffprobe accept``'s reading of a live worker's configuration with the tree's own code: no probe's either.
+SERVER_CONFIG = "server_config.py"
 
 
 def probes_dir() -> Path:
@@ -36,7 +38,7 @@ def probes_dir() -> Path:
 def probe_files(probe: str, root: Path | None = None) -> list[Path]:
     """The files a probe's behaviour depends on: its module and every shared (non-probe) module."""
     root = root or probes_dir()
-    others = {f for p, f in [*PROBES.items(), UPSTREAM_TESTS] if p != probe}
+    others = {f for p, f in [*PROBES.items(), UPSTREAM_TESTS] if p != probe} | {SERVER_CONFIG}
     return sorted(p for p in root.glob("*.py") if p.name not in others)
 
 

@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from runner.evidence import bundle
 from runner.errors import BadInput
+from runner.evidence.observations import NOT_OBSERVED
 from runner.evidence.receipts import Receipt, seal, source_key
 
 
@@ -53,7 +54,7 @@ def compare_receipts(a: Receipt, b: Receipt, where: str) -> list[str]:
         if ca is None or cb is None:
             lines.append(f"{where} {case_id}: only in {'A' if cb is None else 'B'}")
             continue
-        da, db = ca.model_dump(exclude={"duration_ms"}), cb.model_dump(exclude={"duration_ms"})
+        da, db = ca.model_dump(exclude=set(NOT_OBSERVED)), cb.model_dump(exclude=set(NOT_OBSERVED))
         for key in sorted(da):
             if da[key] != db[key]:
                 lines.append(f"{where} {case_id}: {key}: {_short(da[key])} -> {_short(db[key])}")

@@ -2,10 +2,11 @@
 
 The signature layer of in-toto attestations (DSSE v1: ``payloadType`` and ``payload`` signed together
 through the pre-authentication encoding, so neither can be swapped alone). Keys are PEM files: the
-private key PKCS#8, refused when group or world may read it; the public key SubjectPublicKeyInfo. A
-key's id is the one securesystemslib and in-toto compute (sha256 of the canonical JSON of
-``{"keytype": "ed25519", "scheme": "ed25519", "keyval": {"public": <hex>}}``), so their verifiers
-find our signatures by keyid. The signature itself is PyCA ``cryptography``'s Ed25519.
+private key PKCS#8, refused when group or world may read it; public keys SubjectPublicKeyInfo, one or
+several to a file. A key's id is the one securesystemslib and in-toto compute (sha256 of the canonical
+JSON of ``{"keytype": "ed25519", "scheme": "ed25519", "keyval": {"public": <hex>}}``), so their
+verifiers find our signatures by keyid, and a signature is only ever checked against the key its id
+names. The signature itself is PyCA ``cryptography``'s Ed25519.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import base64
 import binascii
 import os
+import re
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +25,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from runner.errors import BadInput
+from runner.errors import BadInput, printable
 from runner.files import sha256_bytes, write_atomic
 
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
@@ -46,6 +48,12 @@ class Envelope(BaseModel):
 
     def payload_bytes(self) -> bytes:
         return base64.b64decode(self.payload, validate=True)
+
+
+def shown(keyid: str) -> str:
+    """A key id as printed: its first 16 characters, control characters escaped (an envelope's
+    key ids are whatever its author wrote)."""
+    return printable(keyid[:16])
 
 
 def pae(payload_type: str, payload: bytes) -> bytes:
@@ -122,27 +130,52 @@ def load_signer(path: Path) -> Signer:
     return Signer(private=key, keyid=keyid(key.public_key()), path=path)
 
 
-def load_public(path: Path) -> tuple[str, Ed25519PublicKey]:
-    """(keyid, key) of a public key file (PEM SubjectPublicKeyInfo)."""
-    try:
-        key = serialization.load_pem_public_key(_read(path, "public key"))
-    except (ValueError, UnsupportedAlgorithm):
-        raise BadInput(f"{path}: not a PEM public key") from None
-    if not isinstance(key, Ed25519PublicKey):
-        raise BadInput(f"{path}: not an Ed25519 public key")
-    return keyid(key), key
+_PEM = re.compile(rb"-----BEGIN ([A-Z0-9 ]+)-----\r?\n.*?-----END \1-----", re.DOTALL)
+
+
+def load_keys(path: Path) -> dict[str, Ed25519PublicKey]:
+    """keyid -> key for every public key in a file (PEM SubjectPublicKeyInfo blocks, one or several).
+
+    A file holding anything but Ed25519 public keys is refused whole: a private key given by
+    mistake, another algorithm or a damaged block never leaves the others to be used silently.
+    """
+    data = _read(path, "public key")
+    blocks = list(_PEM.finditer(data))
+    if not blocks:
+        raise BadInput(f"{path}: not a PEM public key")
+    keys: dict[str, Ed25519PublicKey] = {}
+    for n, block in enumerate(blocks, 1):
+        where = f"{path}: key {n} of {len(blocks)}" if len(blocks) > 1 else str(path)
+        if block.group(1) != b"PUBLIC KEY":
+            raise BadInput(f"{where}: a {block.group(1).decode()} block, not a public key")
+        try:
+            key = serialization.load_pem_public_key(block.group(0))
+        except (ValueError, UnsupportedAlgorithm):
+            raise BadInput(f"{where}: not a PEM public key") from None
+        if not isinstance(key, Ed25519PublicKey):
+            raise BadInput(f"{where}: not an Ed25519 public key")
+        keys[keyid(key)] = key
+    return keys
 
 
 # --- envelopes --------------------------------------------------------------------------------
 
 
 def seal(payload: bytes, signers: list[Signer], previous: Envelope | None = None) -> Envelope:
-    """An envelope over ``payload`` signed by each signer; signatures of ``previous`` by other keys
-    are kept (several parties may sign one bundle), a signer's own earlier signature is replaced."""
+    """An envelope over ``payload`` signed by each signer. Signatures of ``previous`` by other keys
+    are kept when it carries the same payload (several parties may sign one bundle); over another
+    payload they could never verify again and are left out (``kept_from``). A signer's own
+    earlier signature is replaced."""
     mine = {s.keyid for s in signers}
-    kept = [s for s in (previous.signatures if previous else []) if s.keyid not in mine]
+    kept = [s for s in kept_from(previous, payload) if s.keyid not in mine]
     return Envelope(payload=base64.b64encode(payload).decode(), payloadType=PAYLOAD_TYPE,
                     signatures=kept + [s.sign(PAYLOAD_TYPE, payload) for s in signers])
+
+
+def kept_from(previous: Envelope | None, payload: bytes) -> list[Signature]:
+    """The signatures of ``previous`` that still sign ``payload`` (all of them or none)."""
+    same = previous is not None and previous.payloadType == PAYLOAD_TYPE and previous.payload_bytes() == payload
+    return list(previous.signatures) if same else []
 
 
 def dump(envelope: Envelope) -> bytes:
@@ -150,7 +183,8 @@ def dump(envelope: Envelope) -> bytes:
 
 
 def parse(data: bytes) -> Envelope:
-    """An envelope from its file's bytes; ValueError (one line) when it is not one."""
+    """An envelope from its file's bytes; ValueError (one line) when it is not one. Two signatures
+    claiming one key id are refused, as securesystemslib refuses them: which one would count?"""
     try:
         envelope = Envelope.model_validate(orjson.loads(data))
         envelope.payload_bytes()
@@ -158,19 +192,20 @@ def parse(data: bytes) -> Envelope:
             base64.b64decode(s.sig, validate=True)
     except (orjson.JSONDecodeError, ValidationError, binascii.Error) as e:
         raise ValueError(f"not a DSSE envelope ({str(e).splitlines()[0][:120]})") from None
+    claimed = [s.keyid for s in envelope.signatures]
+    if len(set(claimed)) != len(claimed):
+        raise ValueError("not a DSSE envelope (two signatures claim the same key id)")
     return envelope
 
 
-def check_signatures(envelope: Envelope, keys: dict[str, Ed25519PublicKey]) -> str | None:
-    """None when a signature by one of ``keys`` verifies and none by them is broken; else why not.
-
-    Signatures by keys not given are ignored (another party may have co-signed), but they never
-    count: an envelope signed only by strangers is refused.
-    """
+def verified_by(envelope: Envelope, keys: dict[str, Ed25519PublicKey]) -> tuple[set[str], list[str]]:
+    """(key ids of ``keys`` whose signature verifies, problems). Each signature is checked against
+    the key its id names, and only that key; a signature claiming a given key that does not verify
+    with it (garbage, or another key's signature relabelled) is a problem, never skipped."""
     if envelope.payloadType != PAYLOAD_TYPE:
-        return f"payloadType is {envelope.payloadType!r}, not {PAYLOAD_TYPE}"
+        return set(), [f"payloadType is {envelope.payloadType!r}, not {PAYLOAD_TYPE}"]
     signed = pae(envelope.payloadType, envelope.payload_bytes())
-    good = []
+    good, problems = set(), []
     for s in envelope.signatures:
         key = keys.get(s.keyid)
         if key is None:
@@ -178,11 +213,27 @@ def check_signatures(envelope: Envelope, keys: dict[str, Ed25519PublicKey]) -> s
         try:
             key.verify(base64.b64decode(s.sig, validate=True), signed)
         except InvalidSignature:
-            return f"signature by key {s.keyid[:16]} does not verify"
-        good.append(s.keyid)
-    if good:
+            problems.append(f"signature claiming key {shown(s.keyid)} does not verify with that key")
+            continue
+        good.add(s.keyid)
+    return good, problems
+
+
+def check_signatures(envelope: Envelope, keys: dict[str, Ed25519PublicKey], threshold: int = 1) -> str | None:
+    """None when valid signatures by at least ``threshold`` distinct keys of ``keys`` sign the
+    envelope and no signature claiming one of them is broken; else why not.
+
+    Signatures claiming keys not given are ignored (another party may have co-signed), but they
+    never count: an envelope signed only by strangers is refused.
+    """
+    good, problems = verified_by(envelope, keys)
+    if problems:
+        return problems[0]
+    if len(good) >= threshold:
         return None
     if not envelope.signatures:
         return "no signature"
-    strangers = ", ".join(sorted({s.keyid[:16] for s in envelope.signatures}))
-    return f"signed only by key(s) not given: {strangers}"
+    if not good:
+        strangers = ", ".join(sorted({shown(s.keyid) for s in envelope.signatures}))
+        return f"signed only by key(s) not given: {strangers}"
+    return f"signed by {len(good)} of the given keys, fewer than the threshold {threshold}"

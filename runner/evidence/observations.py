@@ -10,9 +10,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from probes.coverage import canonical
+
 Outcome = Literal["observed", "error", "not_applicable", "timeout"]
 Classification = Literal["bug", "clean", "inconclusive"]
 ErrorWhere = Literal["setup", "sglang", "double", "import", "process"]
+# Fields of a case that say how the run went, not what the tree did: a repeat need not reproduce them.
+NOT_OBSERVED = frozenset({"duration_ms", "lines"})
 
 
 def reject_floats(value: Any, where: str = "effects") -> Any:
@@ -53,8 +57,23 @@ class Case(_Model):
     duration_ms: int = Field(ge=0)
     duties: dict[str, bool] | None = Field(
         None, description="each duty the case checks -> whether it held (probes/duties.py), judged on the host")
+    lines: dict[str, list[tuple[int, int]]] | None = Field(
+        None, description="the tree's lines the case's process ran (set-up, drive, observe): file relative to "
+                          "sglang_root -> sorted, merged, inclusive [start, end] ranges; null: not recorded "
+                          "(not applicable, no result from the process, or the recorder was displaced)")
 
     _check_effects = field_validator("effects")(classmethod(lambda cls, v: reject_floats(v)))
+
+    @field_validator("lines")
+    @classmethod
+    def _ranges(cls, lines: dict[str, list[tuple[int, int]]] | None) -> dict[str, list[tuple[int, int]]] | None:
+        for path, spans in (lines or {}).items():
+            parts = path.split("/")
+            if path.startswith("/") or "\\" in path or any(p in ("", ".", "..") for p in parts):
+                raise ValueError(f"lines: {path[:200]!r} is not a plain relative path")
+            if not canonical([list(s) for s in spans]):
+                raise ValueError(f"lines of {path[:200]}: not sorted, merged [start, end] ranges from line 1")
+        return lines
 
     @model_validator(mode="after")
     def _consistent(self) -> "Case":
@@ -82,7 +101,7 @@ class ImportResult(_Model):
 
 
 class Observations(_Model):
-    schema_: Literal["diffprobe.observations/2"] = Field(alias="schema")
+    schema_: Literal["diffprobe.observations/3"] = Field(alias="schema")
     probe: str
     fix: int
     python: str

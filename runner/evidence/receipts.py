@@ -20,7 +20,7 @@ from runner import __version__
 from runner.store.envs import Env
 from runner.files import sha256_bytes, sha256_file
 from runner.evidence.catalog import judge_digest
-from runner.evidence.observations import Case, Classification, ImportResult, Outcome, reject_floats
+from runner.evidence.observations import NOT_OBSERVED, Case, Classification, ImportResult, Outcome, reject_floats
 from runner.evidence.judging import Transition, Verdict, state, transition, verdict
 from runner.store.sources import TreeIdentity
 
@@ -143,7 +143,7 @@ class Receipt(_Model):
 
 
 def observation_digest(probe_sha256: str, tree_digest: str, cases: list[Case]) -> str:
-    stable = [c.model_dump(mode="json", exclude={"duration_ms"}) for c in cases]
+    stable = [c.model_dump(mode="json", exclude=set(NOT_OBSERVED)) for c in cases]
     return sha256_bytes(canonical({"probe": probe_sha256, "tree": tree_digest, "cases": stable}))
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_serializer
-from typing_extensions import TypedDict
+from typing_extensions import NotRequired, TypedDict
 
 from runner.evidence import judging, static
 
@@ -125,6 +125,25 @@ class AcceptedWorker(TypedDict):
     endpoint: str | None
     version: str | None
     tree: str
+    ranks: NotRequired[int]  # how many data-parallel ranks' own states it reported (internal_states)
+
+
+ValueSource = Literal["reported by the worker", "declared", "tree default"]
+
+
+class AcceptedValue(_Record):
+    """One environment value a gate judged, for one rank of one worker, and where it came from."""
+
+    worker: str
+    rank: int | None = Field(description="the data-parallel rank whose own report it is; null: every rank of the worker")
+    name: str
+    raw: str | None = Field(description="the text as set (reported or declared); null: not set, the tree's default")
+    value: str = Field(description="what the tree's own code reads from it (repr), or why it reads nothing")
+    source: ValueSource
+    detail: str = Field(description="which report or declaration, exactly")
+    parsed_by: str = Field(description="the tree's code that read it, and in which tree")
+    warnings: list[str] = Field([], description="what the tree's code warned while reading it; where a declaration "
+                                                "disagrees with the worker's report")
 
 
 class GateResult(_Record):
@@ -133,6 +152,8 @@ class GateResult(_Record):
     passed: bool
     reasons: list[str] = Field(description="why it failed; for a pass, what it rests on")
     receipts: list[str]
+    unused: list[str] = Field([], description="case ids of an alternative the gate did not need (gate 3: the canary "
+                                              "where the checksum verifies every pair, or the other way round)")
 
 
 class Acceptance(_Record):
@@ -142,6 +163,11 @@ class Acceptance(_Record):
     trees: dict[str, str] = Field(description="tree source -> tree digest")
     gates: list[GateResult]
     accepted: bool
+    values: list[AcceptedValue] = Field([], description="every environment value judged, per worker and rank")
+    warnings: list[str] = Field([], description="declarations the workers' own reports overrode, and the like")
+    deadlines: dict[str, int] | None = Field(None, description="seconds: each whole request, the whole accept")
+    reader_sha256: str | None = Field(None, description="sha256 of probes/server_config.py, which read the workers' "
+                                                        "values with each tree's own code")
 
 
 GateName = Literal["pool", "canary", "latency"]

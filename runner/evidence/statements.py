@@ -6,15 +6,18 @@ spec/predicates/test-result.md). Derived, never stored apart: ``verify`` re-deri
 bundle and refuses an envelope whose payload differs, so a signature covers exactly the receipt it names.
 
 Mapping (README, "Signed attestations"):
-- subject: the observed tree by every digest known: ``sha256`` of the release artifact, ``gitCommit``,
-  ``dirHash`` (the tree digest, hex; in-toto's DigestSet). Consumers match ANY of them.
+- subjects: one per thing hashed, named for it: the wheel file (``sha256``), the commit
+  (``gitCommit``), the package tree (``dirHash``: the tree digest in hex, annotated with the folder
+  and the shell recipe that recomputes it). A consumer matches any of them.
 - a test is a case (``probe/case``) or, for the bundle, a fix (``fix-N``); ``passedTests`` are cases
   observed clean, ``failedTests`` cases observed with the bug signature; a case that errored, timed out
   or did not apply is in neither, nor in ``warnedTests`` (it did not pass with a warning: it was not
   observed), but in the extension field ``diffprobeNotJudged`` with its outcome.
 - ``result``: PASSED only when every test passed; otherwise FAILED.
 - configuration: diffprobe itself (sha256 over its source files, version), the probe, the receipt (the
-  file's sha256 as listed in SHA256SUMS, its own ``digest``), the environment's lock and stand-ins.
+  file's sha256 as listed in SHA256SUMS, its own ``digest``), the environment's lock and stand-ins;
+  the bundle's: every file, each annotated ``diffprobeFile`` with its role, the index with ``createdAt``.
+- ``diffprobeNonce``: the verifier's challenge, when the signer was given one.
 """
 
 from __future__ import annotations
@@ -32,34 +35,63 @@ from runner.evidence.receipts import Differential, Receipt, Source, source_key
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 TEST_RESULT = "https://in-toto.io/attestation/test-result/v0.1"
 NOT_JUDGED = "diffprobeNotJudged"  # extension field: test id -> why it is neither passed nor failed
+NONCE = "diffprobeNonce"  # extension field: the verifier's challenge the signer answered (attest --nonce)
+FILE_ROLE = "diffprobeFile"  # annotation of a configuration entry that is a file of the bundle: its role
 MEDIA_TYPE = "application/json"
 Result = Literal["PASSED", "FAILED"]
 
 
-def digests(source: Source) -> dict[str, str]:
-    """Every digest that names what a receipt observed (in-toto DigestSet keys)."""
+# The dirHash of a package tree, recomputed in the directory that holds ``sglang/`` (a wheel unpacked,
+# a commit's ``python/`` checked out): in-toto's ``find . -type f | ... | xargs -r sha256sum`` splits
+# names at blanks, and SGLang ships file names with spaces, so names travel NUL-separated here.
+# Byte-code is left out: a tree's store never holds any (runner.store.trees).
+DIRHASH_RECIPE = ("find sglang -type f ! -path '*/__pycache__/*' ! -name '*.py[co]' -print0 | LC_ALL=C sort -z"
+                  " | xargs -0 -r sha256sum | sha256sum | cut -d' ' -f1")
+
+
+def subjects(source: Source) -> list[dict[str, Any]]:
+    """What a receipt observed, one subject per thing hashed, each named for exactly that: the wheel
+    file by its sha256, the commit by its id, the package tree by its dirHash (annotated with the
+    folder and the recipe); a server or the model by the sha256 of its identity's canonical JSON.
+    A consumer matches any of them; none pairs two digests of different things."""
     if source.kind in ("server", "model"):
-        return {"sha256": source_key(source)}  # of the identity's canonical JSON: all there is to name
-    found = {"sha256": source.artifact_sha256, "gitCommit": source.commit, "dirHash": dirhash_hex(source.tree_digest)}
-    return {k: v for k, v in found.items() if v}
+        return [{"name": source.source, "digest": {"sha256": source_key(source)},
+                 "annotations": {"kind": source.kind, "hashed": IDENTITY_HASHED}}]
+    out = []
+    if source.artifact_sha256:
+        out.append({"name": source.artifact or source.source, "digest": {"sha256": source.artifact_sha256},
+                    "annotations": {"kind": "wheel", "source": source.source}})
+    if source.commit:
+        out.append({"name": source.source, "digest": {"gitCommit": source.commit},
+                    "annotations": {"kind": "git commit", "repo": source.repo or ""}})
+    folder = {"pypi": f"sglang/ of {source.artifact}",
+              "git": f"{source.package_dir}/ of commit {source.commit}, as sglang/",
+              "path": f"the sglang package found in {source.path}, as sglang/"}[source.kind]
+    tree = tree_subject(source.source, source.tree_digest, folder)
+    return out + ([tree] if tree else [])
+
+
+IDENTITY_HASHED = "the receipt's source object as canonical JSON (keys sorted, compact, UTF-8)"
+
+
+def tree_subject(source: str, tree_digest: str, folder: str) -> dict[str, Any] | None:
+    """A package tree by its dirHash; None for a digest that is not a well-formed ``h1:`` sha256 (a
+    hand-edited receipt: its Statement then names what it observed by its other digests)."""
+    hexed = dirhash_hex(tree_digest)
+    if hexed is None:
+        return None
+    return {"name": f"{source}#sglang/", "digest": {"dirHash": hexed},
+            "annotations": {"kind": "package tree", "folder": f"{folder} (byte-code left out)",
+                            "recipe": DIRHASH_RECIPE, "treeDigest": tree_digest}}
 
 
 def dirhash_hex(tree_digest: str) -> str | None:
-    """in-toto's ``dirHash`` (lowercase hex) of an ``h1:`` tree digest; None for one that is not a
-    well-formed sha256 (a hand-edited receipt: its Statement then names the tree by its other digests)."""
+    """in-toto's ``dirHash`` (lowercase hex) of an ``h1:`` tree digest, or None."""
     try:
         raw = base64.b64decode(tree_digest.removeprefix("h1:"), validate=True)
     except binascii.Error:
         return None
     return raw.hex() if tree_digest.startswith("h1:") and len(raw) == 32 else None
-
-
-def subject(source: Source) -> dict[str, Any]:
-    annotations = {"kind": source.kind}
-    if source.kind in ("pypi", "git", "path"):
-        annotations |= {k: v for k, v in (("artifact", source.artifact), ("repo", source.repo),
-                                          ("treeDigest", source.tree_digest)) if v}
-    return {"name": source.source, "digest": digests(source), "annotations": annotations}
 
 
 def _judge(version: str, sha256: str) -> dict[str, Any]:
@@ -109,7 +141,8 @@ def receipt_statement(name: str, file_sha256: str, receipt: Receipt) -> dict[str
         {"name": f"probe/{receipt.probe.id}", "digest": {"sha256": receipt.probe.sha256},
          "annotations": {"files": receipt.probe.files, **({"fix": receipt.probe.fix} if receipt.probe.fix else {})}},
         {"name": name, "digest": {"sha256": file_sha256}, "mediaType": MEDIA_TYPE,
-         "annotations": {"receiptDigest": receipt.digest, "observationDigest": receipt.observation_digest}},
+         "annotations": {FILE_ROLE: "receipt", "receiptDigest": receipt.digest,
+                         "observationDigest": receipt.observation_digest}},
     ]
     if env.lock_sha256:
         configuration.append({"name": "environment/lock", "digest": {"sha256": env.lock_sha256},
@@ -118,7 +151,7 @@ def receipt_statement(name: str, file_sha256: str, receipt: Receipt) -> dict[str
     if env.standins:
         configuration.append({"name": "environment/standins", "digest": {"sha256": env.standins.sha256},
                               "annotations": {"used": env.standins.used}})
-    return _statement([subject(receipt.source)], *_arrange(receipt_states(receipt), configuration))
+    return _statement(subjects(receipt.source), *_arrange(receipt_states(receipt), configuration))
 
 
 def _arrange(states: dict[str, str], configuration: list[dict]):
@@ -130,9 +163,8 @@ FIX_STATES = {"fix observed": "clean", "fix not observed": "bug", "regression": 
 
 
 def mutated_subject(m: Mutation) -> dict[str, Any] | None:
-    """A mutated tree as a subject: a mutation report names it by its tree digest only."""
-    hexed = dirhash_hex(m.tree_digest)
-    return {"name": m.source, "digest": {"dirHash": hexed}, "annotations": {"kind": "mutated", "treeDigest": m.tree_digest}} if hexed else None
+    """The tree a mutation report's mutants were made from, by its dirHash (all the report names)."""
+    return tree_subject(m.source, m.tree_digest, f"sglang/ of {m.source}, the tree every mutant was made from")
 
 
 def mutation_state(m: Mutation) -> str:
@@ -142,17 +174,19 @@ def mutation_state(m: Mutation) -> str:
 
 
 def bundle_statement(files: dict[str, str], receipts: dict[str, Receipt], differentials: dict[str, Differential],
-                     judge: tuple[str, str], mutations: dict[str, Mutation]) -> dict[str, Any] | None:
+                     judge: tuple[str, str], mutations: dict[str, Mutation], index: tuple[str, str]) -> dict[str, Any] | None:
     """The bundle's Statement: its verdicts as tests (``fix-N`` passed when the fix was observed,
     failed on "fix not observed" or a regression), or, with no differential, each receipt as one
     test, or, with no receipt, each mutation report (``mutations``) as one test, its tree the
-    subject; every file of the bundle (``files``: name -> sha256) in the configuration, so the
-    signature covers the index and any extra file too. None for a bundle that observed nothing."""
-    named = [subject(r.source) for r in receipts.values()] or [mutated_subject(m) for m in mutations.values()]
-    subjects: dict[str, dict] = {}
+    subject; every file of the bundle (``files``: name -> sha256) in the configuration, marked with
+    its role (``diffprobeFile``), so the signature covers the index and any extra file too and a
+    verifier knows which entries are files. ``index``: the index file's name and its creation time,
+    annotated on its entry (what ``verify --max-age`` reads). None for a bundle that observed nothing."""
+    named = [s for r in receipts.values() for s in subjects(r.source)] or [mutated_subject(m) for m in mutations.values()]
+    unique: dict[str, dict] = {}
     for s in filter(None, named):
-        subjects.setdefault(orjson.dumps(s, option=orjson.OPT_SORT_KEYS).decode(), s)
-    if not subjects:
+        unique.setdefault(orjson.dumps(s, option=orjson.OPT_SORT_KEYS).decode(), s)
+    if not unique:
         return None
     if differentials:
         states = {f"fix-{d.fix}": FIX_STATES[d.verdict] for d in differentials.values()}
@@ -165,14 +199,29 @@ def bundle_statement(files: dict[str, str], receipts: dict[str, Receipt], differ
         states = {name: mutation_state(m) for name, m in mutations.items()}
     configuration = [_judge(*judge)]
     for name in sorted(files):
-        entry: dict[str, Any] = {"name": name, "digest": {"sha256": files[name]}, "mediaType": MEDIA_TYPE}
-        if name in receipts:
-            entry["annotations"] = {"receiptDigest": receipts[name].digest}
+        entry: dict[str, Any] = {"name": name, "digest": {"sha256": files[name]}}
+        if name.endswith(".json"):
+            entry["mediaType"] = MEDIA_TYPE
+        if name == index[0]:
+            entry["annotations"] = {FILE_ROLE: "index", "createdAt": index[1]}
+        elif name in receipts:
+            entry["annotations"] = {FILE_ROLE: "receipt", "receiptDigest": receipts[name].digest}
         elif name in differentials:
             d = differentials[name]
-            entry["annotations"] = {"differentialDigest": d.digest, "verdict": d.verdict, "expected": d.expected}
+            entry["annotations"] = {FILE_ROLE: "differential", "differentialDigest": d.digest, "verdict": d.verdict,
+                                    "expected": d.expected}
+        else:
+            entry["annotations"] = {FILE_ROLE: "mutation" if name in mutations else "file"}
         configuration.append(entry)
-    return _statement(list(subjects.values()), *_arrange(states, configuration))
+    return _statement(list(unique.values()), *_arrange(states, configuration))
+
+
+def with_nonce(statement: dict[str, Any], nonce: str | None) -> dict[str, Any]:
+    """The Statement bound to a verifier's nonce (``attest --nonce``): an extension field of the
+    predicate, so a signature made for one challenge never answers another."""
+    if nonce is None:
+        return statement
+    return statement | {"predicate": statement["predicate"] | {NONCE: nonce}}
 
 
 def payload(statement: dict[str, Any]) -> bytes:

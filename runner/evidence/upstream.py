@@ -1,5 +1,5 @@
 """The file formats of ``diffprobe upstream-tests``: what its pytest plugin writes inside a tree's
-environment (``probes/pytest_outcomes.py``, ``diffprobe.pytest-outcomes/2``), validated here before
+environment (``probes/pytest_outcomes.py``, ``diffprobe.pytest-outcomes/3``), validated here before
 the host believes a line of it, as the probes' observations are; and what its bundles record beside
 their receipts (``bundle.json`` ``extra``: the test files and the grading). Models only: the rules
 that grade live with the command (``runner/commands/upstream_tests.py``)."""
@@ -13,16 +13,26 @@ from pydantic import BaseModel, ConfigDict, Field
 Origin = Literal["stub", "sglang", "test", "environment", "other"]
 Status = Literal["passed", "failed", "never ran"]
 Grade = Literal["fail-to-pass", "pass-to-pass", "pass-to-fail", "fail-to-fail", "never ran"]
-# Why a test or subtest failed: its own assertion, or where the exception came from
-Cause = Literal["assertion", "sglang", "stub", "environment", "test", "other", "timeout", "crash"]
-# Causes that say nothing about how the tree behaves: the test fell through to its own stand-ins, or
-# the environment lacks a module. Such a failure at head is inconclusive, never a regression or a
-# missing fix.
-NOT_BEHAVIOUR = ("stub", "environment")
+# Why a test or subtest failed: its own assertion, where the exception came from, or "target missing":
+# the test named a module, class, function or attribute (by import, mock.patch or its own attribute
+# access) that the tree's source does not define (decided on the host: runner/evidence/targets.py)
+Cause = Literal["assertion", "sglang", "stub", "environment", "test", "other", "timeout", "crash", "target missing"]
+# Causes that say nothing about how the tree behaves: the test fell through to its own stand-ins, the
+# environment lacks a module, or the test asks for something this tree does not have (a test of
+# another era). Such a failure at head is inconclusive, never a regression or a missing fix.
+NOT_BEHAVIOUR = ("stub", "environment", "target missing")
 
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Wanted(_Model):
+    """A name of the tree the test asked for and did not get (the host decides whether the tree lacks it)."""
+
+    name: str = Field(description="dotted: sglang.x.y.name, or sglang.x.Class.attr")
+    how: Literal["import", "mock.patch", "attribute"]
+    at: str | None = Field(description="where the test asked for it: file:line in function")
 
 
 class Raised(_Model):
@@ -34,6 +44,7 @@ class Raised(_Model):
     module: str | None = Field(None, description="origin environment: the module that cannot be imported")
     raised_as: str | None = Field(None, description="what pytest shows when the failure was re-raised as another "
                                                      "exception (CustomTestCase's retry wrapper)")
+    wanted: Wanted | None = Field(None, description="what of the tree the test itself asked for, when that is what failed")
 
 
 class Result(_Model):
@@ -58,7 +69,7 @@ class CollectionError(_Model):
 
 
 class Outcomes(_Model):
-    schema_: Literal["diffprobe.pytest-outcomes/2"] = Field(alias="schema")
+    schema_: Literal["diffprobe.pytest-outcomes/3"] = Field(alias="schema")
     python: str
     implementation: str
     platform: str
@@ -93,6 +104,8 @@ class GradedTest(_Model):
     grade: Grade
     cause: Cause | None = Field(None, description="the failure the grade rests on: at base for fail-to-pass, "
                                                   "at head otherwise")
+    reason: str | None = Field(None, description="the grade in words, from the two sides' states "
+                                                 "(absent in bundles written before reasons were stated)")
 
 
 class PytestCount(_Model):

@@ -121,15 +121,17 @@ def run_probes(
     case_timeout: int = DEFAULT_CASE_TIMEOUT,
     run_timeout: int | None = None,
     cases: list[str] | None = None,
+    lines: bool = True,
 ) -> dict[str, Run]:
-    """Run ``probes`` in one harness process (one SGLang import) and return each probe's run."""
+    """Run ``probes`` in one harness process (one SGLang import) and return each probe's run;
+    ``lines=False`` records no per-case coverage (bench/coverage_cost.py measures what it costs)."""
     run_timeout = run_timeout or IMPORT_ALLOWANCE + case_timeout * MAX_CASES
     with run_dir() as work_dir:
         code = probes_copy(work_dir)
         out = work_dir / "out"
         argv = [str(environment.python), "-I", "-B", str(code / catalog.HARNESS), "--out", str(out),
                 "--case-timeout", str(case_timeout), *[a for p in probes for a in ("--probe", p)],
-                *[a for c in cases or () for a in ("--case", c)]]
+                *[a for c in cases or () for a in ("--case", c)], *(() if lines else ("--no-lines",))]
         run = run_isolated(argv, work_dir=work_dir, timeout=run_timeout, read_only=[*environment.read_only, code],
                            hidden=environment.hidden, sandboxed=sandboxed)
         if run.code is None:
@@ -143,7 +145,8 @@ def run_probes(
                 observations = Observations.model_validate_json(read_result(out / f"{probe}.json"))
             except ValidationError as e:
                 raise Infrastructure(f"probe {probe} returned observations that break the contract: {e.errors()[0]['msg']}") from None
-            runs[probe] = Run(observations, rederive(environment.tree, observations.imported), run.started_at,
+            ran = {path for case in observations.cases for path in case.lines or ()}  # a file that ran is a material too
+            runs[probe] = Run(observations, rederive(environment.tree, [*observations.imported, *ran]), run.started_at,
                               run.finished_at, run.isolation, run.log_tail)
     return runs
 

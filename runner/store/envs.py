@@ -35,7 +35,7 @@ from runner.errors import BadInput, Infrastructure
 from runner.files import building_dir, digest_name, sha256_bytes, sha256_file
 from runner.store.procs import run_logged
 from runner.store.seal import seal
-from runner.store import torch_source
+from runner.store import torch_source, uv
 from runner.store.torch_source import TorchRecord, TorchSource
 from runner.store.pypi import WHEEL_TAG
 from runner.store.trees import PKG, Tree
@@ -82,6 +82,7 @@ class LayerStamp(BaseModel):
     torch: TorchRecord  # where the CPU torch came from: source, URL, sha256
     choice: str  # which layer this is and why (CHOICE)
     seal: str | None = None  # runner/store/seal.py; None: built before layers were sealed
+    installer: str = "pip"  # what installed the lock (runner/store/uv.py): "uv X.Y.Z"; layers built before say pip
 
 
 class EnvStamp(BaseModel):
@@ -196,24 +197,14 @@ def _layer(cache: Store, interp: Interpreter, torch: list[TorchSource] | None = 
             record = torch_source.install(scratch / "bin" / "python", requirement, sources, cache.log(f"layer-{key}-torch"))
         ui.err.print(escape(f"CPU torch {record.version} from {torch_source.describe(record.source)}: {record.url} "
                             f"(sha256 {record.sha256[:16]}…)"))
-        with ui.step(f"install {len(packages)} locked packages into the shared layer", total=len(packages)) as advance:
-            seen: set[str] = set()
-
-            def on_line(line: str) -> None:
-                m = re.match(r"\s*(?:Collecting|Processing|Obtaining|Looking in)\s+(\S+)", line)
-                if m and m.group(1) not in seen:
-                    seen.add(m.group(1))
-                    advance(m.group(1).rsplit("/", 1)[-1][:40], min(len(seen), len(packages)))
-
-            run_logged(
-                [str(scratch / "bin" / "python"), "-m", "pip", "install", "--no-deps", "--no-input",
-                 "--disable-pip-version-check", "-r", str(LOCK)],
-                step="install the locked dependency layer", log=log, on_line=on_line,
-            )
+        with ui.step(f"install {len(packages)} locked packages into the shared layer (uv)"):
+            python = scratch / "bin" / "python"
+            argv, env = uv.install_command(python, LOCK, uv.pip_settings(python))
+            run_logged(argv, step="install the locked dependency layer", log=log, env=env)
         site = _site_packages(scratch / "bin" / "python").relative_to(scratch)
         write_model(scratch / "layer.json", LayerStamp(
             format=FORMAT, key=key, lock_sha256=lock, interpreter=interp, site_packages=str(site), packages=packages,
-            torch=record, choice=CHOICE, seal=seal(scratch, exclude=LAYER_STAMPS),
+            torch=record, choice=CHOICE, seal=seal(scratch, exclude=LAYER_STAMPS), installer=uv.version(),
         ))
     return final, read_model(final / "layer.json", LayerStamp)
 

@@ -15,7 +15,8 @@ _GRADE_STYLE = {"fail-to-pass": "green", "pass-to-pass": "dim", "pass-to-fail": 
                 "never ran": "yellow"}
 ORIGINS = ("origins: (assertion) the test's own assertion failed; (stub) raised on a test stub or mock, the code "
            "fell through to it; (test) raised by the test's files; (sglang) raised in the tree's code; "
-           "(environment) a module the environment lacks")
+           "(environment) a module the environment lacks; (target missing) the test imports, patches or reads a "
+           "name the tree's source does not define")
 
 
 def counts_line(summary: SideSummary) -> str:
@@ -55,15 +56,37 @@ def grading_line(grading: Grading) -> str:
     return "grading: " + ", ".join(parts) + " (never ran is never passed)"
 
 
+def verdict_line(grading: Grading) -> str:
+    """The verdict and what it rests on, every clause true of the grading's own rows: nothing is said
+    about tests that failed at base when none did, nor about a fix when no test went fail-to-pass."""
+    rows = grading.tests
+    at_head = {s: sum(r.head.status == s for r in rows) for s in ("passed", "failed", "never ran")}
+    failed_at_base = [r for r in rows if r.base.status == "failed"]
+    never_at_base = sum(r.base.status == "never ran" for r in rows)
+    counts = grading.counts
+    clauses = [f"at head {at_head['passed']} passed, {at_head['failed']} failed, {at_head['never ran']} never ran",
+               f"{counts.get('fail-to-pass', 0)} fail-to-pass, {counts.get('pass-to-pass', 0)} pass-to-pass"]
+    if failed_at_base and all(r.head.status == "passed" for r in failed_at_base):
+        clauses.append(f"every test that fails at base ({len(failed_at_base)}) passes at head")
+    if not counts.get("fail-to-pass"):
+        clauses.append("no test fails at base and passes at head: nothing here shows a fix")
+    if not counts.get("pass-to-fail"):
+        clauses.append("none that passes at base fails at head")
+    if never_at_base:
+        clauses.append(f"{never_at_base} never ran at base: not compared")
+    verdict = grading.verdict or ("passes" if grading.passed else "does not pass")
+    return f"verdict: {verdict} ({'; '.join(clauses)})"
+
+
 def show(grading: Grading, title: str) -> None:
     table = Table(title=escape(title), title_justify="left")
-    for column in ("test", "base", "head", "grade"):
+    for column in ("test", "base", "head", "grade", "why"):
         table.add_column(column)
     for row in grading.tests:
         name = f"  ↳ {row.id.removeprefix(row.parent).strip()}" if row.parent else row.id.split("::", 1)[-1]
         cells = [_cell(s) for s in (row.base, row.head)]
         cause = f" ({row.cause})" if row.cause and row.grade != "pass-to-pass" else ""
-        table.add_row(escape(name), *cells, f"[{_GRADE_STYLE[row.grade]}]{row.grade}{escape(cause)}[/]")
+        table.add_row(escape(name), *cells, f"[{_GRADE_STYLE[row.grade]}]{row.grade}{escape(cause)}[/]", escape(row.reason or ""))
     ui.out.print(table)
     for name, side in (("base", grading.base), ("head", grading.head)):
         ui.out.print(escape(f"{name} {side.source}: {counts_line(side)}"))
@@ -71,10 +94,7 @@ def show(grading: Grading, title: str) -> None:
             ui.out.print(escape(f"  {pytest_line(side.pytest)}"))
     ui.out.print(ORIGINS, markup=False)
     ui.out.print(grading_line(grading), markup=False)
-    if grading.passed:
-        ui.out.print("[green]verdict: passes: every test that fails at base passes at head; nothing regressed[/]")
-    else:
-        ui.out.print(f"[red]verdict: {grading.verdict or 'does not pass'}[/]")
+    ui.out.print(f"[{'green' if grading.passed else 'red'}]{escape(verdict_line(grading))}[/]")
     for line in grading.blockers:
         ui.out.print(f"[red]✗[/] {escape(line)}")
 

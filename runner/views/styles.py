@@ -12,4 +12,4 @@ FILL = {"not fixed": "#cf222e", "regression": "#82071e", "fixed": "#2da44e", "no
 # An acceptance gate (views/report/gates.py), and the words of what backs it: a case's state, a check
 # held or not (a fix's status there takes STATUS).
 GATE = {"passed": "green", "failed": "red", "not run": "yellow"}
-BACKING = {"clean": "green", "bug": "red", "held": "green", "not held": "red", "not_applicable": "dim"}
+BACKING = {"clean": "green", "bug": "red", "held": "green", "not held": "red", "not_applicable": "dim", "not used": "dim"}

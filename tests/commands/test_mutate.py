@@ -53,8 +53,9 @@ def test_mutate_signs_its_bundle_and_the_statement_names_the_mutated_tree(monkey
     check_signed(out, public, capsys)
     s = statement(out)
     assert third_party_check((out / "attestations" / "bundle.intoto.json").read_bytes(), public.read_bytes()) == s
-    assert s["subject"] == [{"name": "pypi:sglang==0.5.21", "digest": {"dirHash": bytes(range(32)).hex()},
-                             "annotations": {"kind": "mutated", "treeDigest": TREE_DIGEST}}]
+    assert [(x["name"], x["digest"], x["annotations"]["treeDigest"]) for x in s["subject"]] == [
+        ("pypi:sglang==0.5.21#sglang/", {"dirHash": bytes(range(32)).hex()}, TREE_DIGEST)]
+    assert "the tree every mutant was made from" in s["subject"][0]["annotations"]["folder"]
     assert s["predicate"]["result"] == "PASSED" and s["predicate"]["passedTests"] == ["mutation/sglang-0.5.21.admission.json"]
 
 

@@ -135,7 +135,7 @@ def result(test_id: str, outcome: str, exc: dict | None = None, parent: str | No
 
 def side(name: str, results: list[dict], collection_errors: list[dict] = (), summary: list[str] = ()) -> Side:
     o = Outcomes.model_validate({
-        "schema": "diffprobe.pytest-outcomes/2", "python": "3.11.7", "implementation": "CPython", "platform": "linux",
+        "schema": "diffprobe.pytest-outcomes/3", "python": "3.11.7", "implementation": "CPython", "platform": "linux",
         "pytest": "9.2.0", "sglang_root": "/t", "complete": True, "exit_status": 1,
         "collected": [{"id": r["id"], "title": None} for r in results if r["parent"] is None],
         "collection_errors": list(collection_errors), "running": None, "results": results, "summary": list(summary),
@@ -231,3 +231,158 @@ def test_environment_failures_name_the_module():
     o = side("base", [], [{"id": "test_x.py", "exception": {**raised("environment", type_="ModuleNotFoundError"),
                                                               "module": "flashinfer", "frame": "sglang/x.py:7 in <module>"}}]).outcomes
     assert upstream_tests.missing_modules(o) == ["module 'flashinfer' (imported at sglang/x.py:7 in <module>)"]
+
+
+# --- SWE-bench's grading, and where diffprobe's differs ------------------------------------------
+# SWE-bench (swebench/harness/grading.py): test_passed = in the log as PASSED or XFAIL; test_failed =
+# absent from the log, FAILED, ERROR or SKIPPED. A fix's F2P tests are those failing (absent
+# included) before the fix and passing after. diffprobe: absent from the base fails only when the
+# tree lacks what the test imports or patches; otherwise (and when skipped) it never ran.
+
+def wanted_raised(name: str, how: str = "import", type_: str = "ImportError") -> dict:
+    return {**raised("test", type_=type_), "wanted": {"name": name, "how": how, "at": "test_x.py:3 in <module>"}}
+
+
+def test_a_base_that_lacks_what_the_file_imports_fails_every_test_so_passing_at_head_is_fail_to_pass():
+    error = {"id": "test_x.py", "exception": wanted_raised("sglang.srt.x.is_unadmitted_reject")}
+    base = side("base", [], [error])
+    base = Side(base.name, base.text, None, base.outcomes, base.run, {"sglang.srt.x.is_unadmitted_reject": "sglang.srt.x.is_unadmitted_reject"})
+    head = side("head", [result("test_x.py::T::test_a", "passed"), result("test_x.py::T::test_b", "failed", raised("test", True))])
+    g = upstream_tests.grade(base, head)
+    rows = {r.id: r for r in g.tests}
+    assert (rows["test_x.py::T::test_a"].grade, rows["test_x.py::T::test_a"].cause) == ("fail-to-pass", "target missing")
+    assert rows["test_x.py::T::test_a"].base.detail == ("the tree lacks sglang.srt.x.is_unadmitted_reject (import of "
+                                                        "sglang.srt.x.is_unadmitted_reject at test_x.py:3 in <module>)")
+    assert (rows["test_x.py::T::test_b"].grade, rows["test_x.py::T::test_b"].cause) == ("fail-to-fail", "assertion")
+    assert g.verdict == "fix missing"  # the test's own assertion fails at head
+
+
+@pytest.mark.parametrize("exception", [
+    raised("test", type_="SyntaxError"),  # the file itself
+    {**raised("environment", type_="ModuleNotFoundError"), "module": "flashinfer"},  # the environment
+    raised("other", type_="ImportError"),  # a third-party module's own failure
+    wanted_raised("sglang.srt.x.name"),  # a name the tree's source does define (or cannot tell): not missing
+])
+def test_a_base_that_cannot_collect_for_any_other_reason_never_ran(exception):
+    base = side("base", [], [{"id": "test_x.py", "exception": exception}])
+    head = side("head", [result("test_x.py::test_a", "passed")])
+    (row,) = upstream_tests.grade(base, head).tests
+    assert (row.grade, row.base.status, row.base.kind) == ("never ran", "never ran", "not collected")
+    assert row.reason.startswith("never ran at base (not collected: collection error)") and row.reason.endswith("not compared")
+
+
+def test_a_patch_target_missing_at_head_is_inconclusive_never_a_regression():
+    base = side("base", [result("t::a", "passed")])
+    head = side("head", [result("t::a", "failed", wanted_raised("sglang.srt.d.Q._release", "mock.patch", "AttributeError"))])
+    head = Side(head.name, head.text, None, head.outcomes, head.run, {"sglang.srt.d.Q._release": "sglang.srt.d.Q._release"})
+    g = upstream_tests.grade(base, head)
+    (row,) = g.tests
+    assert (row.grade, row.cause, row.head.kind) == ("pass-to-fail", "target missing", "AttributeError (target missing)")
+    assert g.verdict == "inconclusive" and "not a regression" in row.reason and "another era" in row.reason
+    assert all("regression" not in b.replace("not a regression", "") for b in g.blockers)
+
+
+def test_a_head_that_lacks_what_the_file_imports_is_inconclusive():
+    base = side("base", [result("test_x.py::test_a", "passed")])
+    head = side("head", [], [{"id": "test_x.py", "exception": wanted_raised("sglang.srt.x.old_name")}])
+    head = Side(head.name, head.text, None, head.outcomes, head.run, {"sglang.srt.x.old_name": "sglang.srt.x.old_name"})
+    g = upstream_tests.grade(base, head)
+    assert g.verdict == "inconclusive" and g.tests[0].grade == "pass-to-fail" and g.tests[0].cause == "target missing"
+    assert g.blockers[0].startswith("head: the file does not collect: ImportError (target missing): the tree lacks sglang.srt.x.old_name")
+
+
+def test_skipped_never_ran_where_swe_bench_counts_it_failed():
+    base = side("base", [result("t::a", "skipped")])
+    head = side("head", [result("t::a", "passed")])
+    (row,) = upstream_tests.grade(base, head).tests
+    assert row.grade == "never ran"  # SWE-bench: SKIPPED is test_failed, so this would be F2P there
+
+
+def test_nothing_is_said_of_tests_failing_at_base_when_none_ran_there():
+    base = side("base", [], [{"id": "test_x.py", "exception": raised("test", type_="SyntaxError")}])
+    head = side("head", [result("test_x.py::test_a", "passed")])
+    g = upstream_tests.grade(base, head)
+    line = grading.verdict_line(g)
+    assert g.verdict == "passes" and "every test that fails at base" not in line
+    assert "no test fails at base and passes at head: nothing here shows a fix" in line
+    assert "1 never ran at base: not compared" in line
+
+
+# --- every verdict message and every reason is true of the grading's own counts -----------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from runner.evidence.upstream import NOT_BEHAVIOUR  # noqa: E402
+
+OUTCOMES = {
+    "passed": ("passed", None), "xfailed": ("xfailed", None), "skipped": ("skipped", None),
+    "assertion": ("failed", raised("test", True)), "stub": ("failed", raised("stub", type_="AttributeError")),
+    "sglang": ("failed", raised("sglang", type_="ValueError")), "test": ("error", raised("test", type_="TypeError")),
+    "target": ("failed", wanted_raised("sglang.gone.x", "mock.patch", "AttributeError")), "absent": None,
+}
+COLLECTION = {"none": None, "target": wanted_raised("sglang.gone.x"), "syntax": raised("test", type_="SyntaxError"),
+              "environment": {**raised("environment", type_="ModuleNotFoundError"), "module": "m"}}
+
+
+def _side(name: str, states: list[str], collection: str) -> Side:
+    if COLLECTION[collection] is not None:
+        built = side(name, [], [{"id": "test_x.py", "exception": COLLECTION[collection]}])
+    else:
+        results = [result(f"test_x.py::test_{i}", *OUTCOMES[s]) for i, s in enumerate(states) if OUTCOMES[s]]
+        built = side(name, results)
+    return Side(built.name, built.text, None, built.outcomes, built.run, {"sglang.gone.x": "sglang.gone"})
+
+
+gradings = st.integers(1, 6).flatmap(lambda n: st.tuples(
+    st.lists(st.sampled_from(sorted(OUTCOMES)), min_size=n, max_size=n),
+    st.lists(st.sampled_from(sorted(OUTCOMES)), min_size=n, max_size=n),
+    st.sampled_from(sorted(COLLECTION)), st.sampled_from(sorted(COLLECTION))))
+
+
+@settings(max_examples=300, deadline=None)
+@given(gradings)
+def test_every_verdict_message_and_reason_is_true_of_its_counts(case):
+    base_states, head_states, base_collection, head_collection = case
+    base, head = _side("base", base_states, base_collection), _side("head", head_states, head_collection)
+    declared = tuple(f"test_x.py::test_{i}" for i in range(len(base_states)))
+    g = upstream_tests.grade(base, head, declared)
+    rows, line = g.tests, grading.verdict_line(g)
+    at = {s: sum(r.head.status == s for r in rows) for s in ("passed", "failed", "never ran")}
+    assert f"at head {at['passed']} passed, {at['failed']} failed, {at['never ran']} never ran" in line
+    assert f"{g.counts['fail-to-pass']} fail-to-pass, {g.counts['pass-to-pass']} pass-to-pass" in line
+    failed_at_base = [r for r in rows if r.base.status == "failed"]
+    if "every test that fails at base" in line:
+        assert failed_at_base and all(r.head.status == "passed" for r in failed_at_base)
+    assert ("nothing here shows a fix" in line) == (g.counts["fail-to-pass"] == 0)
+    if "none that passes at base fails at head" in line:
+        assert g.counts["pass-to-fail"] == 0
+    never = sum(r.base.status == "never ran" for r in rows)
+    assert (f"{never} never ran at base: not compared" in line) == (never > 0)
+    assert line.startswith(f"verdict: {g.verdict} (")
+    if g.passed:
+        assert g.verdict == "passes" and at["failed"] == 0 and at["passed"] > 0 and not head.outcomes.collection_errors
+    if g.verdict == "fails at head":  # something failed at head for a reason that is the tree's or the test's
+        assert any(r.head.status == "failed" and r.head.cause not in NOT_BEHAVIOUR for r in rows) or any(
+            upstream_tests.cause_of(c.exception, head.lacking) not in NOT_BEHAVIOUR for c in head.outcomes.collection_errors)
+    if g.verdict == "inconclusive":
+        assert not g.passed and g.blockers
+    behaviour_p2f = [r for r in rows if r.grade == "pass-to-fail" and r.cause not in NOT_BEHAVIOUR]
+    assert (g.verdict == "regression") == bool(behaviour_p2f)
+    if g.verdict == "fix missing":
+        assert any(r.grade == "fail-to-fail" and r.head.cause == "assertion" for r in rows)
+    for b in g.blockers:
+        if "regression" in b.replace("not a regression", ""):
+            assert any(b.startswith(r.id) and r in behaviour_p2f for r in rows)
+    for r in rows:
+        said = r.reason
+        assert (f"fails at base (" in said) == (r.base.status == "failed" and r.grade != "never ran"), said
+        assert said.startswith("passes at base") == (r.base.status == "passed" and r.grade != "never ran"), said
+        assert ("never ran at base" in said) == (r.base.status == "never ran"), said
+        assert ("never ran at head" in said) == (r.head.status == "never ran"), said
+        if r.grade in ("fail-to-pass", "pass-to-pass"):
+            assert said.endswith("passes at head") or said.endswith("at head")
+        if "not a regression" in said:
+            assert r.grade == "pass-to-fail" and r.head.cause in NOT_BEHAVIOUR
+        if r.cause == "target missing":
+            assert r.grade != "pass-to-fail" or g.verdict != "regression" or r not in behaviour_p2f

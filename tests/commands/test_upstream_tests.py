@@ -174,22 +174,26 @@ def test_an_unsandboxed_run_writes_nothing_into_the_shared_layer(tmp_path, cache
 
 
 @pytest.mark.slow
-def test_git_path_from_head_commit_collection_error_never_passes(tmp_path, cache, upstream_repo):
+def test_git_path_from_head_commit_a_base_lacking_the_import_fails_there(tmp_path, cache, upstream_repo):
     repo, commits = upstream_repo["path"], upstream_repo["commits"]
     path = f"test/registered/unit/disaggregation/{NAME}"
     head = _commit_file(repo, commits["0.5.21"], path, WITH_FIX_IMPORT, tmp_path)
     code, out = _run(tmp_path, cache, "--tests", path, "--base", "pypi:sglang==0.5.20", "--head", f"git+{repo}@{head}")
-    assert code == 0  # nothing that ran at base regressed, and every test passes at head
+    assert code == 0  # nothing failed at head, and nothing that ran at base is missing there
     index, receipts, _ = bundle.load(out)
     assert index.extra["tests"]["from"] == f"git:{head}:{path}"
     grading, _ = _grading(out)
-    # 0.5.20 lacks is_unadmitted_reject: the file does not even collect there
-    assert grading.base.collection_errors == ["ImportError (test)"]
-    assert {t.grade for t in grading.tests} == {"never ran"}
-    assert all(t.base.status == "never ran" and t.base.kind == "not collected" for t in grading.tests)
+    assert grading.verdict == "passes"
+    # 0.5.20 lacks is_unadmitted_reject: the file does not collect there, and that is the tree's lack,
+    # so every test fails at base for that reason (SWE-bench: absent from the base's log) and those
+    # passing at head are fail-to-pass; the one skipped at head never ran there
+    assert grading.base.collection_errors == ["ImportError (target missing)"]
+    assert grading.counts["fail-to-pass"] == 8 and grading.counts["never ran"] == 1
+    assert all(t.base.status == "failed" and t.base.cause == "target missing" for t in grading.tests)
     assert grading.head.tests == {"passed": 4, "skipped": 1}
     base = receipts["receipts/sglang-0.5.20.upstream-tests.json"]
     assert base.import_result.outcome == "error" and base.import_result.error.where == "import"
+    assert base.import_result.error.message.startswith("the tree lacks sglang.srt.disaggregation.utils.is_unadmitted_reject")
     assert [(c.id, c.outcome) for c in base.cases] == [(path, "error")]  # laid out at its repository path
     assert base.summary.classifications["clean"] == 0
 

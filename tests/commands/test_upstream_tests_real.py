@@ -155,7 +155,9 @@ def test_a_module_the_environment_lacks_is_an_environment_problem(tmp_path, cach
 
 
 @pytest.mark.slow
-def test_a_file_that_collects_nowhere_lists_its_tests_as_never_ran(tmp_path, cache):
+def test_a_file_importing_what_neither_tree_has_fails_on_both_for_that_reason(tmp_path, cache):
+    """Its tests are listed from its source; each fails on both sides because the trees lack the
+    name it imports: fail-to-fail (target missing), inconclusive, never a missing fix."""
     source = (STYLE / "reject_predicate.py").read_text().replace("import is_unadmitted_reject",
                                                                   "import is_unadmitted_reject, no_such_helper")
     tests = tmp_path / "test_reject_predicate.py"
@@ -167,4 +169,5 @@ def test_a_file_that_collects_nowhere_lists_its_tests_as_never_ran(tmp_path, cac
     assert [r.id.split("::", 1)[1] for r in grading.tests] == [
         "TestUnadmittedReject::test_rejected_at_intake", "TestUnadmittedReject::test_not_rejected",
         "TestUnadmittedReject::test_reentering_request_is_not_unadmitted"]
-    assert grading.counts["never ran"] == 3 and grading.verdict != "passes"
+    assert grading.counts["fail-to-fail"] == 3 and grading.by_cause["fail-to-fail"] == {"target missing": 3}
+    assert grading.verdict == "inconclusive"

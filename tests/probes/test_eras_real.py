@@ -157,13 +157,16 @@ def test_guards_read_what_each_era_does(audited):
 
     0.4.5 has no overlap loop for the PD prefill worker (scheduler.py:2014-2015 start only
     ``event_loop_normal_disagg_prefill``): ``process_prefill_chunk`` sends a middle chunk's KV
-    (prefill.py:226) and result processing only counts it down (prefill.py:172-180), so the scene
-    runs it without overlap and only the last chunk is sent from there. 0.5.13 polls an optimistic
+    (prefill.py:226) and result processing only counts it down (prefill.py:172-180): the case under
+    overlap is not applicable there, naming the loop it lacks, and the one without overlap sends only
+    the last chunk from result processing. 0.5.13 polls an optimistic
     request's sender at its final result (prefill.py:546-577); told the bootstrap is still in
     progress it releases and re-queues the request for another attempt (prefill.py:841-843,
     1005-1040): a retry, not a retirement.
     """
-    early = audited("0.4.5")[1]["healthy-chunked-result"]
+    overlap = audited("0.4.5")[1]["healthy-chunked-result"]
+    assert overlap["missing"] == "sglang.srt.disaggregation.prefill.SchedulerDisaggregationPrefillMixin.event_loop_overlap_disagg_prefill"
+    early = audited("0.4.5")[1]["healthy-chunked"]
     assert early["classification"] == "clean" and early["effects"]["overlap"] is False
     assert [c["kwargs"] for c in early["effects"]["results"][-1]["kv_chunks_sent"]] == [{"token_id": 11}]
     later = audited("0.5.18")[1]["healthy-chunked-result"]
@@ -179,7 +182,7 @@ def test_guards_read_what_each_era_does(audited):
 # single-statement forks of those eras that break what the guards protect: each must read the bug
 # (0.4.5: the last chunk is never sent; 0.5.13: a request still bootstrapping is neither retried nor queued, lost)
 GUARD_MUTANTS = {
-    "0.4.5": ("healthy-chunked-result", "result-last-chunk-sent",
+    "0.4.5": ("healthy-chunked", "result-last-chunk-sent",
               [(forks.PREFILL, "                self.send_kv_chunk(req, token_id=next_token_id)\n", "")]),
     "0.5.13": ("healthy-optimistic-result", "result-kept-for-bootstrap",
                [(forks.PREFILL, "            if not defer_release:\n                self.optimistic_release_and_requeue(req)\n"

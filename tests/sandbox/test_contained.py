@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from runner.sandbox import bwrap, execute
+from runner.sandbox import execute
 from tests.sandbox import payloads
 from tests.sandbox.host import accepted, exposed, planted, processes_with
 
-pytestmark = pytest.mark.skipif(not bwrap.version(), reason="bubblewrap cannot run here")
+pytestmark = pytest.mark.needs("bubblewrap")
 
 
 @pytest.fixture

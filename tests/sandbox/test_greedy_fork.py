@@ -14,12 +14,12 @@ import uuid
 import pytest
 
 from runner.evidence.receipts import Receipt
-from runner.sandbox import bwrap, execute, limits
+from runner.sandbox import execute, limits
 from tests.helpers import ROOT
 from tests.sandbox import greedy_fork
 from tests.sandbox.host import processes_with
 
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(not bwrap.version(), reason="bubblewrap cannot run here")]
+pytestmark = [pytest.mark.slow, pytest.mark.needs("bubblewrap")]
 SMALL = "memory=2G,processes=64,file-size=16M"
 
 

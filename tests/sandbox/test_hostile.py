@@ -17,13 +17,13 @@ import pytest
 from runner.commands import pipeline
 from runner.evidence import materials
 from runner.evidence.receipts import Receipt
-from runner.sandbox import bwrap, execute
+from runner.sandbox import execute
 from runner.store import envs, seal
 from tests.helpers import ROOT
 from tests.sandbox import hostile, payloads
 from tests.sandbox.host import SECRET_NAME, accepted, exposed, planted, processes_with
 
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(not bwrap.version(), reason="bubblewrap cannot run here")]
+pytestmark = [pytest.mark.slow, pytest.mark.needs("bubblewrap")]
 HOSTILE_CASES = {"prefill-door-rejected", "decode-door-rejected", "prefill-door-valid"}
 
 

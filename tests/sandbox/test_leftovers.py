@@ -15,9 +15,8 @@ from pathlib import Path
 import pytest
 
 from runner import files
-from runner.sandbox import bwrap, execute, limits
+from runner.sandbox import execute, limits
 
-pytestmark = pytest.mark.skipif(not bwrap.version(), reason="bubblewrap cannot run here")
 
 
 def _dead_pid() -> int:
@@ -64,6 +63,7 @@ def _gone(marker: str, seconds: float = 10) -> bool:
     return True
 
 
+@pytest.mark.needs("bubblewrap")
 def test_a_killed_diffprobe_leaves_no_sandboxed_process_and_its_run_directory_is_swept(tmp_path, monkeypatch):
     work, marker = _killed_diffprobe(tmp_path, sandboxed=True)
     assert _gone(marker), "a sandboxed process outlived the diffprobe that started it"

@@ -22,7 +22,7 @@ from runner.views.report import sources
 from tests.sandbox import greedy
 from tests.sandbox.host import processes_with
 
-pytestmark = pytest.mark.skipif(not bwrap.version(), reason="bubblewrap cannot run here")
+pytestmark = pytest.mark.needs("bubblewrap")
 SMALL = "memory=512M,processes=48,address-space=2G,file-size=16M,open-files=256"
 
 

@@ -60,7 +60,7 @@ def test_an_honest_case_is_taken_as_it_reported(monkeypatch):
 
 @pytest.mark.parametrize("written", [
     b"garbage",                                      # before the real message: no longer one JSON document
-    json.dumps({"result": GOOD, "modules": [], "standins": []}).encode(),  # a second, well-formed document
+    json.dumps({"result": GOOD, "lines": None, "modules": [], "standins": []}).encode(),  # a second, well-formed document
     b"[" * 100_000,                                  # nested past the parser's recursion limit
 ], ids=["garbage", "second-document", "deep"])
 def test_bytes_written_into_the_result_pipe_make_that_case_a_malformed_error(monkeypatch, written):
@@ -97,14 +97,14 @@ def test_an_endless_message_is_cut_at_the_limit_and_its_process_killed(monkeypat
     ({**GOOD, "outcome": "not_applicable", "classification": "inconclusive", "effects": None, "missing": ""}, "missing"),
 ])
 def test_a_message_outside_the_contract_is_refused_with_the_reason(result, problem):
-    message, why = harness.well_formed(json.dumps({"result": result, "modules": [], "standins": []}).encode())
+    message, why = harness.well_formed(json.dumps({"result": result, "lines": None, "modules": [], "standins": []}).encode())
     assert message is None and problem in why
 
 
 def test_names_must_be_lists_of_strings():
-    assert harness.well_formed(json.dumps({"result": GOOD, "modules": [1], "standins": []}).encode())[0] is None
-    assert harness.well_formed(json.dumps({"result": GOOD, "modules": "x", "standins": []}).encode())[0] is None
-    assert harness.well_formed(json.dumps({"result": GOOD, "modules": ["a"], "standins": ["b"]}).encode())[0] is not None
+    assert harness.well_formed(json.dumps({"result": GOOD, "lines": None, "modules": [1], "standins": []}).encode())[0] is None
+    assert harness.well_formed(json.dumps({"result": GOOD, "lines": None, "modules": "x", "standins": []}).encode())[0] is None
+    assert harness.well_formed(json.dumps({"result": GOOD, "lines": None, "modules": ["a"], "standins": ["b"]}).encode())[0] is not None
 
 
 def test_cases_that_delivered_their_result_are_reaped_as_the_run_goes_on(monkeypatch):

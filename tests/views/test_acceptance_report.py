@@ -62,7 +62,7 @@ def fleet(gate3_what: str = "disaggregation_enable_kv_checksum=True (reported by
 
 
 def accept_bundle(out: Path, by_gate: dict, passed: dict[int, bool] | None = None, names: dict[int, list[str]] | None = None,
-                  trees: dict[str, str] | None = None, extra: dict | None = None) -> Path:
+                  trees: dict[str, str] | None = None, extra: dict | None = None, unused: dict[int, list[str]] | None = None) -> Path:
     """An accept bundle whose record says what ``passed`` says (default: every gate passed)."""
     passed = passed or {n: True for n in by_gate}
     record = Acceptance(
@@ -70,7 +70,8 @@ def accept_bundle(out: Path, by_gate: dict, passed: dict[int, bool] | None = Non
                  DECODE: {"role": "decode", "endpoint": "/server_info", "version": "0.5.22", "tree": TREE}},
         trees=trees or {TREE: "h1:tree-0.5.22="},
         gates=[GateResult(gate=n, title=GATES[n], passed=passed[n], reasons=["as recorded"],
-                          receipts=(names or {}).get(n, [name for name, _ in rs])) for n, rs in by_gate.items()],
+                          receipts=(names or {}).get(n, [name for name, _ in rs]), unused=(unused or {}).get(n, []))
+               for n, rs in by_gate.items()],
         accepted=all(passed.values()) and len(by_gate) == 4)
     every = {name: r for rs in by_gate.values() for name, r in rs}
     return bundle.write(out, kind="accept", created_at="2026-11-30T00:00:00Z", receipts=list(every.values()),
@@ -112,6 +113,36 @@ def test_the_page_shows_the_gates_beside_the_steps_and_every_link_resolves(tmp_p
     assert f'href="#{"server-"}' in section and "receipts/sglang-0.5.22.admission.json" in section
     assert HOSTILE not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in section
     assert "<b>Acceptance: </b>" in page and '<span class="verdict accepted">accepted</span>' in page
+
+
+@pytest.mark.parametrize("canary", ["bug", "error"])
+def test_the_alternative_a_gate_did_not_use_is_shown_as_not_used(tmp_path, terminal, canary):
+    """Gate 3 rests on the checksum: the canary's cases (off here, or not even read) are not used, so
+    neither a bug of the fleet nor a case that did not run; the checksum's own cases still count."""
+    by_gate = fleet()
+    canary_case = (gate_case("kv-canary-in-force-rank-0", [(False, "kv_canary='none' (reported by the worker)")])
+                   if canary == "bug" else gate_case("kv-canary-in-force-rank-0", [], outcome="error"))
+    by_gate[3] = [gate_receipt(3, url, [gate_case("kv-checksum-in-force-rank-0", [(True, "checksum on")]), canary_case])
+                  for url in (PREFILL, DECODE)]
+    root = accept_bundle(tmp_path / "accept", by_gate, unused={3: ["kv-canary-in-force-rank-0"]})
+    a = gates.of(verified.gather(root))
+    assert a.gates[2].status == "passed" and not a.gates[2].problems and a.accepted
+    lines = [(line.word, line.text.split(":")[0]) for b in a.gates[2].backing for line in b.lines if not line.depth]
+    assert lines == [("clean", "kv-checksum-in-force-rank-0"), ("not used", "kv-canary-in-force-rank-0")] * 2
+    assert cli.main(["report", str(root)]) == 0
+    out = terminal.getvalue()
+    assert "not used kv-canary-in-force-rank-0: the gate rests on the other alternative" in out
+    assert not re.search(r"(?<!no )bug observed", out) and "did not run" not in out
+
+
+def test_a_used_case_that_did_not_run_still_fails_the_gate(tmp_path):
+    by_gate = fleet()
+    by_gate[3] = [gate_receipt(3, PREFILL, [gate_case("kv-checksum-in-force-rank-0", [], outcome="error"),
+                                            gate_case("kv-canary-in-force-rank-0", [(True, "canary on")])])]
+    root = accept_bundle(tmp_path / "accept", by_gate, unused={3: ["kv-checksum-in-force-rank-0"]})
+    assert words(root)[3] == "passed"  # the errored case is the alternative not used
+    root = accept_bundle(tmp_path / "again", by_gate, unused={3: ["kv-canary-in-force-rank-0"]})
+    assert words(root)[3] == "failed"
 
 
 def test_a_gate_the_record_lacks_did_not_run_and_nothing_is_accepted(tmp_path, terminal):

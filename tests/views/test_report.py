@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import re
+import shutil
 import struct
 import subprocess
 from html.parser import HTMLParser
@@ -26,7 +27,6 @@ from runner.evidence.receipts import Differential, Environment, ModelIdentity, P
 from runner.store.sources import TreeIdentity
 
 EVIDENCE = Path(__file__).resolve().parents[2] / "evidence"
-CHROMIUM = Path("/usr/bin/chromium")
 HOSTILE = '<script>alert(1)</script><img src="https://evil.example/x.png"> [/] [bold]'
 HOSTILE_ID = 'evil [/] [bold]<i>"'
 
@@ -345,7 +345,7 @@ def chromium(tmp_path: Path, url: str, *args: str) -> tuple[str, list[str]]:
     page itself asked the network for (requests in the page's file:// network partition)."""
     netlog = tmp_path / f"net-{len(list(tmp_path.glob('net-*')))}.json"
     proc = subprocess.run(
-        [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        [shutil.which("chromium") or "chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
          f"--user-data-dir={tmp_path / 'profile'}", '--host-resolver-rules=MAP * ~NOTFOUND',
          f"--log-net-log={netlog}", *args, url],
@@ -374,8 +374,7 @@ def visible_text(dom: str) -> str:
     return re.sub(r"\s+", " ", "".join(t.parts))
 
 
-@pytest.mark.skipif(not CHROMIUM.exists(), reason="/usr/bin/chromium absent: install Debian's chromium "
-                                                   "(apt-get install -y chromium; .ci/run does) to run the browser test")
+@pytest.mark.needs("chromium")
 @pytest.mark.slow
 def test_chromium_renders_the_report_offline(run_bundle, tmp_path):
     out = tmp_path / "r.html"

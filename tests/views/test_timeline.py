@@ -17,7 +17,7 @@ from rich.console import Console
 from runner import cli, ui
 from runner.evidence import bundle, judging, receipts
 from runner.evidence.records import Row, SweepRecord, windows
-from tests.views.test_report import CHROMIUM, assert_self_contained, chromium, parse, visible_text
+from tests.views.test_report import assert_self_contained, chromium, parse, visible_text
 from tests.helpers import case, receipt
 
 VERSIONS = ["0.4.5", "0.4.6", "0.5.0", "0.5.10", "0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23"]
@@ -110,7 +110,7 @@ def test_a_bundle_that_is_not_a_line_draws_none(tmp_path):
     assert "<svg" not in out.read_text() and 'id="line"' not in out.read_text()
 
 
-@pytest.mark.skipif(not CHROMIUM.exists(), reason="/usr/bin/chromium absent (apt-get install -y chromium)")
+@pytest.mark.needs("chromium")
 @pytest.mark.slow
 def test_chromium_draws_the_line_offline(swept, tmp_path):
     out = tmp_path / "r.html"

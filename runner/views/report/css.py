@@ -28,7 +28,7 @@ a { color: #0550ae; }
 .gates td:first-child { width: 2em; text-align: center; } .gates td:nth-child(2) { width: 14em; }
 .gates ul { margin: .2em 0; padding-left: 1.2em; } .gates li.check { margin-left: 1.4em; list-style: circle; }
 .backer + .backer { margin-top: .6em; border-top: 1px dashed var(--line); padding-top: .3em; }
-.tr.clean-clean, .st.not-applicable, .st.not-probed { background: #f6f8fa; color: var(--muted); }
+.tr.clean-clean, .st.not-applicable, .st.not-probed, .st.not-used { background: #f6f8fa; color: var(--muted); }
 .level.cpu { background: #dafbe1; color: var(--ok); } .level.vendor { background: #ddf4ff; color: #0550ae; }
 .level.none { background: #fff8c5; color: var(--warn); } .level.model { background: #fbefff; color: #8250df; }
 .steps td:first-child { width: 2em; text-align: center; } .steps td:nth-child(3) { width: 11em; }

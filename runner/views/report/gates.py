@@ -22,6 +22,7 @@ from runner.views.acceptance import GATES, KIND
 from runner.views.report.verified import Evidence
 
 GateStatus = Literal["passed", "failed", "not run"]
+NOT_USED = "not used"
 
 
 @dataclass(frozen=True)
@@ -74,17 +75,30 @@ def of(ev: Evidence) -> Gates | None:
     return Gates(gates, accepted=all(g.status == "passed" for g in gates), claimed=record.accepted)
 
 
+def unused(ev: Evidence, receipt: str) -> set[str]:
+    """The case ids of ``receipt`` that an accept bundle's gate did not rest on (an alternative it did
+    not need, such as gate 3's canary where the checksum verifies every pair): shown as not used."""
+    if ev.index.kind != KIND:
+        return set()
+    try:
+        record = Acceptance.model_validate(ev.index.extra)
+    except ValidationError:
+        return set()
+    return {case for g in record.gates if receipt in g.receipts for case in g.unused}
+
+
 def gate(n: int, result: GateResult | None, record: Acceptance, ev: Evidence) -> Gate:
     if result is None:
         return Gate(n, GATES[n], "not run", [], [], ["not in this bundle's acceptance record"])
     held = [name for name in result.receipts if name in ev.receipts]
-    backing = [backer(name, ev.receipts[name], record) for name in held]
+    unused = set(result.unused)
+    backing = [backer(name, ev.receipts[name], record, unused) for name in held]
     unbacked = [f"it names {name}, which is not a receipt of this bundle" for name in result.receipts if name not in held]
     unbacked += [] if result.receipts else ["no receipt backs it"]
     if not result.passed:
         return Gate(n, result.title, "failed", result.reasons, backing, unbacked)
     unrun = [f"{name} case {c.id} did not run to a result ({judging.state(c).replace('_', ' ')})"
-             for name in held for c in ev.receipts[name].cases if not ran(c.outcome, ev.receipts[name])]
+             for name in held for c in ev.receipts[name].cases if not ran(c.outcome, ev.receipts[name]) and c.id not in unused]
     rebound = [f"{b.receipt} observed tree {b.tree} as {b.tree_digest}; the record binds its workers to "
                f"{record.trees.get(b.tree or '', 'no digest')}" for b in backing
                if isinstance(ev.receipts[b.receipt].source, TreeIdentity) and record.trees.get(b.tree or "") != b.tree_digest]
@@ -99,7 +113,7 @@ def ran(outcome: str, r: Receipt) -> bool:
     return outcome == "observed" or (outcome == "not_applicable" and isinstance(r.source, TreeIdentity))
 
 
-def backer(name: str, r: Receipt, record: Acceptance) -> Backer:
+def backer(name: str, r: Receipt, record: Acceptance, unused: set[str] = frozenset()) -> Backer:
     source = r.source
     if isinstance(source, TreeIdentity):
         runs = sorted(url for url, w in record.workers.items() if w.get("tree") == source.source)
@@ -115,6 +129,9 @@ def backer(name: str, r: Receipt, record: Acceptance) -> Backer:
     for c in r.cases:
         effects = c.effects or {}
         said = effects.get("summary") or c.missing or (c.error.message if c.error else c.outcome)
+        if c.id in unused:  # an alternative the gate did not rest on: not a bug of this fleet
+            lines.append(Line(NOT_USED, f"{c.id}: the gate rests on the other alternative ({said})"))
+            continue
         lines.append(Line(judging.state(c), f"{c.id}: {said}"))
         lines += [Line("held" if check.get("held") else "not held", str(check.get("what", "")), 1)
                   for check in effects.get("checks", []) if isinstance(check, dict)]

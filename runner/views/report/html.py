@@ -181,14 +181,14 @@ class Page:
         """An upstream-tests bundle: each test and subtest on both sides (kind and origin) and its grade's cause."""
         g = Grading.model_validate(self.ev.index.extra["grading"])
         rows = [[esc(r.id.split("::", 1)[-1]), esc(r.base.kind), esc(r.head.kind),
-                 el("b", esc(r.grade + (f" ({r.cause})" if r.cause and r.grade != "pass-to-pass" else "")))]
+                 el("b", esc(r.grade + (f" ({r.cause})" if r.cause and r.grade != "pass-to-pass" else ""))),
+                 esc(r.reason or "")]
                 for r in g.tests]
-        verdict = g.verdict or ("passes" if g.passed else "does not pass")
         return el("section", el("h2", "Upstream tests, graded per test and subtest"),
-                  el("p", esc(f"verdict: {verdict}. {grading.grading_line(g)}")),
+                  el("p", esc(f"{grading.verdict_line(g)}. {grading.grading_line(g)}")),
                   *[el("p", esc(line)) for line in g.blockers],
                   el("p", esc(grading.ORIGINS), class_="note"),
-                  table(["test", "base", "head", "grade"], rows, class_="grading"), id="grading")
+                  table(["test", "base", "head", "grade", "why"], rows, class_="grading"), id="grading")
 
     def step_evidence(self, f: Finding) -> str:
         parts = []

@@ -10,6 +10,7 @@ from runner.evidence.observations import Case
 from runner.evidence.receipts import Source
 from runner.evidence.records import SweepRecord
 from runner.store import specs
+from runner.views.report import gates
 from runner.views.report.sources import TREE_KINDS, describe
 from runner.views.report.verified import Evidence
 
@@ -99,7 +100,11 @@ def _named(text: str) -> str:
 
 def cell_at(ev: Evidence, cells: dict[tuple[str, Column], str], source: Source, col: Column) -> tuple[str | None, Cell]:
     name = cells.get((receipts.source_key(source), col))
-    st = judged(ev.receipts[name].cases if name else [])
+    cases = ev.receipts[name].cases if name else []
+    skip = gates.unused(ev, name) if name else set()  # an acceptance gate's alternative it did not use
+    st = judged([c for c in cases if c.id not in skip])
+    if unused := sum(c.id in skip for c in cases):
+        st = Cell(st.word, f"{st.detail}, {unused} not used")
     failed = ev.receipts[name].import_result.error if name else None
     if failed is not None:  # every case errored for one reason: say it, not only how many
         st = Cell(st.word, f"the tree did not import: {failed.type}: {failed.message}"

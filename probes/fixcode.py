@@ -1,0 +1,148 @@
+"""The fix's code, read from source with ``ast`` alone: where each function of ``duties.FIX_CODE`` is, which
+of its statements are the fix's (a whole function, or the slice of a long one), and the lines each
+statement spans.
+
+Pure standard library, so both sides read the fix's code the same way: the harness from the imported
+tree (mutation sites, ``probes/mutation.py``), the host from the stored tree's files (which lines of the
+fix's code the cases ran, ``runner/evidence/fixcode.py``).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable, Iterator
+
+# The blocks of a compound statement (its own part is everything else).
+BLOCKS = ("body", "orelse", "finalbody", "handlers")
+
+
+def candidates(qualified: str) -> Iterator[tuple[str, str]]:
+    """(file relative to the directory holding ``sglang/``, qualified name inside it) for each way to split
+    ``pkg.mod.Class.function`` into a module and a name, longest module first."""
+    parts = qualified.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        module, name = parts[:cut], ".".join(parts[cut:])
+        yield "/".join(module) + ".py", name
+        yield "/".join(module) + "/__init__.py", name
+
+
+def locate(read: Callable[[str], str | None], qualified: str) -> tuple[str, ast.FunctionDef] | None:
+    """Where ``pkg.mod.Class.function`` is defined: (its file, its definition), reading each candidate file
+    with ``read`` (None: no such file); None when no file defines it."""
+    for rel, qualname in candidates(qualified):
+        text = read(rel)
+        node = function_node(ast.parse(text), qualname) if text is not None else None
+        if node is not None:
+            return rel, node
+    return None
+
+
+def function_node(module: ast.Module, qualname: str) -> ast.FunctionDef | None:
+    """The definition of ``Class.function`` (or ``function``) in a parsed module, or None."""
+    scope: list[ast.stmt] = module.body
+    node = None
+    for part in qualname.split("."):
+        node = next((n for n in scope if isinstance(n, (ast.ClassDef, ast.FunctionDef)) and n.name == part), None)
+        if node is None:
+            return None
+        scope = node.body
+    return node if isinstance(node, ast.FunctionDef) else None
+
+
+def walk(node: ast.AST) -> Iterator[tuple[ast.AST, ast.AST | None, str | None, int | None]]:
+    """Every node below ``node`` with its parent, field and index, in a fixed order."""
+    stack: list[tuple[ast.AST, ast.AST | None, str | None, int | None]] = [(node, None, None, None)]
+    while stack:
+        current, parent, name, index = stack.pop()
+        yield current, parent, name, index
+        children = []
+        for child_field, value in ast.iter_fields(current):
+            if isinstance(value, list):
+                children += [(v, current, child_field, i) for i, v in enumerate(value) if isinstance(v, ast.AST)]
+            elif isinstance(value, ast.AST):
+                children.append((value, current, child_field, None))
+        stack.extend(reversed(children))
+
+
+def own(stmt: ast.stmt) -> list[ast.AST]:
+    """The nodes of a statement's own part: everything but the statements of its blocks."""
+    return [n for key, value in ast.iter_fields(stmt) if key not in BLOCKS
+            for root in (value if isinstance(value, list) else [value]) if isinstance(root, ast.AST)
+            for n in ast.walk(root)]
+
+
+def sliced(fn: ast.FunctionDef, names: tuple[str, ...]) -> set[int]:
+    """ids of the nodes in the slice: each statement whose own part (an ``if``'s test, a simple
+    statement whole) names one of ``names``, with its expressions; and the ``return``,
+    ``continue`` and ``break`` beside such a statement, which decide where its effect ends."""
+    inside: set[int] = set()
+
+    def names_one(stmt: ast.stmt) -> bool:
+        return any((isinstance(n, ast.Name) and n.id in names) or (isinstance(n, ast.Attribute) and n.attr in names)
+                   for n in own(stmt))
+
+    for node, *_ in walk(fn):
+        for block in (getattr(node, key, None) for key in BLOCKS):
+            if not isinstance(block, list):
+                continue
+            chosen = [stmt for stmt in block if isinstance(stmt, ast.stmt) and names_one(stmt)]
+            if chosen:
+                chosen += [stmt for stmt in block if isinstance(stmt, (ast.Return, ast.Continue, ast.Break))]
+            for stmt in chosen:
+                inside.add(id(stmt))
+                inside.update(id(n) for n in own(stmt))
+    return inside
+
+
+def docstring(node: ast.AST, parent: ast.AST | None, position: int | None) -> bool:
+    return (
+        position == 0
+        and isinstance(parent, ast.FunctionDef)
+        and isinstance(node, ast.Expr)
+        and isinstance(node.value, ast.Constant)
+        and isinstance(node.value.value, str)
+    )
+
+
+def statements(fn: ast.FunctionDef, names: tuple[str, ...] = ()) -> list[ast.stmt]:
+    """The statements of the fix's code in ``fn``: all of them (docstrings aside), or only its slice when
+    ``names`` are given, in source order."""
+    inside = sliced(fn, names) if names else None
+    found = [node for node, parent, _, position in walk(fn)
+             if isinstance(node, ast.stmt) and node is not fn and not docstring(node, parent, position)
+             and (inside is None or id(node) in inside)]
+    return sorted(found, key=lambda n: (n.lineno, n.col_offset))
+
+
+def span(node: ast.AST) -> tuple[int, int]:
+    """The lines a node spans (a compound statement with its blocks): a case reached the node when it ran
+    any of them, since a line inside it runs only after the node itself was reached."""
+    return node.lineno, node.end_lineno or node.lineno
+
+
+def reached(node_span: tuple[int, int], lines: set[int]) -> bool:
+    start, end = node_span
+    return any(line in lines for line in range(start, end + 1))
+
+
+def decisions(fn: ast.FunctionDef, names: tuple[str, ...] = ()) -> set[str]:
+    """The names the fix's code decides on: every name and attribute read in a condition (an ``if`` or
+    ``while`` test, a boolean or conditional expression) of a statement of the fix's code or of a statement
+    enclosing one. Each is an input the cases must vary (a dimension of the probe's case space) or a name
+    that needs none (``Space.incidental``)."""
+    parents = {id(node): parent for node, parent, *_ in walk(fn) if parent is not None}
+    deciding: dict[int, ast.stmt] = {}
+    for stmt in statements(fn, names):
+        node: ast.AST | None = stmt
+        while node is not None and node is not fn:
+            if isinstance(node, ast.stmt):
+                deciding[id(node)] = node
+            node = parents.get(id(node))
+    found: set[str] = set()
+    for stmt in deciding.values():
+        tests = [stmt.test] if isinstance(stmt, (ast.If, ast.While)) else []
+        tests += [n for n in own(stmt) if isinstance(n, (ast.BoolOp, ast.IfExp))]
+        for test in tests:
+            found.update(n.attr if isinstance(n, ast.Attribute) else n.id
+                         for n in ast.walk(test) if isinstance(n, (ast.Attribute, ast.Name)))
+    return found

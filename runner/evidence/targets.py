@@ -1,0 +1,277 @@
+"""Whether a tree's source defines a dotted name an upstream test asked for.
+
+A test that imports ``sglang.x.y.name``, patches ``sglang.x.Class.attr`` or reads an attribute of one
+of the tree's classes fails when the tree has no such thing: the test targets another era of the code,
+and its failure says so, not how the tree behaves (SWE-bench counts such a test, missing from the
+base's results, as failed at base). The plugin reports what the test asked for
+(``probes/pytest_outcomes.py``, ``wanted``); whether the tree lacks it is decided here, from the
+stored tree's source, by name: the tree's code does not run, so it cannot answer for itself.
+
+Only a certain absence counts: a module whose file is not in the tree, or a name its module (or a
+class and its bases in the tree) never binds. Whatever the source leaves open -- a star import, a
+module ``__getattr__``, a class with ``__getattr__``, a base from outside the tree, a name bound to
+a value whose attributes only running it would show, a file too large or that does not parse --
+is "cannot tell", and the failure keeps the cause it had.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+from pathlib import Path
+
+PACKAGE = "sglang"
+MAX_SOURCE = 8 << 20  # no module of SGLang comes near this; a larger file is not parsed ("cannot tell")
+# Bases that add no attribute a test would look up on a class
+EMPTY_BASES = {"object", "ABC", "Generic", "Protocol"}
+UNKNOWN = object()  # the source leaves it open
+
+
+@dataclass
+class Source:
+    """The modules of one tree (``root`` holds ``sglang/``), parsed on demand."""
+
+    root: Path
+    parsed: dict[str, ast.Module | None] = field(default_factory=dict)
+
+    def lacks(self, name: str) -> str | None:
+        """The first dotted prefix of ``name`` the tree's source certainly does not define, or None
+        (defined, or cannot tell)."""
+        parts = name.split(".")
+        if parts[0] != PACKAGE or not all(p.isidentifier() for p in parts):
+            return None
+        found = self._resolve(parts, depth=0)
+        return None if found is None or found is UNKNOWN else found
+
+    # --- modules ---------------------------------------------------------------------------------
+
+    def _file(self, parts: list[str]) -> Path | None:
+        base = self.root.joinpath(*parts)
+        for path in (base.with_suffix(".py"), base / "__init__.py"):
+            if path.is_file() and not path.is_symlink():
+                return path
+        return None
+
+    def _is_package(self, parts: list[str]) -> bool:
+        return self.root.joinpath(*parts).is_dir()
+
+    def _module(self, parts: list[str]) -> ast.Module | None:
+        key = ".".join(parts)
+        if key not in self.parsed:
+            path = self._file(parts)
+            tree = None
+            if path is not None and path.stat().st_size <= MAX_SOURCE:
+                try:
+                    tree = ast.parse(path.read_bytes())
+                except (SyntaxError, ValueError):
+                    tree = None
+            self.parsed[key] = tree
+        return self.parsed[key]
+
+    def _resolve(self, parts: list[str], depth: int):
+        """None when defined, a dotted prefix when certainly missing, UNKNOWN when the source leaves it open."""
+        if depth > 20:  # re-exports chasing each other
+            return UNKNOWN
+        for i in range(len(parts), 0, -1):  # the longest prefix that is a module of the tree
+            if self._file(parts[:i]) is not None:
+                break
+            if self._is_package(parts[:i]):  # a namespace package: its submodules are all it holds
+                return None if i == len(parts) else ".".join(parts[: i + 1])
+        else:
+            return PACKAGE
+        module = self._module(parts[:i])
+        if module is None:
+            return UNKNOWN
+        rest = parts[i:]
+        if not rest:
+            return None
+        return self._in_module(module.body, parts[:i], rest, depth)
+
+    def _in_module(self, body: list[ast.stmt], where: list[str], rest: list[str], depth: int):
+        binding = _bindings(body).get(rest[0])
+        if binding is None:
+            if _dynamic_module(body):
+                return UNKNOWN
+            return ".".join([*where, rest[0]])
+        if binding is UNKNOWN:
+            return UNKNOWN
+        if len(rest) == 1:
+            return None
+        kind, node = binding
+        if kind == "class":
+            return self._in_class(node, where, [*where, rest[0]], rest[1:], depth)
+        if kind == "import":
+            target = _imported(node, rest[0], where, self._is_package(where))
+            return self._resolve([*target, *rest[1:]], depth + 1) if target and target[0] == PACKAGE else UNKNOWN
+        return UNKNOWN  # a function's or a value's attributes: only running it would tell
+
+    def _in_class(self, cls: ast.ClassDef, module: list[str], dotted: list[str], rest: list[str], depth: int):
+        names = _class_bindings(cls, self._module(module))
+        if names is UNKNOWN:
+            return UNKNOWN
+        if rest[0] in names:
+            kind, node = names[rest[0]]
+            if len(rest) == 1:
+                return None
+            return self._in_class(node, module, [*dotted, rest[0]], rest[1:], depth) if kind == "class" else UNKNOWN
+        unknown = False
+        for base in cls.bases:
+            found = self._in_base(base, module, rest, depth)
+            if found is None:
+                return None  # defined by a base
+            unknown |= found is UNKNOWN
+        return UNKNOWN if unknown else ".".join([*dotted, rest[0]])
+
+    def _in_base(self, base: ast.expr, module: list[str], rest: list[str], depth: int):
+        """None when the base defines ``rest``, a prefix when it certainly does not, UNKNOWN otherwise."""
+        if isinstance(base, ast.Subscript):
+            base = base.value
+        dotted = _dotted(base)
+        if dotted is None:
+            return UNKNOWN
+        if dotted[-1] in EMPTY_BASES and len(dotted) <= 2:
+            return "empty"
+        scope = self._module(module)
+        binding = _bindings(scope.body).get(dotted[0]) if scope else None
+        if binding is None or binding is UNKNOWN:
+            return UNKNOWN
+        kind, node = binding
+        if kind == "class" and len(dotted) == 1:
+            return self._in_class(node, module, [*module, dotted[0]], rest, depth + 1)
+        if kind == "import":
+            target = _imported(node, dotted[0], module, self._is_package(module))
+            if target and target[0] == PACKAGE:
+                return self._resolve([*target, *dotted[1:], *rest], depth + 1)
+        return UNKNOWN
+
+
+def _dotted(node: ast.expr) -> list[str] | None:
+    if isinstance(node, ast.Name):
+        return [node.id]
+    if isinstance(node, ast.Attribute):
+        inner = _dotted(node.value)
+        return [*inner, node.attr] if inner else None
+    return None
+
+
+def _walk_top(body: list[ast.stmt]):
+    """Statements at one scope's level, entering if/try/with/for blocks (their bindings count)."""
+    for node in body:
+        yield node
+        if isinstance(node, (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith)):
+            yield from _walk_top(node.body)
+            yield from _walk_top(getattr(node, "orelse", []))
+        elif isinstance(node, ast.Try) or type(node).__name__ == "TryStar":
+            for block in (node.body, node.orelse, node.finalbody, *[h.body for h in node.handlers]):
+                yield from _walk_top(block)
+        elif isinstance(node, ast.Match):
+            for case in node.cases:
+                yield from _walk_top(case.body)
+
+
+def _targets(node: ast.expr):
+    if isinstance(node, ast.Name):
+        yield node.id
+    elif isinstance(node, (ast.Tuple, ast.List)):
+        for element in node.elts:
+            yield from _targets(element)
+    elif isinstance(node, ast.Starred):
+        yield from _targets(node.value)
+
+
+def _bindings(body: list[ast.stmt]) -> dict:
+    """name -> (kind, node) for what a scope binds; after a star import, any other name is UNKNOWN."""
+    out: dict = {}
+    star = False
+    for node in _walk_top(body):
+        if isinstance(node, ast.ClassDef):
+            out[node.name] = ("class", node)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            out[node.name] = ("function", node)
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                out[alias.asname or alias.name.split(".")[0]] = ("import", node)
+        elif isinstance(node, ast.ImportFrom):
+            for alias in node.names:
+                star |= alias.name == "*"
+                out[alias.asname or alias.name] = ("import", node)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                for name in _targets(target):
+                    out[name] = ("value", node)
+        elif isinstance(node, (ast.For, ast.AsyncFor)):
+            for name in _targets(node.target):
+                out[name] = ("value", node)
+        elif isinstance(node, (ast.With, ast.AsyncWith)):
+            for item in node.items:
+                for name in _targets(item.optional_vars) if item.optional_vars is not None else ():
+                    out[name] = ("value", node)
+    return _Star(out) if star else out
+
+
+class _Star(dict):
+    """The bindings of a scope with a star import: any name it does not spell may come from it."""
+
+    def get(self, key, default=None):
+        return super().get(key, UNKNOWN)
+
+
+def _dynamic_module(body: list[ast.stmt]) -> bool:
+    """A module that may bind names its source does not spell: ``__getattr__``, ``globals()``, ``exec``."""
+    if any(isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == "__getattr__" for node in _walk_top(body)):
+        return True
+    for node in (n for statement in body for n in ast.walk(statement)):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("globals", "exec"):
+            return True
+    return False
+
+
+def _class_bindings(cls: ast.ClassDef, module: ast.Module | None):
+    """name -> (kind, node) a class defines: its body, ``self.x`` / ``cls.x`` assignments in its
+    methods, ``Class.x = ...`` in its module, ``__slots__`` strings; UNKNOWN for a class that
+    answers attributes dynamically or gets them through ``setattr``."""
+    found = _bindings(cls.body)
+    if isinstance(found, _Star) or "__getattr__" in found or "__getattribute__" in found:
+        return UNKNOWN
+    out = dict(found)
+    for scope, owners in ((cls, {"self", "cls"}), (module, {cls.name})):
+        for node in ast.walk(scope) if scope else ():
+            targets = node.targets if isinstance(node, ast.Assign) else \
+                [node.target] if isinstance(node, (ast.AnnAssign, ast.AugAssign)) else []
+            for element in (e for target in targets for e in ast.walk(target)):
+                if isinstance(element, ast.Attribute) and isinstance(element.value, ast.Name) and element.value.id in owners:
+                    out.setdefault(element.attr, ("value", node))
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr" and node.args \
+                    and isinstance(node.args[0], ast.Name) and node.args[0].id in owners:
+                return UNKNOWN  # attributes named at run time
+    slots = out.get("__slots__")
+    if slots and slots[0] == "value":
+        for element in ast.walk(slots[1]):
+            if isinstance(element, ast.Constant) and isinstance(element.value, str):
+                out.setdefault(element.value, ("value", slots[1]))
+    for decorator in cls.decorator_list:  # a class a decorator may rebuild (attrs, pydantic): cannot tell
+        if _dotted(decorator.func if isinstance(decorator, ast.Call) else decorator) not in (["dataclass"], ["dataclasses", "dataclass"]):
+            return UNKNOWN
+    return out
+
+
+def _imported(node: ast.Import | ast.ImportFrom, name: str, module: list[str], is_package: bool) -> list[str] | None:
+    """The dotted name a local ``name`` stands for after ``node`` (an import), absolute."""
+    if isinstance(node, ast.Import):
+        for alias in node.names:
+            if alias.asname == name:
+                return alias.name.split(".")
+            if alias.asname is None and alias.name.split(".")[0] == name:
+                return [name]
+        return None
+    for alias in node.names:
+        if (alias.asname or alias.name) == name:
+            if node.level:
+                package = module if is_package else module[:-1]
+                if node.level - 1 > len(package):
+                    return None
+                base = package[: len(package) - (node.level - 1)]
+            else:
+                base = []
+            return [*base, *(node.module.split(".") if node.module else []), alias.name]
+    return None

@@ -1,0 +1,132 @@
+"""Per-case line coverage inside the harness (probes/coverage.py): exactly the tree's lines a case
+ran, nothing outside the tree, and no record rather than a partial one (no SGLang needed: a small
+module under a fake tree root stands in for the tree)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import threading
+
+import pytest
+from hypothesis import given, strategies as st
+
+from probes import coverage, harness
+from probes.case import Case, Places
+
+GOOD = {"outcome": "observed", "classification": "clean", "effects": {}, "error": None, "missing": None}
+
+MODULE = """\
+def door(rejected):
+    if rejected:
+        return "retired"
+    return "queued"
+
+
+def spawn():
+    worker = threading.Thread(target=door, args=(True,))
+    worker.start()
+    worker.join()
+"""
+
+
+@pytest.fixture
+def tree(tmp_path):
+    """A module under ``<root>/sglang/``, imported by file location (as the tree's are)."""
+    root = tmp_path / "tree"
+    (root / "sglang").mkdir(parents=True)
+    path = root / "sglang" / "door.py"
+    path.write_text("import threading\n\n" + MODULE)
+    spec = importlib.util.spec_from_file_location("fake_tree_door", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    outside = tmp_path / "outside.py"
+    outside.write_text(MODULE)
+    spec = importlib.util.spec_from_file_location("fake_outside", outside)
+    other = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(other)
+    return root, module, other
+
+
+def test_the_lines_a_call_ran_are_recorded_and_nothing_outside_the_tree(tree):
+    root, module, other = tree
+    recorder = coverage.Recorder(str(root)).start()
+    module.door(False)
+    other.door(True)  # the same code outside the root: not the tree's
+    lines = recorder.stop()
+    # the def line (entered), the test, the second return; the first return did not run
+    assert lines == {"sglang/door.py": [[3, 4], [6, 6]]}
+
+
+def test_threads_the_case_starts_are_recorded(tree):
+    root, module, _ = tree
+    recorder = coverage.Recorder(str(root)).start()
+    module.spawn()
+    lines = recorder.stop()
+    assert coverage.expand(lines["sglang/door.py"]) == {3, 4, 5, 9, 10, 11, 12}
+
+
+def test_a_tracer_displaced_by_the_tree_leaves_no_record(tree):
+    """A tree that swaps the tracer out would make lines it ran read as not run: no claim instead."""
+    root, module, _ = tree
+    recorder = coverage.Recorder(str(root)).start()
+    module.door(True)
+    sys.settrace(None)
+    assert recorder.stop() is None
+
+
+@given(st.sets(st.integers(min_value=1, max_value=500)))
+def test_ranges_are_canonical_and_expand_back(lines):
+    spans = coverage.ranges(lines)
+    assert coverage.expand(spans) == lines
+    assert coverage.canonical(spans) == bool(lines)
+
+
+@pytest.mark.parametrize("spans", [[], [[0, 1]], [[2, 1]], [[1, 2], [3, 4]], [[3, 4], [1, 1]], [[1, 2, 3]],
+                                   [[1.0, 2]], [["1", 2]], [[1, 2], [2, 5]], "1-2"])
+def test_anything_else_is_not_canonical(spans):
+    assert not coverage.canonical(spans)
+
+
+def _case(case_id: str = "c") -> Case:
+    return Case(id=case_id, site="prefill-door", role="bug", title="t", duties=("door-returns",),
+                build=lambda journal: None, requires=())
+
+
+def _run(monkeypatch, root, body, timeout: float = 10) -> dict:
+    monkeypatch.setattr(harness, "run_case", lambda case, places: body())
+    result, _ = harness.run_forked(_case(), Places(sglang_root=str(root), probes_dir=harness.HERE), timeout,
+                                   harness.ImportLog(frozenset()))
+    return result
+
+
+def test_each_case_result_carries_the_lines_its_process_ran(monkeypatch, tree):
+    root, module, _ = tree
+    result = _run(monkeypatch, root, lambda: (module.door(True), GOOD)[1])
+    assert result["outcome"] == "observed" and result["lines"] == {"sglang/door.py": [[3, 5]]}
+
+
+def test_no_lines_for_a_case_not_applicable_or_one_that_sent_nothing(monkeypatch, tree):
+    root, module, _ = tree
+    na = {**GOOD, "outcome": "not_applicable", "classification": "inconclusive", "effects": None, "missing": "sglang.x"}
+    assert _run(monkeypatch, root, lambda: (module.door(True), na)[1])["lines"] is None
+    assert _run(monkeypatch, root, lambda: (module.door(True), sys.settrace(None), GOOD)[2])["lines"] is None
+    hang = _run(monkeypatch, root, lambda: threading.Event().wait(), timeout=1)
+    assert hang["outcome"] == "timeout" and hang["lines"] is None
+
+
+@pytest.mark.parametrize("lines", [{"a.py": [[1, 2], [3, 3]]}, {"a.py": []}, {"a.py": [[5, 2]]}, [["a.py", 1]], {"a.py": "1-2"}])
+def test_lines_outside_the_format_make_the_message_malformed(lines):
+    message, why = harness.well_formed(harness.json.dumps({"result": GOOD, "lines": lines, "modules": [], "standins": []}).encode())
+    assert message is None and "lines" in why
+
+
+def test_a_tracer_turned_off_and_on_again_leaves_no_record(tree):
+    """Lines hidden by switching the tracer off around some code would read as not run."""
+    root, module, _ = tree
+    recorder = coverage.Recorder(str(root)).start()
+    mine = sys.gettrace()
+    sys.settrace(None)
+    module.door(True)
+    sys.settrace(mine)
+    assert recorder.stop() is None
