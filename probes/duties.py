@@ -960,36 +960,157 @@ DUTIES.update({duty.id: duty for duty in LIFETIME_DUTIES})
 _HELD = ("lifetime-no-early-release", "lifetime-no-foreign-write", "lifetime-freed-once")
 _ACKED = ("lifetime-acked-after-drain", "lifetime-released-on-ack")
 _GUARD_ABORT = ("lifetime-not-held-forever", "lifetime-freed-once")
-LIFETIME_CASES: dict[str, dict[str, tuple[str, ...]]] = {
-    "lifetime-default": {
-        "abort-in-flight": _HELD,
-        "abort-acks-lost": _GUARD_ABORT,
-        "abort-nothing-in-flight": ("lifetime-released-on-ack", "lifetime-freed-once"),
-        "healthy-transfer": ("lifetime-committed",),
-    },
-    "lifetime-drain": {
-        "prefill-clears-before-drain": (*_ACKED, *_HELD),
-        "abort-after-room-cleared": ("lifetime-late-abort-acked", *_HELD),
-        "acks-lost": _GUARD_ABORT,
-        "acks-late": _GUARD_ABORT,
-        "abort-nothing-in-flight": ("lifetime-released-on-ack", "lifetime-freed-once"),
-    },
-    "lifetime-peers": {
-        "two-decode-ranks-abort": (*_ACKED, *_HELD),
-        "two-decode-ranks-room-cleared-between": (*_ACKED, *_HELD),
-        "stale-ack-of-previous-request": _HELD,
-        "two-prefill-ranks-abort": (*_ACKED, *_HELD),
-    },
-    "lifetime-failures": {
-        "other-rank-fails-while-writing": (*_HELD, "lifetime-not-held-forever"),
-        "failed-write-keeps-landing": (*_HELD, "lifetime-not-held-forever"),
-        "failure-nothing-else-in-flight": _GUARD_ABORT,
-    },
-}
-# Every case runs in the default configuration and with the deferred release switched on; the latter
-# carries the configuration's name as a suffix and checks the same duties.
-for _probe, _cases in LIFETIME_CASES.items():
-    CASES[_probe] = {**_cases, **{f"{cid}-with-deferred-release": d for cid, d in _cases.items()}}
+_ON_ACK = ("lifetime-released-on-ack", "lifetime-freed-once")
+
+# Every lifetime case runs in the tree's default configuration and with the deferred release switched on
+# (a tree where it is off by default is probed with it on as well); the configuration is the case's site.
+DEFERRED_CONFIG = space.Dimension("config", (
+    space.Value("default", "the tree's own defaults: nothing set", label=""),
+    space.Value("with-deferred-release", "SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE=true in the ranks' "
+                "environment", says="deferred release switched on"),
+), core=True, reads=("enable_deferred_decode_kv_release", "enable_deferred_kv_release"))
+_IN_FLIGHT = space.Dimension("in_flight", (
+    space.Value("yes", "prefill's write of the request is inside the engine when it happens", label="in-flight",
+                says="while prefill's write is in flight"),
+    space.Value("no", "before prefill wrote anything", label="nothing-in-flight", says="before prefill wrote anything"),
+), reads=("_staging_outstanding",))
+_ACKS = space.Dimension("acks", (
+    space.Value("delivered", "the drain acknowledgements reach decode", label=""),
+    space.Value("lost", "every drain acknowledgement is lost on the wire", label="acks-lost",
+                says="every drain acknowledgement lost"),
+    space.Value("late", "the acknowledgement arrives after the release timeout", label="acks-late",
+                says="the acknowledgement arriving after the release timeout"),
+), reads=("is_abort_release_safe", "note_abort_ack"))
+
+
+def _site(point: Mapping[str, str]) -> str:
+    return point["config"]
+
+
+LIFETIME_DEFAULT = space.Space(
+    probe="lifetime-default",
+    dimensions=(
+        space.Dimension("failure", (
+            space.Value("decode-abort", "a client abort reaches decode's scheduler (its abort_request)", label="abort",
+                        says="a client abort at decode"),
+            space.Value("none", "a healthy transfer", label="healthy-transfer", says="a healthy transfer, committed to decode"),
+        ), core=True, reads=("abort_notified",)),
+        space.Dimension(_IN_FLIGHT.name, _IN_FLIGHT.values, over={"failure": ("decode-abort",)}, reads=_IN_FLIGHT.reads),
+        space.Dimension(_ACKS.name, _ACKS.values[:2], over={"failure": ("decode-abort",)}, reads=_ACKS.reads),
+        DEFERRED_CONFIG,
+    ),
+    bug=({"failure": ("decode-abort",), "in_flight": ("yes",), "acks": ("delivered",)},),
+    duties_by=(
+        space.Rule({"failure": ("decode-abort",), "in_flight": ("yes",), "acks": ("delivered",)}, _HELD),
+        space.Rule({"acks": ("lost",)}, _GUARD_ABORT),
+        space.Rule({"in_flight": ("no",)}, _ON_ACK),
+        space.Rule({"failure": ("none",)}, ("lifetime-committed",)),
+    ),
+    aliases={f"{old}{suffix}": f"{new}{suffix}" for suffix in ("", "-with-deferred-release") for old, new in (
+        ("abort-in-flight-acks-lost", "abort-acks-lost"), ("healthy-transfer-in-flight", "healthy-transfer"))},
+    site=_site,
+)
+
+LIFETIME_DRAIN = space.Space(
+    probe="lifetime-drain",
+    dimensions=(
+        space.Dimension(_IN_FLIGHT.name, _IN_FLIGHT.values, core=True, reads=_IN_FLIGHT.reads),
+        space.Dimension("clears", (
+            space.Value("no", "the prefill scheduler has not concluded the failed sender", label=""),
+            space.Value("yes", "the prefill scheduler polls Failed and concludes the sender (clearing the room) while the "
+                        "write is still in flight", label="prefill-clears-before-drain",
+                        says="the prefill scheduler clearing the room before the write drains"),
+        ), core=True, reads=("_deferred_ack_targets", "transfer_infos", "request_status")),
+        space.Dimension("decode_ranks", (
+            space.Value("one", "one decode rank holds the room", label=""),
+            space.Value("two", "two decode ranks hold the room (prefill TP < decode TP); the second's ABORT reaches "
+                        "prefill after the room was cleared", label="second-rank", says="a second decode rank's ABORT "
+                        "arriving after the clear"),
+        ), over={"in_flight": ("yes",), "clears": ("yes",)}, reads=("room_active",)),
+        space.Dimension(_ACKS.name, _ACKS.values, over={"in_flight": ("yes",), "clears": ("no",)}, reads=_ACKS.reads),
+        DEFERRED_CONFIG,
+    ),
+    unreachable=(space.Unreachable("with nothing sent, prefill has no write to clear the room under",
+                                   {"in_flight": ("no",), "clears": ("yes",)}),),
+    bug=({"in_flight": ("yes",), "acks": ("delivered",)},),
+    duties_by=(
+        space.Rule({"in_flight": ("yes",), "acks": ("delivered",), "decode_ranks": ("one",)}, (*_ACKED, *_HELD)),
+        space.Rule({"decode_ranks": ("two",)}, ("lifetime-late-abort-acked", *_HELD)),
+        space.Rule({"acks": ("lost", "late")}, _GUARD_ABORT),
+        space.Rule({"in_flight": ("no",)}, _ON_ACK),
+    ),
+    aliases={f"{old}{suffix}": f"{new}{suffix}" for suffix in ("", "-with-deferred-release") for old, new in (
+        ("in-flight", "abort-in-flight"), ("in-flight-prefill-clears-before-drain", "prefill-clears-before-drain"),
+        ("in-flight-prefill-clears-before-drain-second-rank", "abort-after-room-cleared"),
+        ("in-flight-acks-lost", "acks-lost"), ("in-flight-acks-late", "acks-late"),
+        ("nothing-in-flight", "abort-nothing-in-flight"))},
+    site=_site,
+)
+
+LIFETIME_PEERS = space.Space(
+    probe="lifetime-peers",
+    dimensions=(
+        space.Dimension("peers", (
+            space.Value("one", "one decode rank paired with one prefill rank", label="one-rank"),
+            space.Value("two-decode", "two decode ranks hold the room (prefill TP < decode TP), each sending its own ABORT",
+                        label="two-decode-ranks-abort", says="two decode ranks aborting one room"),
+            space.Value("two-prefill", "one decode rank paired with two prefill ranks, each of which must acknowledge",
+                        label="two-prefill-ranks-abort", says="one decode rank paired with two prefill ranks"),
+        ), core=True, reads=("_deferred_ack_targets", "_deferred_ack_fanout_snapshots", "required_acks")),
+        space.Dimension("clears", (
+            space.Value("no", "both ABORTs reach prefill while the room is active", label=""),
+            space.Value("yes", "prefill clears the room between the two ABORTs", label="room-cleared-between",
+                        says="prefill clearing the room between their ABORTs"),
+        ), over={"peers": ("two-decode",)}, reads=("transfer_infos", "request_status")),
+        space.Dimension("stale", (
+            space.Value("no", "no acknowledgement of another request is on the wire", label=""),
+            space.Value("yes", "the room's previous request was aborted; its acknowledgement, held back on the wire, "
+                        "arrives while this request's write is in flight", label="stale-ack-of-previous-request",
+                        says="the previous request's late acknowledgement arriving mid-transfer"),
+        ), over={"peers": ("one",)}, reads=("generation",)),
+        DEFERRED_CONFIG,
+    ),
+    bug=({},),
+    duties_by=(
+        space.Rule({"stale": ("no",)}, (*_ACKED, *_HELD)),
+        space.Rule({"stale": ("yes",)}, _HELD),
+    ),
+    aliases={f"{old}{suffix}": f"{new}{suffix}" for suffix in ("", "-with-deferred-release") for old, new in (
+        ("one-rank", "abort-in-flight"), ("one-rank-stale-ack-of-previous-request", "stale-ack-of-previous-request"),
+        ("two-decode-ranks-abort-room-cleared-between", "two-decode-ranks-room-cleared-between"))},
+    site=_site,
+)
+
+LIFETIME_FAILURES = space.Space(
+    probe="lifetime-failures",
+    dimensions=(
+        space.Dimension("prefill_ranks", (
+            space.Value("one", "one prefill rank, whose write fails", label=""),
+            space.Value("two", "two prefill ranks: rank 0's write fails while rank 1's write is in flight",
+                        label="other-rank-fails-while-writing", says="another prefill rank's write still in flight"),
+        ), core=True, reads=("bootstrap_infos", "required_acks")),
+        space.Dimension("failed_write", (
+            space.Value("stops", "the failed write stopped: nothing of it lands later", label=""),
+            space.Value("keeps-writing", "the engine reported it failed while it still runs (its wall-clock timeout); it "
+                        "lands after decode learned of the failure", label="failed-write-keeps-landing",
+                        says="the failed write still landing"),
+        ), core=True, reads=("_poison_unsettled_send", "_deferred_ack_poisoned_rooms")),
+        DEFERRED_CONFIG,
+    ),
+    bug=({"prefill_ranks": ("two",)}, {"failed_write": ("keeps-writing",)}),
+    duties_by=(
+        space.Rule({"prefill_ranks": ("two",)}, (*_HELD, "lifetime-not-held-forever")),
+        space.Rule({"failed_write": ("keeps-writing",)}, (*_HELD, "lifetime-not-held-forever")),
+        space.Rule({"prefill_ranks": ("one",), "failed_write": ("stops",)}, _GUARD_ABORT),
+    ),
+    aliases={"": "failure-nothing-else-in-flight", "with-deferred-release": "failure-nothing-else-in-flight-with-deferred-"
+             "release", **{f"other-rank-fails-while-writing-failed-write-keeps-landing{suffix}":
+                           f"other-rank-fails-failed-write-keeps-landing{suffix}"
+                           for suffix in ("", "-with-deferred-release")}},
+    site=_site,
+)
+
+LIFETIME_SPACES = (LIFETIME_DEFAULT, LIFETIME_DRAIN, LIFETIME_PEERS, LIFETIME_FAILURES)
 
 
 def _handoff_rank(effects: Effects) -> Mapping[str, Any]:
@@ -1038,11 +1159,40 @@ HANDOFF_DUTIES = (
 DUTIES.update({duty.id: duty for duty in HANDOFF_DUTIES})
 _SHORT = ("handoff-no-unwritten-read", "handoff-caught-released")
 _UNCOMPARABLE = ("handoff-unverified-declared", "handoff-caught-released")
-CASES["handoff"] = {
-    **{f"{case}{suffix}": _SHORT for case in ("short-handoff", "partial-write", "early-success")
-       for suffix in ("", "-with-kv-checksum")},
-    **{f"{case}-incomparable-layout-with-kv-checksum": _UNCOMPARABLE
-       for case in ("short-handoff", "partial-write", "early-success")},
-    "full-handoff": ("handoff-full-accepted",),
-    "full-handoff-with-kv-checksum": ("handoff-full-accepted",),
-}
+
+HANDOFF = space.Space(
+    probe="handoff",
+    dimensions=(
+        space.Dimension("transfer", (
+            space.Value("short", "the prefill request was cut to its 1-token placeholder (the incident's rejected "
+                        "request): its last chunk sends 1 page of the 4 decode reserved", label="short-handoff",
+                        says="prefill sends 1 page of the 4 decode reserved"),
+            space.Value("partial", "the engine lands 2 of the 4 pages sent, then reports success", label="partial-write",
+                        says="the engine landing 2 of the 4 pages sent"),
+            space.Value("early", "prefill reports success while its write is still in flight", label="early-success",
+                        says="success reported while the write is still in flight"),
+            space.Value("full", "all 4 pages written", label="full-handoff", says="a full handoff of all 4 pages"),
+        ), core=True, reads=("expected_kv_checksum", "kv_checksum_computer")),
+        space.Dimension("layout", (
+            space.Value("comparable", "prefill and decode hold the KV in the same layout", label=""),
+            space.Value("incomparable", "prefill of another TP width: each side digests other bytes",
+                        label="incomparable-layout", says="prefill of another KV layout"),
+        ), over={"config": ("with-kv-checksum",), "transfer": ("short", "partial", "early")},
+            reads=("kv_checksum_signature", "should_verify_kv_checksum")),
+        space.Dimension("config", (
+            space.Value("default", "the stock server: the checksum off", label=""),
+            space.Value("with-kv-checksum", "--disaggregation-enable-kv-checksum on both sides",
+                        says="kv checksum on"),
+        ), core=True, reads=("disaggregation_enable_kv_checksum",)),
+    ),
+    bug=({"transfer": ("short", "partial", "early")},),
+    duties_by=(
+        space.Rule({"transfer": ("short", "partial", "early"), "layout": ("comparable",)}, _SHORT),
+        space.Rule({"layout": ("incomparable",)}, _UNCOMPARABLE),
+        space.Rule({"transfer": ("full",)}, ("handoff-full-accepted",)),
+    ),
+    site=_site,
+)
+
+SPACES.update({s.probe: s for s in (*LIFETIME_SPACES, HANDOFF)})
+CASES.update({s.probe: s.duty_table() for s in (*LIFETIME_SPACES, HANDOFF)})

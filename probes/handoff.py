@@ -337,36 +337,19 @@ REQUIRES = (f"{DECODE}.DecodeTransferQueue.pop_transferred", f"{DECODE}.DecodeTr
             "sglang.srt.disaggregation.mooncake.conn.MooncakeKVManager.transfer_worker")
 
 
-def _case(case_id: str, role: str, title: str, shape: HandoffShape) -> Case:
-    from . import duties
-
-    return Case(id=case_id, site=shape.config, role=role, title=title, duties=duties.declared("handoff", case_id),
-                build=lambda journal: Handoff(journal, shape), requires=REQUIRES)
+def shape_of(point: dict[str, str]) -> HandoffShape:
+    transfer = point["transfer"]
+    return HandoffShape(config=point["config"], sent=1 if transfer == "short" else PROMPT,
+                        lands=2 if transfer == "partial" else None, early=transfer == "early", layout=point["layout"])
 
 
 def _cases() -> tuple[Case, ...]:
-    out = []
-    for config in ("default", "with-kv-checksum"):
-        suffix = "" if config == "default" else "-with-kv-checksum"
-        said = "" if config == "default" else " (kv checksum on)"
-        layouts = ("comparable",) if config == "default" else ("comparable", "incomparable")
-        for layout in layouts:
-            tag = "" if layout == "comparable" else "-incomparable-layout"
-            where = "" if layout == "comparable" else ", prefill of another KV layout"
-            out += [
-                _case(f"short-handoff{tag}{suffix}", "bug",
-                      f"prefill sends 1 page of the 4 decode reserved (the rejected request's placeholder){where}{said}",
-                      HandoffShape(config=config, sent=1, layout=layout)),
-                _case(f"partial-write{tag}{suffix}", "bug",
-                      f"the engine lands 2 of the 4 pages sent, then reports success{where}{said}",
-                      HandoffShape(config=config, lands=2, layout=layout)),
-                _case(f"early-success{tag}{suffix}", "bug",
-                      f"prefill reports success while its write is still in flight{where}{said}",
-                      HandoffShape(config=config, early=True, layout=layout)),
-            ]
-        out.append(_case(f"full-handoff{suffix}", "guard", f"a full handoff of all 4 pages{said}",
-                         HandoffShape(config=config)))
-    return tuple(out)
+    from . import duties
+
+    space = duties.HANDOFF
+    return tuple(Case(id=space.case_id(p), site=space.site_of(p), role=space.role(p), title=space.title(p),
+                      duties=space.duties(p), build=lambda journal, shape=shape_of(p): Handoff(journal, shape),
+                      requires=REQUIRES) for p in space.points())
 
 
 PROBE = Probe(id="handoff", fix=39500, imports=IMPORTS, cases=_cases())

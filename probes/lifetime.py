@@ -29,7 +29,7 @@ import os
 import textwrap
 import threading
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, is_dataclass
 from types import SimpleNamespace
 from typing import Any
@@ -914,21 +914,12 @@ REQUIRES = (
 )
 
 
-def case(probe: str, case_id: str, role: str, title: str, shape: Shape) -> "Case":
-    """A lifetime case: its site is the configuration it runs under; its duties are the table's."""
-    from . import duties
+def space_cases(space: Any, shape_of: Callable[[Mapping[str, str]], Shape]) -> tuple["Case", ...]:
+    """Every reachable point of a lifetime probe's case space (``probes/duties.py``) as a case: its site
+    is the configuration it runs under, its duties the space's."""
     from .case import Case
 
-    return Case(id=case_id, site=shape.config, role=role, title=title, duties=duties.declared(probe, case_id),
-                build=lambda journal: LifetimeScene(journal, shape), requires=REQUIRES)
-
-
-def configured(probe: str, cases: list[tuple[str, str, str, dict[str, Any]]], configs: tuple[str, ...]) -> tuple["Case", ...]:
-    """Each (id, role, title, shape fields) under each configuration; the default keeps the plain id."""
-    out = []
-    for config in configs:
-        for case_id, role, title, fields_ in cases:
-            suffix = "" if config == "default" else f"-{config}"
-            said = "" if config == "default" else f" ({config.replace('-', ' ')})"
-            out.append(case(probe, case_id + suffix, role, title + said, Shape(config=config, **fields_)))
-    return tuple(out)
+    return tuple(Case(id=space.case_id(point), site=space.site_of(point), role=space.role(point),
+                      title=space.title(point) or space.case_id(point), duties=space.duties(point),
+                      build=lambda journal, shape=shape_of(point): LifetimeScene(journal, shape), requires=REQUIRES)
+                 for point in space.points())

@@ -11,17 +11,16 @@ releases on the acknowledgement; lost acknowledgements never hold the pages fore
 
 from __future__ import annotations
 
-from .case import Probe
-from .lifetime import IMPORTS, configured
+from collections.abc import Mapping
 
-PROBE = Probe(
-    id="lifetime-default",
-    fix=41023,
-    imports=IMPORTS,
-    cases=configured("lifetime-default", [
-        ("abort-in-flight", "bug", "a client abort at decode while prefill's write of the request is in flight", {}),
-        ("abort-acks-lost", "guard", "abort in flight, every drain acknowledgement lost on the wire", {"acks": "lost"}),
-        ("abort-nothing-in-flight", "guard", "a client abort before prefill wrote anything", {"in_flight": False}),
-        ("healthy-transfer", "guard", "a healthy transfer, committed to decode", {"failure": "none"}),
-    ], ("default", "with-deferred-release")),
-)
+from . import duties
+from .case import Probe
+from .lifetime import IMPORTS, Shape, space_cases
+
+
+def shape_of(point: Mapping[str, str]) -> Shape:
+    return Shape(config=point["config"], failure="none" if point["failure"] == "none" else "decode-abort",
+                 in_flight=point["in_flight"] == "yes", acks=point["acks"])
+
+
+PROBE = Probe(id="lifetime-default", fix=41023, imports=IMPORTS, cases=space_cases(duties.LIFETIME_DEFAULT, shape_of))

@@ -10,21 +10,16 @@ with nothing in flight releases on the acknowledgement.
 
 from __future__ import annotations
 
-from .case import Probe
-from .lifetime import IMPORTS, configured
+from collections.abc import Mapping
 
-PROBE = Probe(
-    id="lifetime-drain",
-    fix=40645,
-    imports=IMPORTS,
-    cases=configured("lifetime-drain", [
-        ("prefill-clears-before-drain", "bug",
-         "the prefill scheduler clears the aborted room while its write is still in flight", {"clears": True}),
-        ("abort-after-room-cleared", "bug",
-         "a second decode rank's ABORT reaches prefill after the room was cleared, the write still outstanding",
-         {"decode_ranks": 2, "clears": True}),
-        ("acks-lost", "guard", "abort in flight, every drain acknowledgement lost on the wire", {"acks": "lost"}),
-        ("acks-late", "guard", "abort in flight, the acknowledgement arrives after the release timeout", {"acks": "late"}),
-        ("abort-nothing-in-flight", "guard", "a client abort before prefill wrote anything", {"in_flight": False}),
-    ], ("default", "with-deferred-release")),
-)
+from . import duties
+from .case import Probe
+from .lifetime import IMPORTS, Shape, space_cases
+
+
+def shape_of(point: Mapping[str, str]) -> Shape:
+    return Shape(config=point["config"], in_flight=point["in_flight"] == "yes", clears=point["clears"] == "yes",
+                 decode_ranks=2 if point["decode_ranks"] == "two" else 1, acks=point["acks"])
+
+
+PROBE = Probe(id="lifetime-drain", fix=40645, imports=IMPORTS, cases=space_cases(duties.LIFETIME_DRAIN, shape_of))

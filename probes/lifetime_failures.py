@@ -8,21 +8,16 @@ nothing else in flight never holds the pages forever.
 
 from __future__ import annotations
 
-from .case import Probe
-from .lifetime import IMPORTS, configured
+from collections.abc import Mapping
 
-PROBE = Probe(
-    id="lifetime-failures",
-    fix=41404,
-    imports=IMPORTS,
-    cases=configured("lifetime-failures", [
-        ("other-rank-fails-while-writing", "bug",
-         "prefill rank 0's write fails while prefill rank 1's write of the same request is in flight",
-         {"prefill_ranks": 2, "failure": "prefill-failure"}),
-        ("failed-write-keeps-landing", "bug",
-         "the engine reports a write failed while it is still running; it lands after decode learns of the failure",
-         {"failure": "prefill-failure", "failed_write": "keeps writing"}),
-        ("failure-nothing-else-in-flight", "guard", "a prefill write fails and stops; nothing else is in flight",
-         {"failure": "prefill-failure"}),
-    ], ("default", "with-deferred-release")),
-)
+from . import duties
+from .case import Probe
+from .lifetime import IMPORTS, Shape, space_cases
+
+
+def shape_of(point: Mapping[str, str]) -> Shape:
+    return Shape(config=point["config"], failure="prefill-failure", prefill_ranks=2 if point["prefill_ranks"] == "two" else 1,
+                 failed_write="keeps writing" if point["failed_write"] == "keeps-writing" else "stops")
+
+
+PROBE = Probe(id="lifetime-failures", fix=41404, imports=IMPORTS, cases=space_cases(duties.LIFETIME_FAILURES, shape_of))

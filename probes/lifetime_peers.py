@@ -11,22 +11,17 @@ PR of its own for that check).
 
 from __future__ import annotations
 
-from .case import Probe
-from .lifetime import IMPORTS, configured
+from collections.abc import Mapping
 
-PROBE = Probe(
-    id="lifetime-peers",
-    fix=41402,
-    imports=IMPORTS,
-    cases=configured("lifetime-peers", [
-        ("two-decode-ranks-abort", "bug", "two decode ranks abort one room while prefill's write is in flight",
-         {"decode_ranks": 2}),
-        ("two-decode-ranks-room-cleared-between", "bug",
-         "two decode ranks abort one room, prefill clearing the room between their ABORTs", {"decode_ranks": 2, "clears": True}),
-        ("stale-ack-of-previous-request", "bug",
-         "the room's previous request's late acknowledgement arrives while this request's write is in flight",
-         {"stale_ack": True}),
-        ("two-prefill-ranks-abort", "bug", "one decode rank paired with two prefill ranks aborts mid-transfer",
-         {"prefill_ranks": 2}),
-    ], ("default", "with-deferred-release")),
-)
+from . import duties
+from .case import Probe
+from .lifetime import IMPORTS, Shape, space_cases
+
+
+def shape_of(point: Mapping[str, str]) -> Shape:
+    return Shape(config=point["config"], decode_ranks=2 if point["peers"] == "two-decode" else 1,
+                 prefill_ranks=2 if point["peers"] == "two-prefill" else 1, clears=point["clears"] == "yes",
+                 stale_ack=point["stale"] == "yes")
+
+
+PROBE = Probe(id="lifetime-peers", fix=41402, imports=IMPORTS, cases=space_cases(duties.LIFETIME_PEERS, shape_of))
