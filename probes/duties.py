@@ -961,6 +961,8 @@ _HELD = ("lifetime-no-early-release", "lifetime-no-foreign-write", "lifetime-fre
 _ACKED = ("lifetime-acked-after-drain", "lifetime-released-on-ack")
 _GUARD_ABORT = ("lifetime-not-held-forever", "lifetime-freed-once")
 _ON_ACK = ("lifetime-released-on-ack", "lifetime-freed-once")
+# with nothing in flight at the abort, the request's chunk, finished after it, must be refused: nothing lands
+_ON_ACK_IDLE = ("lifetime-acked-after-drain", "lifetime-released-on-ack", "lifetime-no-foreign-write", "lifetime-freed-once")
 
 # Every lifetime case runs in the tree's default configuration and with the deferred release switched on
 # (a tree where it is off by default is probed with it on as well); the configuration is the case's site.
@@ -999,11 +1001,13 @@ LIFETIME_DEFAULT = space.Space(
         space.Dimension(_ACKS.name, _ACKS.values[:2], over={"failure": ("decode-abort",)}, reads=_ACKS.reads),
         DEFERRED_CONFIG,
     ),
-    bug=({"failure": ("decode-abort",), "in_flight": ("yes",), "acks": ("delivered",)},),
+    # with nothing in flight the abort must still stop the request's later chunk (trees without an ABORT message
+    # to prefill, 0.5.12 and earlier, let it write into pages decode already gave away): a bug case, not a guard
+    bug=({"failure": ("decode-abort",), "in_flight": ("yes",), "acks": ("delivered",)}, {"in_flight": ("no",)}),
     duties_by=(
         space.Rule({"failure": ("decode-abort",), "in_flight": ("yes",), "acks": ("delivered",)}, _HELD),
         space.Rule({"acks": ("lost",)}, _GUARD_ABORT),
-        space.Rule({"in_flight": ("no",)}, _ON_ACK),
+        space.Rule({"in_flight": ("no",)}, _ON_ACK_IDLE),
         space.Rule({"failure": ("none",)}, ("lifetime-committed",)),
     ),
     aliases={f"{old}{suffix}": f"{new}{suffix}" for suffix in ("", "-with-deferred-release") for old, new in (
@@ -1016,10 +1020,12 @@ LIFETIME_DRAIN = space.Space(
     dimensions=(
         space.Dimension(_IN_FLIGHT.name, _IN_FLIGHT.values, core=True, reads=_IN_FLIGHT.reads),
         space.Dimension("clears", (
-            space.Value("no", "the prefill scheduler has not concluded the failed sender", label=""),
+            space.Value("no", "the prefill scheduler concludes the failed sender after the write drained", label=""),
             space.Value("yes", "the prefill scheduler polls Failed and concludes the sender (clearing the room) while the "
                         "write is still in flight", label="prefill-clears-before-drain",
                         says="the prefill scheduler clearing the room before the write drains"),
+            space.Value("late", "the prefill scheduler, busy, concludes the sender only after decode's release timeout",
+                        label="prefill-concludes-late", says="the prefill scheduler concluding only after the timeout"),
         ), core=True, reads=("_deferred_ack_targets", "transfer_infos", "request_status")),
         space.Dimension("decode_ranks", (
             space.Value("one", "one decode rank holds the room", label=""),
@@ -1032,18 +1038,22 @@ LIFETIME_DRAIN = space.Space(
     ),
     unreachable=(space.Unreachable("with nothing sent, prefill has no write to clear the room under",
                                    {"in_flight": ("no",), "clears": ("yes",)}),),
-    bug=({"in_flight": ("yes",), "acks": ("delivered",)},),
+    bug=({"in_flight": ("yes",), "acks": ("delivered",), "clears": ("no", "yes")}, {"in_flight": ("no",)}),
     duties_by=(
-        space.Rule({"in_flight": ("yes",), "acks": ("delivered",), "decode_ranks": ("one",)}, (*_ACKED, *_HELD)),
+        space.Rule({"in_flight": ("yes",), "acks": ("delivered",), "decode_ranks": ("one",), "clears": ("no", "yes")},
+                   (*_ACKED, *_HELD)),
         space.Rule({"decode_ranks": ("two",)}, ("lifetime-late-abort-acked", *_HELD)),
         space.Rule({"acks": ("lost", "late")}, _GUARD_ABORT),
-        space.Rule({"in_flight": ("no",)}, _ON_ACK),
+        space.Rule({"in_flight": ("no",)}, _ON_ACK_IDLE),
+        space.Rule({"clears": ("late",)}, _ON_ACK),
     ),
     aliases={f"{old}{suffix}": f"{new}{suffix}" for suffix in ("", "-with-deferred-release") for old, new in (
         ("in-flight", "abort-in-flight"), ("in-flight-prefill-clears-before-drain", "prefill-clears-before-drain"),
         ("in-flight-prefill-clears-before-drain-second-rank", "abort-after-room-cleared"),
         ("in-flight-acks-lost", "acks-lost"), ("in-flight-acks-late", "acks-late"),
-        ("nothing-in-flight", "abort-nothing-in-flight"))},
+        ("nothing-in-flight", "abort-nothing-in-flight"),
+        ("in-flight-prefill-concludes-late", "prefill-concludes-late"),
+        ("nothing-in-flight-prefill-concludes-late", "nothing-in-flight-prefill-concludes-late"))},
     site=_site,
 )
 
@@ -1196,3 +1206,84 @@ HANDOFF = space.Space(
 
 SPACES.update({s.probe: s for s in (*LIFETIME_SPACES, HANDOFF)})
 CASES.update({s.probe: s.duty_table() for s in (*LIFETIME_SPACES, HANDOFF)})
+
+# The code each later defence relies on, in the release that first carries it (pins.toml), by qualified name
+# (whole functions, or the slice of a long one naming these): what ``diffprobe mutate`` changes, one statement
+# at a time, on the lines the defence's cases run. The configuration gates themselves (an environ default, a
+# backend's ``supports_deferred_decode_kv_release`` flag) are not functions: the cases read them as the
+# tree's own ``__init__`` expressions compute them, and no mutant of them is counted.
+_C, _M, _D = ("sglang.srt.disaggregation.common.conn", "sglang.srt.disaggregation.mooncake.conn",
+              "sglang.srt.disaggregation.decode")
+_DEFERRING = ("deferrable", "_defer_release", "deferred_indices", "abort_notified", "ensure_abort_notified",
+              "_release_request", "requires_host_drain")
+FIX_CODE.update({
+    41023: {
+        f"{_D}.DecodeTransferQueue.pop_transferred": _DEFERRING,
+        f"{_D}.DecodeTransferQueue._defer_release": (),
+        f"{_D}.DecodeTransferQueue.resolve_deferred_releases": (),
+        f"{_D}.DecodeTransferQueue._do_release": (),
+        f"{_C}.CommonKVManager.is_abort_release_safe": (),
+        f"{_C}.CommonKVManager.note_abort_ack": (),
+        f"{_C}.CommonKVManager.register_deferred_abort_room": (),
+        f"{_C}.CommonKVReceiver._send_abort_notification": ("enable_deferred_decode_kv_release",
+                                                             "register_deferred_abort_room", "force_arm", "init_time"),
+    },
+    40645: {  # the drain acknowledgement kept through clear(), and the ABORT for a cleared room still outstanding
+        f"{_C}.CommonKVSender.clear": ("_deferred_ack_targets", "_staging_outstanding", "_maybe_ack_drained_abort"),
+        f"{_C}.CommonKVManager._maybe_ack_drained_abort": ("_staging_outstanding", "_deferred_ack_targets",
+                                                           "_send_abort_ack", "target"),
+        f"{_C}.CommonKVManager.register_deferred_ack_target": ("_deferred_ack_targets",),
+        f"{_M}.MooncakeKVManager.transfer_worker": ("_maybe_ack_drained_abort",),
+        f"{_M}.MooncakeKVManager.start_prefill_thread": ("room_active", "register_deferred_ack_target",
+                                                         "_maybe_ack_drained_abort", "_send_abort_ack"),
+    },
+    41402: {
+        f"{_C}.CommonKVManager.register_deferred_ack_target": (),
+        f"{_C}.CommonKVManager._maybe_ack_drained_abort": (),
+        f"{_C}.CommonKVManager._send_abort_acks": (),
+        f"{_C}.CommonKVManager.note_abort_ack": (),
+        f"{_C}.CommonKVManager.register_deferred_abort_room": (),
+        f"{_C}.CommonKVManager.handle_abort_ack_message": (),
+        f"{_C}.CommonKVManager.is_abort_release_safe": (),
+        f"{_C}.AbortNotification.deferred_ack_target": (),
+        f"{_M}.MooncakeKVManager._handle_deferred_abort_notification": (),
+    },
+    41404: {
+        f"{_D}.DecodeTransferQueue.pop_transferred": _DEFERRING,
+        f"{_C}.CommonKVReceiver.ensure_abort_notified": (),
+        f"{_C}.CommonKVReceiver._send_abort_notification": ("enable_deferred_decode_kv_release",
+                                                             "register_deferred_abort_room", "force_arm", "init_time"),
+        f"{_M}.MooncakeKVManager._poison_unsettled_send": (),
+        f"{_C}.CommonKVManager.poison_deferred_ack_room": (),
+        f"{_M}.MooncakeKVManager.transfer_worker": ("_poison_unsettled_send", "poison_deferred_ack_room"),
+    },
+    39500: {
+        f"{_D}.SchedulerDisaggregationDecodeMixin._verify_kv_checksums": (),
+        f"{_D}.SchedulerDisaggregationDecodeMixin._handle_kv_checksum_mismatch": (),
+        f"{_D}.SchedulerDisaggregationDecodeMixin.get_new_prebuilt_batch": (),
+        f"{_D}.DecodeTransferQueue._commit_transfer_to_req": ("kv_checksum_computer", "expected_kv_checksum",
+                                                              "get_kv_checksum"),
+        "sglang.srt.disaggregation.prefill.SchedulerDisaggregationPrefillMixin.send_kv_chunk": (),
+        "sglang.srt.disaggregation.utils.MetadataBuffers.set_kv_checksum": (),
+        "sglang.srt.disaggregation.utils.MetadataBuffers.get_kv_checksum": (),
+        "sglang.srt.disaggregation.checksum.page_indices_for_request": (),
+    },
+})
+
+EQUIVALENT.update({
+    ("CommonKVSender.clear", "delete", "self.kv_mgr._maybe_ack_drained_abort(self.bootstrap_room)"):
+        "every path that brings a room's outstanding writes to zero (the worker after a write, and its skip of a "
+        "failed room's chunk) tries the acknowledgement, and the ABORT handler tries it right after registering: "
+        "clear() finds the target gone or a write still outstanding in every interleaving of those (0.5.21)",
+    ("CommonKVSender.clear", "return", "self.kv_mgr._maybe_ack_drained_abort(self.bootstrap_room)"):
+        "the same redundant try as its deletion: returning before it only skips it",
+    ("MooncakeKVManager.start_prefill_thread", "true",
+     "room_active or self._staging_outstanding.get(room_to_be_aborted, 0) > 0"):
+        "an inactive room with nothing outstanding is then registered and acknowledged by the handler's own immediate "
+        "try, as the else branch acknowledges it; marking a cleared room Failed is a no-op (update_status refuses "
+        "to resurrect it)",
+    ("MooncakeKVManager.start_prefill_thread", "true", "room_active"):
+        "the same as above: an inactive room is registered and acknowledged at once; a cleared room is not resurrected",
+    ("MooncakeKVManager.start_prefill_thread", "true", "self._staging_outstanding.get(room_to_be_aborted, 0) > 0"):
+        "the same as above, for an inactive room with nothing outstanding",
+})

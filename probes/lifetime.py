@@ -364,6 +364,7 @@ class PrefillRank(Rank):
         modes = tree.resolve(f"{UTILS}.DisaggregationMode")
         self.queue_items: list[Any] = []
         self.senders: dict[str, Any] = {}
+        self.concluded: set[str] = set()
         self.manager = strict_subject(
             tree.resolve(MANAGER), journal, f"{self.name}.kv_manager",
             **self.manager_state(),
@@ -452,8 +453,9 @@ class PrefillRank(Rank):
         """What the prefill scheduler does with a sender that reports Failed: conclude it (the tree's
         ``failure_exception``, which clears the room and raises the transfer error it records)."""
         sender = self.senders[rid]
-        if sender.poll() != tree.kv_poll().Failed:
-            return
+        if rid in self.concluded or sender.poll() != tree.kv_poll().Failed:
+            return  # a concluded sender left the scheduler's queue: it is never polled again
+        self.concluded.add(rid)
         try:
             sender.failure_exception()
         except Exception as exc:
@@ -785,6 +787,9 @@ class Shape:
     room's previous request was aborted and its acknowledgement, held back on the wire, arrives
     while this request's write is in flight. ``failed_write``: the failed write ``stops``, or
     ``keeps writing`` (the engine reported failure while the write still runs; it lands later).
+    ``late_conclusion``: the prefill scheduler concludes the failed sender only after decode's release
+    timeout (busy with a long batch), so only the worker's and the ABORT handler's own acknowledgements
+    can release the pages in time.
     """
 
     config: str = "default"
@@ -796,6 +801,7 @@ class Shape:
     acks: str = "delivered"
     stale_ack: bool = False
     failed_write: str = "stops"
+    late_conclusion: bool = False
 
 
 def script(scene: Scene) -> None:
@@ -861,6 +867,9 @@ def script(scene: Scene) -> None:
             p.work()
     else:
         aborts()
+        for p in scene.prefill:  # the forward finishes after the abort: its chunk must be refused, nothing written
+            p.send_last_chunk()
+            p.work()
     scene.land_late()
     scene.note("writes done")
     for p in scene.prefill:
@@ -872,12 +881,18 @@ def script(scene: Scene) -> None:
     else:
         scene.deliver("ABORT_ACK", fate="lost" if shape.acks == "lost" else "delivered")
     scene.decode_steps()
-    for p in scene.prefill:
-        p.poll_and_clear(RID)
+    if not shape.late_conclusion:
+        for p in scene.prefill:
+            p.poll_and_clear(RID)
     scene.deliver("ABORT_ACK", fate="lost" if shape.acks == "lost" else "delivered")
     scene.decode_steps()
     scene.advance(scene.timeout() + 1)
     scene.decode_steps()
+    if shape.late_conclusion:  # a prefill scheduler busy past decode's timeout concludes the sender only now
+        for p in scene.prefill:
+            p.poll_and_clear(RID)
+        scene.deliver("ABORT_ACK")
+        scene.decode_steps()
     if late:
         late += scene.hold_back("ABORT_ACK")
         scene.deliver_held(late)

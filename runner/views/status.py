@@ -68,5 +68,10 @@ def print_audit(row: Row, pinned: dict[int, tuple[str, str]] | None = None) -> N
         ui.out.print(f"  {f.id} ({prs}): {state}. {escape(f.what)}")
         for line in f.evidence[:2]:
             ui.out.print(f"      {escape(line)}", style="dim")
+        seen = [fs for fs in row.fixes if fs.fix in f.prs]
+        if seen:  # the cross-check: what the behaviour of the same defences showed
+            said = "; ".join(f"#{fs.fix} {fs.status} (" + ", ".join(f"{s.site} {s.status}" for s in fs.sites) + ")"
+                             for fs in seen)
+            ui.out.print(f"      behaviour: {escape(said)}", style="dim")
         if f.present and f.caveat:
             ui.out.print(f"      caveat: {escape(f.caveat)}", style="dim")
