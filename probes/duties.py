@@ -923,8 +923,11 @@ def _not_held_forever(effects: Effects) -> bool:
 
 
 def _committed(effects: Effects) -> bool:
+    """Committed on every rank, read only where its own write landed, its pages kept, nothing held, and its
+    metadata row handed back once (the commit is done with it)."""
     rid = _subject(effects)
     return all(rid in rank["committed"] and not rank["unwritten_reads"] and not _frees(rank, rid) and not rank["held"]
+               and rank["metadata_frees"].count(rank["requests"][rid]["metadata_index"]) == 1
                for rank in effects["decode"])
 
 
@@ -951,7 +954,8 @@ LIFETIME_DUTIES = (
          "the pages went back by the end (by acknowledgement or the stated timeout), nothing held forever (a guard)",
          _not_held_forever),
     Duty("lifetime-committed", 41023,
-         "a healthy transfer was committed at once: its pages held, read only where its own write landed (a guard)",
+         "a healthy transfer was committed at once: its pages held, read only where its own write landed, its "
+         "metadata row handed back once (a guard)",
          _committed),
 )
 
@@ -998,7 +1002,7 @@ LIFETIME_DEFAULT = space.Space(
             space.Value("none", "a healthy transfer", label="healthy-transfer", says="a healthy transfer, committed to decode"),
         ), core=True, reads=("abort_notified",)),
         space.Dimension(_IN_FLIGHT.name, _IN_FLIGHT.values, over={"failure": ("decode-abort",)}, reads=_IN_FLIGHT.reads),
-        space.Dimension(_ACKS.name, _ACKS.values[:2], over={"failure": ("decode-abort",)}, reads=_ACKS.reads),
+        space.Dimension(_ACKS.name, _ACKS.values, over={"failure": ("decode-abort",)}, reads=_ACKS.reads),
         DEFERRED_CONFIG,
     ),
     # with nothing in flight the abort must still stop the request's later chunk (trees without an ABORT message
@@ -1006,12 +1010,13 @@ LIFETIME_DEFAULT = space.Space(
     bug=({"failure": ("decode-abort",), "in_flight": ("yes",), "acks": ("delivered",)}, {"in_flight": ("no",)}),
     duties_by=(
         space.Rule({"failure": ("decode-abort",), "in_flight": ("yes",), "acks": ("delivered",)}, _HELD),
-        space.Rule({"acks": ("lost",)}, _GUARD_ABORT),
+        space.Rule({"acks": ("lost", "late")}, _GUARD_ABORT),
         space.Rule({"in_flight": ("no",)}, _ON_ACK_IDLE),
         space.Rule({"failure": ("none",)}, ("lifetime-committed",)),
     ),
     aliases={f"{old}{suffix}": f"{new}{suffix}" for suffix in ("", "-with-deferred-release") for old, new in (
-        ("abort-in-flight-acks-lost", "abort-acks-lost"), ("healthy-transfer-in-flight", "healthy-transfer"))},
+        ("abort-in-flight-acks-lost", "abort-acks-lost"), ("abort-in-flight-acks-late", "abort-acks-late"),
+        ("healthy-transfer-in-flight", "healthy-transfer"))},
     site=_site,
 )
 
@@ -1214,19 +1219,16 @@ CASES.update({s.probe: s.duty_table() for s in (*LIFETIME_SPACES, HANDOFF)})
 # tree's own ``__init__`` expressions compute them, and no mutant of them is counted.
 _C, _M, _D = ("sglang.srt.disaggregation.common.conn", "sglang.srt.disaggregation.mooncake.conn",
               "sglang.srt.disaggregation.decode")
-_DEFERRING = ("deferrable", "_defer_release", "deferred_indices", "abort_notified", "ensure_abort_notified",
-              "_release_request", "requires_host_drain")
 FIX_CODE.update({
-    41023: {
-        f"{_D}.DecodeTransferQueue.pop_transferred": _DEFERRING,
+    41023: {  # the hold and its release: what the default turns on
+        f"{_D}.DecodeTransferQueue.pop_transferred": ("_defer_release", "deferred_indices"),
         f"{_D}.DecodeTransferQueue._defer_release": (),
-        f"{_D}.DecodeTransferQueue.resolve_deferred_releases": (),
-        f"{_D}.DecodeTransferQueue._do_release": (),
+        f"{_D}.DecodeTransferQueue.resolve_deferred_releases": ("is_abort_release_safe", "drained", "deadline", "still_held",
+                                                                "to_release", "_do_release"),
+        f"{_D}.DecodeTransferQueue._do_release": ("_release_request", "req_to_metadata_buffer_idx_allocator"),
         f"{_C}.CommonKVManager.is_abort_release_safe": (),
         f"{_C}.CommonKVManager.note_abort_ack": (),
         f"{_C}.CommonKVManager.register_deferred_abort_room": (),
-        f"{_C}.CommonKVReceiver._send_abort_notification": ("enable_deferred_decode_kv_release",
-                                                             "register_deferred_abort_room", "force_arm", "init_time"),
     },
     40645: {  # the drain acknowledgement kept through clear(), and the ABORT for a cleared room still outstanding
         f"{_C}.CommonKVSender.clear": ("_deferred_ack_targets", "_staging_outstanding", "_maybe_ack_drained_abort"),
@@ -1248,13 +1250,12 @@ FIX_CODE.update({
         f"{_C}.AbortNotification.deferred_ack_target": (),
         f"{_M}.MooncakeKVManager._handle_deferred_abort_notification": (),
     },
-    41404: {
-        f"{_D}.DecodeTransferQueue.pop_transferred": _DEFERRING,
+    41404: {  # failures decode did not initiate: notify and hold; a failed send that may still write: poisoned
+        f"{_D}.DecodeTransferQueue.pop_transferred": ("ensure_abort_notified",),
         f"{_C}.CommonKVReceiver.ensure_abort_notified": (),
-        f"{_C}.CommonKVReceiver._send_abort_notification": ("enable_deferred_decode_kv_release",
-                                                             "register_deferred_abort_room", "force_arm", "init_time"),
         f"{_M}.MooncakeKVManager._poison_unsettled_send": (),
         f"{_C}.CommonKVManager.poison_deferred_ack_room": (),
+        f"{_C}.CommonKVManager._maybe_ack_drained_abort": ("_deferred_ack_poisoned_rooms",),
         f"{_M}.MooncakeKVManager.transfer_worker": ("_poison_unsettled_send", "poison_deferred_ack_room"),
     },
     39500: {

@@ -21,7 +21,6 @@ handoff is committed and read, only its own KV.
 from __future__ import annotations
 
 import hashlib
-import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -313,7 +312,6 @@ def script(scene: HandoffScene) -> None:
         p.bootstrap(RID)
     scene.note("bootstrapped", rid=RID)
     scene.send()
-    decode = scene.decode[0]
     scene.prefill[0].work()
     scene.deliver("status")
     scene.decode_step()

@@ -35,6 +35,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from . import tree
+from .case import Case
 from .doubles import Double, Journal, output_streamer, strict_subject
 from .pages import Clock, PagePool, Transfer
 from .plain import JSON, plain
@@ -589,11 +590,13 @@ class DecodeRank(Rank):
         if hasattr(self.metadata, "bootstrap_room"):
             self.metadata.bootstrap_room[index, 0] = ROOM
 
-    def _commit(self, decode_req: Any) -> None:
-        """The committed request starts decoding: its attention reads every page it reserved."""
+    def _commit(self, decode_req: Any) -> bool:
+        """The committed request starts decoding: its attention reads every page it reserved. Answers as the
+        tree's own commit answers a commit that went through (trees that read it: leave the queue)."""
         rid = decode_req.req.rid
         self.committed.append(rid)
         self.pool.read(rid, self.requests[rid].pages)
+        return True
 
     def release(self, req: Any) -> None:
         """``release_kv_cache``: the request's pages go back to the allocator (the stand-in pool)."""
@@ -929,11 +932,9 @@ REQUIRES = (
 )
 
 
-def space_cases(space: Any, shape_of: Callable[[Mapping[str, str]], Shape]) -> tuple["Case", ...]:
+def space_cases(space: Any, shape_of: Callable[[Mapping[str, str]], Shape]) -> tuple[Case, ...]:
     """Every reachable point of a lifetime probe's case space (``probes/duties.py``) as a case: its site
     is the configuration it runs under, its duties the space's."""
-    from .case import Case
-
     return tuple(Case(id=space.case_id(point), site=space.site_of(point), role=space.role(point),
                       title=space.title(point) or space.case_id(point), duties=space.duties(point),
                       build=lambda journal, shape=shape_of(point): LifetimeScene(journal, shape), requires=REQUIRES)
