@@ -917,6 +917,16 @@ def _released_before_timeout(effects: Effects) -> bool:
                for rank in effects["decode"])
 
 
+def _timeout_recorded(effects: Effects) -> bool:
+    """The subject's pages went back by the release timeout exactly when the tree logged a release by timeout
+    after the subject started: a timeout release is recorded as such, a release on acknowledgement is not."""
+    rid = _subject(effects)
+    by_timeout = any(f["t"] >= _timeout_at(effects) for rank in effects["decode"] for f in _frees(rank, rid))
+    logged = any(r["seq"] > _started(effects)["seq"] and "timed out" in r["message"] and "release" in r["message"].lower()
+                 for r in effects["log"])
+    return by_timeout == logged
+
+
 def _not_held_forever(effects: Effects) -> bool:
     rid = _subject(effects)
     return all(not rank["held"] and _frees(rank, rid) for rank in effects["decode"])
@@ -950,6 +960,9 @@ LIFETIME_DUTIES = (
     Duty("lifetime-released-on-ack", 40645,
          "with every acknowledgement delivered, the pages went back before the release timeout, not by it",
          _released_before_timeout),
+    Duty("lifetime-timeout-recorded", 41023,
+         "pages went back at the release timeout exactly when the tree logged a release by timeout (a timeout "
+         "release is recorded as such, a release on the acknowledgements is not)", _timeout_recorded),
     Duty("lifetime-not-held-forever", 41023,
          "the pages went back by the end (by acknowledgement or the stated timeout), nothing held forever (a guard)",
          _not_held_forever),
@@ -961,9 +974,9 @@ LIFETIME_DUTIES = (
 
 DUTIES.update({duty.id: duty for duty in LIFETIME_DUTIES})
 
-_HELD = ("lifetime-no-early-release", "lifetime-no-foreign-write", "lifetime-freed-once")
+_HELD = ("lifetime-no-early-release", "lifetime-no-foreign-write", "lifetime-freed-once", "lifetime-timeout-recorded")
 _ACKED = ("lifetime-acked-after-drain", "lifetime-released-on-ack")
-_GUARD_ABORT = ("lifetime-not-held-forever", "lifetime-freed-once")
+_GUARD_ABORT = ("lifetime-not-held-forever", "lifetime-freed-once", "lifetime-timeout-recorded")
 _ON_ACK = ("lifetime-released-on-ack", "lifetime-freed-once")
 # with nothing in flight at the abort, the request's chunk, finished after it, must be refused: nothing lands
 _ON_ACK_IDLE = ("lifetime-acked-after-drain", "lifetime-released-on-ack", "lifetime-no-foreign-write", "lifetime-freed-once")
@@ -1269,6 +1282,12 @@ FIX_CODE.update({
         "sglang.srt.disaggregation.utils.MetadataBuffers.get_kv_checksum": (),
         "sglang.srt.disaggregation.checksum.page_indices_for_request": (),
     },
+})
+
+EXPLAINED.update({
+    ("DecodeTransferQueue.resolve_deferred_releases", "return", "still_held.append((decode_req, deadline, idx, required_acks))"):
+        "returning while the first entry is still held skips the entries after it: every case holds one request per "
+        "decode rank at a time, so no case has a later entry to skip",
 })
 
 EQUIVALENT.update({

@@ -243,9 +243,9 @@ class TreeLog(logging.Handler):
 
     LOGGER = "sglang.srt.disaggregation"
 
-    def __init__(self, journal: Journal) -> None:
+    def __init__(self, journal: Journal, clock: Clock) -> None:
         super().__init__(logging.DEBUG)
-        self.journal = journal
+        self.journal, self.clock = journal, clock
         self.records: list[dict[str, JSON]] = []
         logger = logging.getLogger(self.LOGGER)
         logger.addHandler(self)
@@ -263,8 +263,8 @@ class TreeLog(logging.Handler):
             if any(os.path.abspath(f.filename).startswith(here + os.sep) for f in traceback.extract_tb(record.exc_info[2])):
                 self.journal.gap(f"a stand-in that raised {record.exc_info[0].__name__} inside the tree "
                                  f"({message[:120]})")
-        self.records.append({"logger": record.name.removeprefix("sglang.srt."), "level": record.levelname,
-                             "message": message})
+        self.records.append({"seq": self.clock.tick(), "logger": record.name.removeprefix("sglang.srt."),
+                             "level": record.levelname, "message": message})
 
 
 # --- the ranks ---------------------------------------------------------------------------------
@@ -665,7 +665,7 @@ class Scene:
             os.environ[name] = value
         self.clock = Clock()
         self.wire = Wire(self.clock)
-        self.log = TreeLog(journal)
+        self.log = TreeLog(journal, self.clock)
         self.steps: list[dict[str, JSON]] = []
         decode_mod, conn, common, utils = (tree.module(n) for n in (DECODE, MOONCAKE, COMMON, UTILS))
         time_ = clocked_time(self.clock)
