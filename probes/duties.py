@@ -858,12 +858,15 @@ def _no_early_release(effects: Effects) -> bool:
 
 
 def _freed_once(effects: Effects) -> bool:
-    """By the last step, each page of the subject went back exactly once, its metadata row was freed
-    exactly once, no page was freed twice or by a request that did not own it, nothing is still held."""
+    """By the last step, each page of the subject went back exactly once (its KV, written or not, not
+    kept in the prefix cache for later requests), its metadata row was freed exactly once, no page was
+    freed twice or by a request that did not own it, nothing is still held."""
     rid = _subject(effects)
     for rank in effects["decode"]:
         request = rank["requests"][rid]
         freed = [p for f in _frees(rank, rid) for p in f["pages"]]
+        if any(f.get("cached") for f in _frees(rank, rid)):
+            return False
         if sorted(freed) != sorted(request["pages"]) or rank["double_frees"] or rank["held"]:
             return False
         if rank["metadata_frees"].count(request["metadata_index"]) != 1:
@@ -948,7 +951,8 @@ LIFETIME_DUTIES = (
     Duty("lifetime-no-foreign-write", 41023, "no write landed in a page another request owned",
          lambda e: not any(rank["foreign_writes"] for rank in e["decode"])),
     Duty("lifetime-freed-once", 41023,
-         "each page and the metadata row of the aborted request went back exactly once, and nothing is held at the end",
+         "each page and the metadata row of the aborted request went back exactly once (its KV not kept in the prefix "
+         "cache), and nothing is held at the end",
          _freed_once),
     Duty("lifetime-acked-after-drain", 40645,
          "every aborting decode rank got exactly one acknowledgement from each prefill rank, sent after its writes stopped",
@@ -960,6 +964,9 @@ LIFETIME_DUTIES = (
     Duty("lifetime-released-on-ack", 40645,
          "with every acknowledgement delivered, the pages went back before the release timeout, not by it",
          _released_before_timeout),
+    Duty("lifetime-released-at-once", 41404,
+         "nothing could write the pages (no prefill rank ever learned them): they went back at once, not held to the "
+         "release timeout", _released_before_timeout),
     Duty("lifetime-timeout-recorded", 41023,
          "pages went back at the release timeout exactly when the tree logged a release by timeout (a timeout "
          "release is recorded as such, a release on the acknowledgements is not)", _timeout_recorded),
@@ -1090,6 +1097,10 @@ LIFETIME_PEERS = space.Space(
             space.Value("yes", "prefill clears the room between the two ABORTs", label="room-cleared-between",
                         says="prefill clearing the room between their ABORTs"),
         ), over={"peers": ("two-decode",)}, reads=("transfer_infos", "request_status")),
+        space.Dimension("acks", (_ACKS.values[0], _ACKS.values[2], space.Value(
+            "reset", "the acknowledgement's send fails at prefill (a connection reset): it never leaves",
+            label="ack-send-fails", says="the acknowledgement's send failing at prefill")),
+            over={"peers": ("one",)}, reads=("note_abort_ack", "_send_abort_ack")),
         space.Dimension("stale", (
             space.Value("no", "no acknowledgement of another request is on the wire", label=""),
             space.Value("yes", "the room's previous request was aborted; its acknowledgement, held back on the wire, "
@@ -1098,10 +1109,11 @@ LIFETIME_PEERS = space.Space(
         ), over={"peers": ("one",)}, reads=("generation",)),
         DEFERRED_CONFIG,
     ),
-    bug=({},),
+    bug=({"acks": ("delivered",)},),
     duties_by=(
-        space.Rule({"stale": ("no",)}, (*_ACKED, *_HELD)),
+        space.Rule({"stale": ("no",), "acks": ("delivered",)}, (*_ACKED, *_HELD)),
         space.Rule({"stale": ("yes",)}, _HELD),
+        space.Rule({"acks": ("late", "reset")}, _GUARD_ABORT),
     ),
     aliases={f"{old}{suffix}": f"{new}{suffix}" for suffix in ("", "-with-deferred-release") for old, new in (
         ("one-rank", "abort-in-flight"), ("one-rank-stale-ack-of-previous-request", "stale-ack-of-previous-request"),
@@ -1112,24 +1124,37 @@ LIFETIME_PEERS = space.Space(
 LIFETIME_FAILURES = space.Space(
     probe="lifetime-failures",
     dimensions=(
+        space.Dimension("failure", (
+            space.Value("write-fails", "prefill rank 0's write fails; decode learns it from the failure status",
+                        label=""),
+            space.Value("metadata-send-fails", "decode's destinations reached prefill rank 0, which writes, but the "
+                        "send to prefill rank 1 failed (a connection reset): decode marks the room failed itself, "
+                        "with rank 0's write in flight", label="metadata-send-fails",
+                        says="decode's metadata reaching prefill rank 0 but not rank 1"),
+            space.Value("bootstrap-fails", "decode never learned its prefill ranks: no prefill rank knows its pages",
+                        label="bootstrap-fails", says="decode never learning its prefill ranks"),
+        ), core=True, reads=("send_metadata", "init_time", "force_arm", "ensure_abort_notified")),
         space.Dimension("prefill_ranks", (
             space.Value("one", "one prefill rank, whose write fails", label=""),
             space.Value("two", "two prefill ranks: rank 0's write fails while rank 1's write is in flight",
                         label="other-rank-fails-while-writing", says="another prefill rank's write still in flight"),
-        ), core=True, reads=("bootstrap_infos", "required_acks")),
+        ), over={"failure": ("write-fails",)}, reads=("bootstrap_infos", "required_acks")),
         space.Dimension("failed_write", (
             space.Value("stops", "the failed write stopped: nothing of it lands later", label=""),
             space.Value("keeps-writing", "the engine reported it failed while it still runs (its wall-clock timeout); it "
                         "lands after decode learned of the failure", label="failed-write-keeps-landing",
                         says="the failed write still landing"),
-        ), core=True, reads=("_poison_unsettled_send", "_deferred_ack_poisoned_rooms")),
+        ), over={"failure": ("write-fails",)}, reads=("_poison_unsettled_send", "_deferred_ack_poisoned_rooms")),
         DEFERRED_CONFIG,
     ),
-    bug=({"prefill_ranks": ("two",)}, {"failed_write": ("keeps-writing",)}),
+    bug=({"prefill_ranks": ("two",)}, {"failed_write": ("keeps-writing",)}, {"failure": ("metadata-send-fails",)}),
     duties_by=(
         space.Rule({"prefill_ranks": ("two",)}, (*_HELD, "lifetime-not-held-forever")),
         space.Rule({"failed_write": ("keeps-writing",)}, (*_HELD, "lifetime-not-held-forever")),
-        space.Rule({"prefill_ranks": ("one",), "failed_write": ("stops",)}, _GUARD_ABORT),
+        space.Rule({"failure": ("write-fails",), "prefill_ranks": ("one",), "failed_write": ("stops",)}, _GUARD_ABORT),
+        # decode's own failure: the rank that took the destinations is told, drains, acknowledges; no timeout needed
+        space.Rule({"failure": ("metadata-send-fails",)}, (*_HELD, *_ACKED, "lifetime-not-held-forever")),
+        space.Rule({"failure": ("bootstrap-fails",)}, ("lifetime-released-at-once", *_GUARD_ABORT)),
     ),
     aliases={"": "failure-nothing-else-in-flight", "with-deferred-release": "failure-nothing-else-in-flight-with-deferred-"
              "release", **{f"other-rank-fails-while-writing-failed-write-keeps-landing{suffix}":
@@ -1150,14 +1175,15 @@ def _ran(effects: Effects) -> bool:
 
 
 def _caught(effects: Effects) -> bool:
-    """A handoff not read ended as an error: finished with an abort, streamed once, its pages back once."""
+    """A handoff not read ended as an error: finished with an abort, streamed once, its pages back once,
+    their KV not kept in the prefix cache."""
     if _ran(effects):
         return True
     rank, rid = _handoff_rank(effects), _subject(effects)
     freed = [p for f in _frees(rank, rid) for p in f["pages"]]
     return (_streamed_once_with({"streamed": rank["streamed"], "request": effects["request"]}, None)
             and effects["request"]["finished"] and sorted(freed) == sorted(rank["requests"][rid]["pages"])
-            and not rank["double_frees"])
+            and not rank["double_frees"] and not any(f.get("cached") for f in _frees(rank, rid)))
 
 
 def _declared_unverified(effects: Effects) -> bool:
@@ -1174,7 +1200,8 @@ HANDOFF_DUTIES = (
          "decode read no page that the request's own write did not reach (transfer-complete is not proof)",
          lambda e: not _handoff_rank(e)["unwritten_reads"]),
     Duty("handoff-caught-released", 39500,
-         "a handoff decode did not read ended as an error: finished with an abort, streamed once, its pages given back once",
+         "a handoff decode did not read ended as an error: finished with an abort, streamed once, its pages given back "
+         "once, their KV not kept in the prefix cache", 
          _caught),
     Duty("handoff-unverified-declared", 39500,
          "where the checksum cannot compare the two layouts, a short handoff was caught or the tree logged that it "
@@ -1207,6 +1234,11 @@ HANDOFF = space.Space(
                         label="incomparable-layout", says="prefill of another KV layout"),
         ), over={"config": ("with-kv-checksum",), "transfer": ("short", "partial", "early")},
             reads=("kv_checksum_signature", "should_verify_kv_checksum")),
+        space.Dimension("prefill", (
+            space.Value("same", "prefill runs with the option as decode does", label=""),
+            space.Value("without", "decode runs with the option, prefill not yet (a rolling restart): prefill sends "
+                        "no digest", label="prefill-without-checksum", says="prefill not yet running the checksum"),
+        ), over={"config": ("with-kv-checksum",), "transfer": ("full",)}, reads=("expected_kv_checksum",)),
         space.Dimension("config", (
             space.Value("default", "the stock server: the checksum off", label=""),
             space.Value("with-kv-checksum", "--disaggregation-enable-kv-checksum on both sides",
@@ -1252,20 +1284,22 @@ FIX_CODE.update({
         f"{_M}.MooncakeKVManager.start_prefill_thread": ("room_active", "register_deferred_ack_target",
                                                          "_maybe_ack_drained_abort", "_send_abort_ack"),
     },
-    41402: {
-        f"{_C}.CommonKVManager.register_deferred_ack_target": (),
-        f"{_C}.CommonKVManager._maybe_ack_drained_abort": (),
+    41402: {  # an acknowledgement per aborting decode endpoint, for its own generation of the room
+        f"{_C}.CommonKVManager.register_deferred_ack_target": ("targets",),
+        f"{_C}.CommonKVManager._maybe_ack_drained_abort": ("_send_abort_acks",),
         f"{_C}.CommonKVManager._send_abort_acks": (),
+        f"{_C}.CommonKVManager._send_abort_ack": (),
         f"{_C}.CommonKVManager.note_abort_ack": (),
         f"{_C}.CommonKVManager.register_deferred_abort_room": (),
-        f"{_C}.CommonKVManager.handle_abort_ack_message": (),
-        f"{_C}.CommonKVManager.is_abort_release_safe": (),
-        f"{_C}.AbortNotification.deferred_ack_target": (),
-        f"{_M}.MooncakeKVManager._handle_deferred_abort_notification": (),
+        f"{_C}.CommonKVManager.handle_abort_ack_message": ("note_abort_ack", "generation"),
+        f"{_C}.AbortNotification.deferred_ack_target": ("AckTarget",),
+        f"{_M}.MooncakeKVManager._handle_deferred_abort_notification": ("register_deferred_ack_target",),
     },
     41404: {  # failures decode did not initiate: notify and hold; a failed send that may still write: poisoned
         f"{_D}.DecodeTransferQueue.pop_transferred": ("ensure_abort_notified",),
-        f"{_C}.CommonKVReceiver.ensure_abort_notified": (),
+        # the notification itself; the guards around it (a receiver never initialised, or one already notified)
+        # are the decode abort's, which calls it too: no failure decode did not initiate reaches them
+        f"{_C}.CommonKVReceiver.ensure_abort_notified": ("_send_abort_notification",),
         f"{_M}.MooncakeKVManager._poison_unsettled_send": (),
         f"{_C}.CommonKVManager.poison_deferred_ack_room": (),
         f"{_C}.CommonKVManager._maybe_ack_drained_abort": ("_deferred_ack_poisoned_rooms",),
@@ -1288,6 +1322,85 @@ EXPLAINED.update({
     ("DecodeTransferQueue.resolve_deferred_releases", "return", "still_held.append((decode_req, deadline, idx, required_acks))"):
         "returning while the first entry is still held skips the entries after it: every case holds one request per "
         "decode rank at a time, so no case has a later entry to skip",
+    ("SchedulerDisaggregationDecodeMixin._verify_kv_checksums", "return", "verified.append(i)"):
+        "returning after the first request verified leaves the batch's later requests unverified: every handoff case "
+        "admits one request per batch, so no case has a later request to miss",
+    ("SchedulerDisaggregationDecodeMixin.get_new_prebuilt_batch", "delete",
+     "self.ngram_embedding_manager.prepare_for_forward(batch, chunked_req=self.chunked_req)"):
+        "the n-gram embedding's preparation of the batch: no case runs a model with n-gram embeddings, and they hold "
+        "no page",
+})
+
+# Later defences' mutants that behave as the tree does on every input the tree can be given (see the rule above).
+EQUIVALENT.update({
+    # #39500 (0.5.21)
+    ("SchedulerDisaggregationDecodeMixin._verify_kv_checksums", "delete", "if computer is None:"):
+        "without a computer the commit records no expected digest (_commit_transfer_to_req sets it only when "
+        "kv_checksum_computer is set), so each request carries Req's default 0 and the expected == 0 check verifies it",
+    ("SchedulerDisaggregationDecodeMixin._verify_kv_checksums", "false", "computer is None"):
+        "as its deletion: with no computer every expected digest is the default 0, verified by the next check",
+    ("SchedulerDisaggregationDecodeMixin._verify_kv_checksums", "delete", "return"):
+        "as the deletion of its guard: with no computer every expected digest is 0 and verified without computing",
+    ("SchedulerDisaggregationDecodeMixin._verify_kv_checksums", "delete", "if is_health_check_req(req):"):
+        "prefill digests a health check as 0 (send_kv_chunk), so its expected digest is 0 and the next check verifies it",
+    ("SchedulerDisaggregationDecodeMixin._verify_kv_checksums", "false", "is_health_check_req(req)"):
+        "as its deletion: a health check's expected digest is 0, verified by the next check",
+    ("SchedulerDisaggregationDecodeMixin._verify_kv_checksums", "true", "len(verified) != len(batch.reqs)"):
+        "filtering a batch by the indices of all its requests keeps every request, in order",
+    ("SchedulerDisaggregationDecodeMixin._handle_kv_checksum_mismatch", "delete", "if is_in_ci():"):
+        "is_in_ci() reads SGLang's own test-suite switch, off wherever a server runs: the raise is the test suite's, "
+        "the abort below it is serving's",
+    ("SchedulerDisaggregationDecodeMixin._handle_kv_checksum_mismatch", "false", "is_in_ci()"):
+        "as its deletion: the test suite's switch is off wherever a server runs",
+    ("SchedulerDisaggregationDecodeMixin._handle_kv_checksum_mismatch", "delete", "if self.metrics_reporter.enable_metrics:"):
+        "the guard of a metrics-only block: telemetry (mutation.TELEMETRY), which no duty reads",
+    ("SchedulerDisaggregationDecodeMixin._handle_kv_checksum_mismatch", "true", "self.metrics_reporter.enable_metrics"):
+        "the guard of a metrics-only block: telemetry (mutation.TELEMETRY), which no duty reads",
+    ("SchedulerDisaggregationDecodeMixin._handle_kv_checksum_mismatch", "false", "self.metrics_reporter.enable_metrics"):
+        "the guard of a metrics-only block: telemetry (mutation.TELEMETRY), which no duty reads",
+    ("SchedulerDisaggregationDecodeMixin.get_new_prebuilt_batch", "delete", "if batch.is_empty():"):
+        "a batch left empty by the verification is handed on instead of None, and its caller "
+        "(get_next_disagg_decode_batch_to_run) merges or runs a prebuilt batch only when it is not empty",
+    ("SchedulerDisaggregationDecodeMixin.get_new_prebuilt_batch", "false", "batch.is_empty()"):
+        "as its deletion: the caller drops an empty prebuilt batch",
+    ("SchedulerDisaggregationDecodeMixin.get_new_prebuilt_batch", "delete", "return None"):
+        "as the deletion of its guard: the caller drops an empty prebuilt batch",
+    ("SchedulerDisaggregationPrefillMixin.send_kv_chunk", "true", "last_chunk"):
+        "a digest written for an earlier chunk is overwritten by the last chunk's before the metadata row is sent, "
+        "which goes with the last chunk only",
+    ("SchedulerDisaggregationPrefillMixin.send_kv_chunk", "false", "is_health_check_req(req)"):
+        "decode never compares a health check's digest (it verifies health checks without computing)",
+    ("SchedulerDisaggregationPrefillMixin.send_kv_chunk", "true", "end_idx is None"):
+        "every last-chunk call gives no end (the scheduler's calls), so the end is computed either way",
+    # #41402 (0.5.22)
+    ("CommonKVManager.handle_abort_ack_message", "delete", "if ack.generation is None:"):
+        "a generation-less acknowledgement passed on is compared with the room's generation, an int, and never "
+        "matches: note_abort_ack records it no more than the early return does",
+    ("CommonKVManager.handle_abort_ack_message", "false", "ack.generation is None"):
+        "as its deletion: None never matches the room's generation",
+    ("CommonKVManager.handle_abort_ack_message", "delete", "return True"):
+        "the acknowledgement is already recorded; the frames then go to parse_kv_status_message, which returns None "
+        "for them (the tag is no room number) and the thread moves on",
+    ("CommonKVManager.handle_abort_ack_message", "flip", "return True"):
+        "as its deletion: the acknowledgement is recorded, and the status parser rejects its frames",
+    # #41404 (0.5.22)
+    ("MooncakeKVManager._poison_unsettled_send", "true", "self.enable_deferred_decode_kv_release"):
+        "a manager without the deferred release never registers an acknowledgement target "
+        "(register_deferred_ack_target is called only by the deferred ABORT handler), so a poisoned room has no "
+        "acknowledgement to withhold, and a new lifecycle of the room clears the mark (update_status)",
+    ("CommonKVManager.poison_deferred_ack_room", "delete", "self._deferred_ack_targets.pop(room, None)"):
+        "a target left beside the poison is dropped, unsent, by _maybe_ack_drained_abort's poisoned check at the drain, "
+        "and a new lifecycle of the room pops it (update_status)",
+    ("CommonKVManager._maybe_ack_drained_abort", "delete", "if room in self._deferred_ack_poisoned_rooms:"):
+        "poison_deferred_ack_room pops the room's targets and register_deferred_ack_target refuses a poisoned room, so "
+        "a poisoned room has no target to send to at the drain: the check guards only a registration racing the "
+        "poison from another thread",
+    ("CommonKVManager._maybe_ack_drained_abort", "false", "room in self._deferred_ack_poisoned_rooms"):
+        "as its deletion: a poisoned room has no target left to send to",
+    ("MooncakeKVManager.transfer_worker", "delete", "break"):
+        "after conclude_failure the room carries a failure record, so conclude_transfer turns the loop's later "
+        "Success into Failed; the failed destination's further aux write lands in its own metadata row, held "
+        "(poisoned) with its pages",
 })
 
 EQUIVALENT.update({

@@ -34,6 +34,7 @@ from .plain import JSON
 EARLIER_TENANT = "req-X"  # whose KV the reserved pages held before
 PROMPT = PAGES  # decode reserved one page per token of a 4-token prompt (page size 1)
 OUTPUT_TOKEN = 7
+ROW = 2 * PROMPT  # a request's row in req_to_token spans its context, longer than its prompt (slots past it unset)
 LAYOUTS = {"comparable": [64], "incomparable": [32]}  # prefill's per-page KV item lengths; decode's are [64]
 CHECKSUM = "disaggregation_enable_kv_checksum"
 
@@ -43,9 +44,12 @@ class HandoffShape:
     """``sent``: tokens (= pages) of the prefill request, so pages its last chunk sends; ``lands``:
     of those, how many the engine writes before reporting success (None: all); ``early``: prefill
     reports success while its write is still in flight (it lands after decode admitted the request);
-    ``layout``: whether prefill's KV layout is one decode's checksum can compare with."""
+    ``layout``: whether prefill's KV layout is one decode's checksum can compare with;
+    ``prefill_checksum``: with the option on, whether prefill runs with it too (off: a prefill not yet
+    restarted with it, while decode is)."""
 
     config: str = "default"
+    prefill_checksum: bool = True
     sent: int = PROMPT
     lands: int | None = None
     early: bool = False
@@ -62,6 +66,11 @@ class Digest:
         self.computed: list[dict[str, JSON]] = []
 
     def compute(self, page_indices: Any, state_indices: Any = None, *args: Any, **kwargs: Any) -> int:
+        # the kernel takes the tree's page-index tensor as its own helper shapes it (what it was given
+        # fails there as it would fail the kernel's wrapper: in the tree's code)
+        shape = getattr(tree.module("sglang.srt.disaggregation.checksum"), "_to_page_indices_gpu", None)
+        if shape is not None:
+            page_indices = shape(page_indices, 1)
         pages = [int(p) for p in page_indices.tolist()]
         held = self.pool.holds(pages)
         value = int.from_bytes(hashlib.sha256(repr((self.layout, held)).encode()).digest()[:7], "big") | 1
@@ -110,9 +119,9 @@ class HandoffScene(Scene):
         disagg = getattr(context, "get_disagg", None)
         return bool(disagg is not None and getattr(disagg(), CHECKSUM, False))
 
-    def _signature(self, layout: list[int]) -> int:
+    def _signature(self, layout: list[int], side: str = "decode") -> int:
         """The layout signature the tree ships beside a digest, where it has one (0: none)."""
-        if not self._checksum_on():
+        if not (self._checksum_on() if side == "decode" else self._prefill_checksum_on()):
             return 0
         try:
             signature = tree.resolve("sglang.srt.disaggregation.utils.kv_layout_signature")
@@ -128,8 +137,11 @@ class HandoffScene(Scene):
     def metadata_flags(self) -> dict[str, Any]:
         return {"kv_checksum_enabled": self._checksum_on()}
 
+    def _prefill_checksum_on(self) -> bool:
+        return self._checksum_on() and self.handoff.prefill_checksum
+
     def _digest(self, pool: PagePool, layout: list[int], side: str) -> Digest | None:
-        if not self._checksum_on():
+        if not (self._checksum_on() if side == "decode" else self._prefill_checksum_on()):
             return None
         digest = Digest(pool, layout, self.journal, side)
         self.digests.append(digest)
@@ -141,7 +153,7 @@ class HandoffScene(Scene):
     def decode_scheduler_state(self, rank: Any) -> dict[str, Any]:
         journal, torch = self.journal, tree.torch()
         pool = rank.pool
-        self.decode_row = torch.zeros((4, PROMPT), dtype=torch.int64)
+        self.decode_row = torch.zeros((4, ROW), dtype=torch.int64)
         kv_manager = strict_subject(tree.resolve(f"{COMMON}.CommonKVManager"), journal, "decode0.prealloc_kv_manager")
         import random
 
@@ -155,7 +167,8 @@ class HandoffScene(Scene):
             "token_to_kv_pool_allocator": Double(journal, "decode0.token_to_kv_pool_allocator", page_size=1,
                                                  get_kvcache=lambda: Double(journal, "decode0.kv_pool")),
             "tree_cache": Double(journal, "decode0.tree_cache",
-                                 cache_finished_req=lambda req, *args, **flags: self._release(req)),
+                                 cache_finished_req=lambda req, *args, **flags: self._release(req, None, *args, **flags)),
+            "metrics_collector": Double(journal, "decode0.metrics_collector", recorded=("increment_transfer_failed_reqs",)),
             "batch_result_processor": Double(journal, "decode0.batch_result_processor",
                                              recorded=("_maybe_update_reasoning_tokens",)),
             "waiting_queue": [], "chunked_req": None, "future_map": Double(journal, "future_map"),
@@ -181,7 +194,7 @@ class HandoffScene(Scene):
         tree.give_kv(req, self.handoff.sent)
         req.metadata_buffer_index = 3
         req.output_ids = [OUTPUT_TOKEN]
-        self.prefill_row = torch.zeros((4, PROMPT), dtype=torch.int64)
+        self.prefill_row = torch.zeros((4, ROW), dtype=torch.int64)
         self.prefill_row[1, : len(pages)] = torch.tensor(pages)
         self.prefill_pages = pages
         return req
@@ -193,7 +206,7 @@ class HandoffScene(Scene):
         later form digests the KV it sends before handing the chunk to the sender."""
         journal = self.journal
         prefill = self.prefill[0]
-        self.prefill_metadata = metadata_buffers(**self.metadata_flags())
+        self.prefill_metadata = metadata_buffers(kv_checksum_enabled=self._prefill_checksum_on())
         scheduler = strict_subject(
             tree.resolve(SCHEDULER), journal, "prefill0.scheduler",
             kv_checksum_computer=self._digest(self.prefill_pool, LAYOUTS[self.handoff.layout], "prefill"),
@@ -202,14 +215,25 @@ class HandoffScene(Scene):
             req_to_token_pool=Double(journal, "prefill0.req_to_token_pool", req_to_token=self.prefill_row),
             disagg_metadata_buffers=self.prefill_metadata,
             disagg_prefill_bootstrap_queue=Double(journal, "prefill0.bootstrap_queue",
-                                                  kv_checksum_signature=self._signature(LAYOUTS[self.handoff.layout])),
+                                                  kv_checksum_signature=self._signature(LAYOUTS[self.handoff.layout],
+                                                                                        "prefill")),
             _send_kv_chunk=self._chunk_to_sender,
         )
+        self._chunk: dict[str, Any] | None = None
         if hasattr(tree.resolve(PREFILL_MIXIN), "_send_kv_chunk"):
-            scheduler.send_kv_chunk(self.prefill_req, last_chunk=True, end_idx=self.handoff.sent)
+            # as the scheduler sends a finished request's last chunk: no end given, the tree's own
+            # send path takes it from the request's extend range
+            if hasattr(self.prefill_req, "set_extend_range"):
+                self.prefill_req.set_extend_range(0, self.handoff.sent)
+            elif hasattr(self.prefill_req, "extend_end"):  # later trees keep only the range's end
+                self.prefill_req.extend_end = self.handoff.sent
+            scheduler.send_kv_chunk(self.prefill_req, last_chunk=True)
         else:  # the tree sends straight from send_kv_chunk: nothing of it digests or checks the chunk
             self._chunk_to_sender(self.prefill_req, last_chunk=True, end_idx=self.handoff.sent)
-        self.note("prefill sends its last chunk", pages=self.handoff.sent)
+        if self._chunk is None:  # the tree's send path handed nothing to the sender
+            self.note("prefill sends nothing")
+            return
+        self.note("prefill sends its last chunk", pages=self._chunk["num_kv_tokens"])
         prefill.manager.add_transfer_request(**{
             k: v for k, v in self._chunk.items() if tree.accepts(prefill.manager.add_transfer_request, k)})
 
@@ -247,7 +271,7 @@ class HandoffScene(Scene):
 
     def _batch_of_waiting(self, running_batch: Any = None) -> Any:
         """What the tree's batch builder hands its admission checks: the committed requests waiting, in
-        one batch; the batch records what its forward would read (``process_prebuilt``)."""
+        one batch (``process_prebuilt`` prepares it: recorded; ``run`` is its forward)."""
         decode = self.decode[0]
         waiting = list(decode.scheduler.waiting_queue)
         decode.scheduler.waiting_queue = []
@@ -258,14 +282,24 @@ class HandoffScene(Scene):
         def filter_batch(keep_indices: Any = None, **kwargs: Any) -> None:
             reqs[:] = [r for i, r in enumerate(reqs) if keep_indices is None or i in keep_indices]
 
-        def process_prebuilt(*args: Any, **kwargs: Any) -> None:
-            for req in reqs:
-                decode.pool.read(req.rid, [int(p) for p in self.decode_row[1, : len(req.origin_input_ids)].tolist()])
-            self.batches.append({"runs": [r.rid for r in reqs]})
-
+        prepared: list[bool] = []
         return Double(self.journal, "decode0.batch", reqs=reqs, filter_batch=filter_batch,
-                      is_empty=lambda: not reqs, process_prebuilt=process_prebuilt,
-                      batch_size=lambda: len(reqs))
+                      is_empty=lambda: not reqs, batch_size=lambda: len(reqs), prepared=prepared,
+                      process_prebuilt=lambda *args, **kwargs: prepared.append(True))
+
+    def run(self, batch: Any) -> None:
+        """The batch the scheduler got back runs, as its caller runs a prebuilt batch: only when it holds
+        a request; a batch never prepared (``process_prebuilt``) has nothing to run on; the forward
+        reads every page of each request's prompt."""
+        decode = self.decode[0]
+        if batch.is_empty():
+            return
+        if not batch.prepared:
+            self.batches.append({"runs": [], "unprepared": [r.rid for r in batch.reqs]})
+            return
+        for req in batch.reqs:
+            decode.pool.read(req.rid, [int(p) for p in self.decode_row[1, : len(req.origin_input_ids)].tolist()])
+        self.batches.append({"runs": [r.rid for r in batch.reqs]})
 
     def admit_decode(self) -> None:
         decode = self.decode[0]
@@ -284,11 +318,13 @@ class HandoffScene(Scene):
         get = getattr(decode.scheduler, "get_new_prebuilt_batch")
         running = Double(self.journal, "decode0.running_batch", batch_size=lambda: 0, reqs=[])
         if hasattr(tree.resolve(f"{DECODE}.SchedulerDisaggregationDecodeMixin"), "_get_new_prebuilt_batch"):
-            get(running)
+            batch = get(running)
         else:  # the tree builds and runs the batch in one method: nothing of it checks the KV first
             batch = self._batch_of_waiting(running)
             if batch is not None:
                 batch.process_prebuilt(None)
+        if batch is not None:
+            self.run(batch)
         self.note("decode step")
 
     def effects(self) -> dict[str, JSON]:
@@ -337,7 +373,8 @@ REQUIRES = (f"{DECODE}.DecodeTransferQueue.pop_transferred", f"{DECODE}.DecodeTr
 
 def shape_of(point: dict[str, str]) -> HandoffShape:
     transfer = point["transfer"]
-    return HandoffShape(config=point["config"], sent=1 if transfer == "short" else PROMPT,
+    return HandoffShape(config=point["config"], prefill_checksum=point["prefill"] != "without",
+                        sent=1 if transfer == "short" else PROMPT,
                         lands=2 if transfer == "partial" else None, early=transfer == "early", layout=point["layout"])
 
 

@@ -142,9 +142,18 @@ class Wire:
         self.clock = clock
         self.log: list[dict[str, Any]] = []
         self.routes: dict[str, Callable[[list[bytes]], None]] = {}
+        # endpoint -> the first frame of the message whose send to it fails once (a connection reset; None: the next)
+        self.resets: dict[str, bytes | None] = {}
 
     def socket(self, journal: Journal, sender: str, endpoint: str) -> Double:
         def send_multipart(frames: list[bytes], *args: Any, **kwargs: Any) -> None:
+            if endpoint in self.resets and self.resets[endpoint] in (None, bytes(frames[0])):
+                import zmq
+
+                del self.resets[endpoint]
+                self.log.append({"seq": self.clock.tick(), "t": self.clock.now, "from": sender, "to": endpoint,
+                                 "frames": [bytes(f) for f in frames], "fate": "failed to send"})
+                raise zmq.ZMQError(zmq.ECONNRESET if hasattr(zmq, "ECONNRESET") else 104, "connection reset")
             self.log.append({"seq": self.clock.tick(), "t": self.clock.now, "from": sender, "to": endpoint,
                              "frames": [bytes(f) for f in frames], "fate": "pending"})
 
@@ -173,6 +182,8 @@ def kind_of(message: dict[str, Any]) -> str:
     head = message["frames"][0] if message["frames"] else b""
     if head in (b"ABORT", b"ABORT_ACK"):
         return head.decode()
+    if message.get("kind"):
+        return message["kind"]
     return "status"
 
 
@@ -268,6 +279,21 @@ class TreeLog(logging.Handler):
 
 
 # --- the ranks ---------------------------------------------------------------------------------
+
+
+def keep_flag() -> tuple[str, Any]:
+    """The flag by which the tree's ``release_kv_cache`` keeps a released request's KV in the prefix
+    cache (``is_insert``, later ``checkpoint``) and its default (True where none: a call must say);
+    trees without it give pages back through ``cache_finished_req(req, is_insert=...)``, True by default."""
+    try:
+        release = tree.resolve("sglang.srt.mem_cache.common.release_kv_cache")
+    except tree.Missing:
+        return "is_insert", True
+    params = list(inspect.signature(release).parameters.values())[2:]
+    if not params:
+        return "is_insert", False
+    default = params[0].default
+    return params[0].name, True if default is inspect.Parameter.empty else default
 
 
 def _dataclass(cls: type, **values: Any) -> Any:
@@ -433,9 +459,12 @@ class PrefillRank(Rank):
         return 0
 
     def send_last_chunk(self) -> None:
-        """The scheduler hands the request's last chunk to the sender: the tree's ``add_transfer_request``."""
+        """The scheduler hands the request's last chunk to the sender: the tree's ``add_transfer_request``
+        (a rank that never took the request's metadata has no sender for it: nothing to send)."""
         import numpy as np
 
+        if self.scene.active not in self.senders:
+            return
         add = self.manager.add_transfer_request
         wanted = {"bootstrap_room": ROOM, "kv_indices": np.arange(PAGES, dtype=np.int32),
                   "index_slice": slice(0, PAGES), "is_last_chunk": True, "is_last": True, "aux_index": 0,
@@ -453,8 +482,8 @@ class PrefillRank(Rank):
     def poll_and_clear(self, rid: str) -> None:
         """What the prefill scheduler does with a sender that reports Failed: conclude it (the tree's
         ``failure_exception``, which clears the room and raises the transfer error it records)."""
-        sender = self.senders[rid]
-        if rid in self.concluded or sender.poll() != tree.kv_poll().Failed:
+        sender = self.senders.get(rid)
+        if sender is None or rid in self.concluded or sender.poll() != tree.kv_poll().Failed:
             return  # a concluded sender left the scheduler's queue: it is never polled again
         self.concluded.add(rid)
         try:
@@ -500,6 +529,8 @@ class DecodeRank(Rank):
             disaggregation_mode=modes.DECODE, required_prefill_response_num_table={},
             prefill_response_tracker=defaultdict(set), addr_to_rooms_tracker=defaultdict(set),
             _deferred_abort_ack_tracker={}, _deferred_abort_generation=0, _staging_handler=None,
+            # the transfer engine's session id for this rank (what later trees' send_metadata sends)
+            engine=Double(journal, f"{self.name}.engine", get_session_id=lambda: session_of(rank)),
             waiting_timeout=300, heartbeat_interval=2, max_failures=1,
             _start_heartbeat_checker_thread=lambda: None,
         )
@@ -531,7 +562,7 @@ class DecodeRank(Rank):
             # the tree cache gives a failed request's pages back (trees before release_kv_cache call it directly)
             tree_cache=self.scheduler.tree_cache if "tree_cache" in vars(self.scheduler) else
             Double(journal, f"{self.name}.tree_cache",
-                   cache_finished_req=lambda req, *args, **flags: scene._release(req)),
+                   cache_finished_req=lambda req, *args, **flags: scene._release(req, None, *args, **flags)),
             spec_algorithm=Double(journal, "spec_algorithm", is_none=lambda: True, is_eagle=lambda: False,
                                   is_standalone=lambda: False, is_ngram=lambda: False),
             enable_staging=False, staging_handler=None, _deferred_releases=[], enable_host_receive=False,
@@ -566,7 +597,8 @@ class DecodeRank(Rank):
         request.receiver = strict_subject(
             conn.MooncakeKVReceiver, journal, f"{self.name}.kv_receiver.{rid}",
             kv_mgr=self.manager, bootstrap_room=ROOM, conclude_state=None, abort_notified=False,
-            bootstrap_infos=infos, init_time=0, bootstrap_addr=bootstrap_addr,
+            bootstrap_infos=infos if scene.reached is None or scene.reached else None, init_time=0,
+            bootstrap_addr=bootstrap_addr, session_id=session_of(self.rank), required_dst_info_num=len(scene.decode),
             _abort_generation=None, require_staging=False,
             _connect_to_bootstrap_server=lambda info: (
                 scene.wire.socket(journal, self.name, tcp((info["rank_ip"], info["rank_port"]))), threading.Lock()),
@@ -584,6 +616,23 @@ class DecodeRank(Rank):
                                            metadata_buffer_index=request.metadata_index))
         self.requests[rid] = request
 
+    def publish(self, rid: str) -> None:
+        """The receiver sends its destinations to its prefill ranks: the tree's ``send_metadata`` (the
+        prefill ranks reached took them in the scene's bootstrap; a send that fails, fails in the tree)."""
+        import numpy as np
+
+        request = self.requests[rid]
+        receiver = request.receiver
+        receiver.init_time = None  # not yet published
+        first = len(self.scene.wire.log)
+        send = receiver.send_metadata
+        wanted = {"kv_indices": np.array(request.pages, dtype=np.int32), "aux_index": request.metadata_index}
+        send(**{k: v for k, v in wanted.items() if tree.accepts(send, k)})
+        for message in self.scene.wire.log[first:]:
+            message["kind"] = "metadata"
+            if message["fate"] == "pending":
+                message["fate"] = "taken by the prefill rank's bootstrap"
+
     def metadata_written(self, index: int) -> None:
         """The aux transfer landed: the metadata row names the room (what the decode metadata gate reads,
         in the trees whose rows carry it)."""
@@ -598,9 +647,10 @@ class DecodeRank(Rank):
         self.pool.read(rid, self.requests[rid].pages)
         return True
 
-    def release(self, req: Any) -> None:
-        """``release_kv_cache``: the request's pages go back to the allocator (the stand-in pool)."""
-        self.pool.free(req.rid, self.requests[req.rid].pages, "release_kv_cache")
+    def release(self, req: Any, cached: bool = False) -> None:
+        """``release_kv_cache``: the request's pages go back to the allocator (the stand-in pool);
+        ``cached``: the tree asked the prefix cache to keep their KV first."""
+        self.pool.free(req.rid, self.requests[req.rid].pages, "release_kv_cache", cached=cached)
         tree.drop_kv(req)
 
     def abort(self, rid: str) -> None:
@@ -613,7 +663,7 @@ class DecodeRank(Rank):
         """One pass of the decode event loop over the transfer queue: poll, then the deferred
         releases; then pages that are free go to the next request. A request handed over starts
         decoding (trees that commit inline, without ``_commit_transfer_to_req``, never called ours)."""
-        for req in self.queue.pop_transferred():
+        for req in self.queue.pop_transferred() or ():
             if req.rid not in self.committed:
                 self._commit(SimpleNamespace(req=req))
         if hasattr(self.queue, "resolve_deferred_releases"):
@@ -673,6 +723,7 @@ class Scene:
             if hasattr(mod, "time"):
                 mod.time = time_
         single_rank_reduce([utils, decode_mod], journal)
+        self.keep_flag = keep_flag()
         decode_mod.release_kv_cache = self._release
         self.decode = [DecodeRank(self, d) for d in range(shape.decode_ranks)]
         self.prefill = [PrefillRank(self, p) for p in range(shape.prefill_ranks)]
@@ -680,19 +731,28 @@ class Scene:
         self.failing: dict[tuple[int, int], str] = {}  # (prefill, decode) -> "stops" | "keeps writing"
         self.late: list[Transfer] = []  # writes reported failed that are still landing
         self.active = RID  # the request whose KV the prefill ranks write
+        self.reached: int | None = None  # how many prefill ranks took the request's metadata (None: all)
         self.reuse = True  # free pages go to the next request as soon as a decode step sees them
 
-    def start_request(self, rid: str) -> None:
-        """``rid`` takes the room: preallocated on every decode rank, bootstrapped on every prefill rank."""
-        self.active = rid
+    def start_request(self, rid: str, reached: int | None = None) -> None:
+        """``rid`` takes the room: preallocated on every decode rank, bootstrapped on every prefill rank
+        (on the first ``reached`` only: the others never took its metadata; 0: decode never learned
+        its prefill ranks)."""
+        self.active, self.reached = rid, reached
         for d in self.decode:
             d.admit(rid)
-        for p in self.prefill:
+        for p in self.prefill[: len(self.prefill) if reached is None else reached]:
             p.bootstrap(rid)
         self.note("bootstrapped", rid=rid)
 
-    def _release(self, req: Any, *args: Any, **flags: Any) -> None:
-        next(d for d in self.decode if req.rid in d.requests and d.requests[req.rid].req is req).release(req)
+    def _release(self, req: Any, tree_cache: Any = None, *args: Any, **flags: Any) -> None:
+        """The tree's ``release_kv_cache(req, tree_cache, <keep>)`` (or ``cache_finished_req``): which
+        decode rank's request it was, and whether the call asked the prefix cache to keep the KV (the
+        tree's own flag, ``is_insert`` or ``checkpoint``, its default where the call leaves it out)."""
+        name, default = self.keep_flag
+        cached = flags.get(name, args[0] if args else default)
+        rank = next(d for d in self.decode if req.rid in d.requests and d.requests[req.rid].req is req)
+        rank.release(req, cached=bool(cached))
 
     def write(self, prefill: PrefillRank, decode: DecodeRank, pages: list[int]) -> int:
         """The engine: the write begins; the steps held for it run while it is in flight; then it
@@ -782,11 +842,15 @@ class Shape:
     """The room's deployment and what happens to its transfer.
 
     ``failure``: ``decode-abort`` (a client abort at decode), ``prefill-failure`` (prefill rank 0's
-    write fails; decode did not initiate it) or ``none`` (a healthy transfer). ``in_flight``: prefill
+    write fails; decode did not initiate it), ``metadata-send-fails`` (decode's metadata reached
+    prefill rank 0, which writes, but its send to prefill rank 1 failed: decode marks the room failed
+    itself), ``bootstrap-fails`` (decode never learned its prefill ranks: nothing can write its pages)
+    or ``none`` (a healthy transfer). ``in_flight``: prefill
     rank 0's write to decode rank 0 is inside the engine while it happens (else nothing was sent
     yet). ``clears``: the prefill scheduler concludes the failed sender, clearing the room, before
     that write drains (with two decode ranks, between their two ABORTs). ``acks``: the drain
-    acknowledgements are ``delivered``, ``lost``, or ``late`` (after the timeout). ``stale_ack``: the
+    acknowledgements are ``delivered``, ``lost``, ``late`` (after the timeout), or ``reset`` (their
+    send fails at prefill). ``stale_ack``: the
     room's previous request was aborted and its acknowledgement, held back on the wire, arrives
     while this request's write is in flight. ``failed_write``: the failed write ``stops``, or
     ``keeps writing`` (the engine reported failure while the write still runs; it lands later).
@@ -825,7 +889,10 @@ def script(scene: Scene) -> None:
         for p in scene.prefill:
             p.poll_and_clear(EARLIER)
         scene.reuse = True
-    scene.start_request(RID)
+    scene.start_request(RID, reached={"metadata-send-fails": 1, "bootstrap-fails": 0}.get(shape.failure))
+    if shape.acks == "reset":  # each drain acknowledgement's send fails at prefill: it never leaves
+        for d in scene.decode:
+            scene.wire.resets[tcp(d.endpoint)] = b"ABORT_ACK"
 
     def aborts() -> None:
         for d in scene.decode:
@@ -849,10 +916,29 @@ def script(scene: Scene) -> None:
         scene.decode_steps()
         scene.deliver("ABORT")
 
+    def decode_learns_failure() -> None:
+        scene.decode_steps()
+        scene.deliver("ABORT")
+
     if shape.failure == "none":
         for p in scene.prefill:
             p.send_last_chunk()
             p.work()
+    elif shape.failure == "metadata-send-fails":
+        scene.wire.resets[tcp(prefill_endpoint(1))] = None
+        for d in scene.decode:
+            d.publish(RID)
+        scene.note("decode's metadata send to prefill rank 1 failed")
+        for p in scene.prefill:
+            p.send_last_chunk()
+        scene.holds[(0, 0)] = decode_learns_failure
+        for p in scene.prefill:
+            p.work()
+    elif shape.failure == "bootstrap-fails":
+        for d in scene.decode:
+            d.publish(RID)
+        scene.note("decode could not learn its prefill ranks")
+        scene.decode_steps()
     elif shape.failure == "prefill-failure":
         scene.failing[(0, 0)] = shape.failed_write
         for p in scene.prefill:
@@ -935,7 +1021,12 @@ REQUIRES = (
 def space_cases(space: Any, shape_of: Callable[[Mapping[str, str]], Shape]) -> tuple[Case, ...]:
     """Every reachable point of a lifetime probe's case space (``probes/duties.py``) as a case: its site
     is the configuration it runs under, its duties the space's."""
+    def requires(shape: Shape) -> tuple[str, ...]:
+        publishes = shape.failure in ("metadata-send-fails", "bootstrap-fails")  # run the tree's send_metadata
+        return REQUIRES + ((f"{MOONCAKE}.MooncakeKVReceiver.send_metadata",) if publishes else ())
+
     return tuple(Case(id=space.case_id(point), site=space.site_of(point), role=space.role(point),
                       title=space.title(point) or space.case_id(point), duties=space.duties(point),
-                      build=lambda journal, shape=shape_of(point): LifetimeScene(journal, shape), requires=REQUIRES)
+                      build=lambda journal, shape=shape_of(point): LifetimeScene(journal, shape),
+                      requires=requires(shape_of(point)))
                  for point in space.points())

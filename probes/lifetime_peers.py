@@ -21,7 +21,7 @@ from .lifetime import IMPORTS, Shape, space_cases
 def shape_of(point: Mapping[str, str]) -> Shape:
     return Shape(config=point["config"], decode_ranks=2 if point["peers"] == "two-decode" else 1,
                  prefill_ranks=2 if point["peers"] == "two-prefill" else 1, clears=point["clears"] == "yes",
-                 stale_ack=point["stale"] == "yes")
+                 stale_ack=point["stale"] == "yes", acks=point["acks"])
 
 
 PROBE = Probe(id="lifetime-peers", fix=41402, imports=IMPORTS, cases=space_cases(duties.LIFETIME_PEERS, shape_of))

@@ -84,8 +84,9 @@ class PagePool:
         self._event("alloc", rid=rid, pages=pages)
         return pages
 
-    def free(self, rid: str, pages: list[int], how: str) -> None:
-        """``rid``'s pages go back to the allocator (``how``: which path of the tree gave them back)."""
+    def free(self, rid: str, pages: list[int], how: str, cached: bool = False) -> None:
+        """``rid``'s pages go back to the allocator (``how``: which path of the tree gave them back;
+        ``cached``: the release asked the prefix cache to keep their KV for later requests first)."""
         for page in pages:
             if self.owner.get(page) != rid:
                 self.double_frees.append({"t": self.clock.now, "rid": rid, "page": page, "how": how,
@@ -97,7 +98,7 @@ class PagePool:
                                                   "ranks": sorted(set(writers))})
             del self.owner[page]
             self.free_list.append(page)
-        self._event("free", rid=rid, pages=list(pages), how=how)
+        self._event("free", rid=rid, pages=list(pages), how=how, cached=cached)
 
     def held_by(self, rid: str) -> list[int]:
         return sorted(p for p, owner in self.owner.items() if owner == rid)

@@ -47,6 +47,7 @@ WINDOWS = {
     ("handoff", "short-handoff"): ("bug", "bug", "bug"),  # the default configuration never checks the handoff
     ("handoff", "short-handoff-with-kv-checksum"): ("bug", "clean", "clean"),
     ("handoff", "full-handoff-with-kv-checksum"): ("clean", "clean", "clean"),
+    ("handoff", "full-handoff-prefill-without-checksum-with-kv-checksum"): ("clean", "clean", "clean"),
     ("lifetime-default", "abort-in-flight"): ("bug", "clean", "clean"),
     ("lifetime-default", "abort-in-flight-with-deferred-release"): ("clean", "clean", "clean"),
     ("lifetime-default", "healthy-transfer"): ("clean", "clean", "clean"),
@@ -56,9 +57,12 @@ WINDOWS = {
     ("lifetime-peers", "two-decode-ranks-abort-with-deferred-release"): ("bug", "clean", "clean"),
     ("lifetime-peers", "two-decode-ranks-room-cleared-between"): ("bug", "bug", "clean"),
     ("lifetime-peers", "stale-ack-of-previous-request"): ("bug", "bug", "clean"),
+    ("lifetime-peers", "one-rank-ack-send-fails"): ("clean", "clean", "clean"),
     ("lifetime-failures", "other-rank-fails-while-writing-with-deferred-release"): ("bug", "clean", "clean"),
     ("lifetime-failures", "failed-write-keeps-landing"): ("bug", "bug", "clean"),
     ("lifetime-failures", "failure-nothing-else-in-flight"): ("clean", "clean", "clean"),
+    ("lifetime-failures", "metadata-send-fails"): ("bug", "clean", "clean"),
+    ("lifetime-failures", "bootstrap-fails"): ("clean", "clean", "clean"),
 }
 
 
@@ -92,6 +96,8 @@ def test_a_short_handoff_reads_the_earlier_tenants_pages_unless_the_checksum_cat
     assert {r["holds"] for r in rank["unwritten_reads"]} == {"req-X"} and len(rank["unwritten_reads"]) == 3
     checked = released[("0.5.21", "handoff")].case("short-handoff-with-kv-checksum").effects
     assert checked["checksum"]["on"] and not checked["batches"] and checked["request"]["finished"]
+    (rank,) = checked["decode"]  # its pages went back once, their KV not kept in the prefix cache
+    assert [(f["rid"], f["cached"]) for f in rank["events"] if f["event"] == "free"] == [("req-X", False), ("req-A", False)]
     assert any("KV checksum mismatch" in r["message"] for r in checked["log"])  # the logs show it ran
     assert released[("0.5.20", "handoff")].case("short-handoff-with-kv-checksum").effects["checksum"]["option"] == "absent"
 
@@ -109,6 +115,9 @@ SUFFIX = "-with-deferred-release"
 MUTANTS = {
     "checksum-never-verified": ("0.5.21", "handoff", [(forks.DECODE, "        self._verify_kv_checksums(batch)\n", "")],
                                 "short-handoff-with-kv-checksum", "handoff-no-unwritten-read", "with-kv-checksum"),
+    "mismatch-kept-in-cache": ("0.5.21", "handoff", [(forks.DECODE, "        release_kv_cache(req, self.tree_cache, is_insert=False)\n",
+                                                       "        release_kv_cache(req, self.tree_cache, is_insert=True)\n")],
+                               "short-handoff-with-kv-checksum", "handoff-caught-released", "with-kv-checksum"),
     "clear-drops-the-ack": ("0.5.21", "lifetime-drain", [(COMMON, "                self.kv_mgr._maybe_ack_drained_abort(self.bootstrap_room)\n",
                                                           "                self.kv_mgr._deferred_ack_targets.pop(self.bootstrap_room, None)\n")],
                             "prefill-clears-before-drain", "lifetime-acked-after-drain", "default"),
