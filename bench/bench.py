@@ -6,10 +6,11 @@
 (a) the bare cost: the tree's environment's interpreter imports the probed modules from the tree
     and runs the same cases in one process, no fork, no isolation, no receipts; against diffprobe
     running them (``execute.run_probes``: harness, one fork per case, isolation) and the whole
-    ``diffprobe audit`` command (host start-up, tree re-verification, receipts, bundle);
+    ``diffprobe audit --no-reuse`` command (host start-up, tree re-verification, receipts, bundle);
+    and, on its own line, ``audit`` reusing the stored receipts (what a repeated audit costs: no probing);
 (b) a cold per-tree environment (fresh cache, shared layer reused) against a warm one, and with
     ``--cold-layer`` the shared layer's own build;
-(c) the marginal cost of one more tree in a sweep; (d) the -j 2 speed-up on a sweep;
+(c) the marginal cost of one more tree in a sweep; (d) the -j 2 speed-up on a sweep (both --no-reuse);
 (e) disk per additional tree (its tree entry and its environment).
 
 Bare and diffprobe runs alternate and the fastest of ``--repeats`` counts: on a shared machine
@@ -98,23 +99,28 @@ def main() -> None:
     print(f"network namespace: {'yes' if execute.network_wrapper() else 'no'}")
 
     # (a) bare against diffprobe, alternating
-    times: dict[str, list[float]] = {"bare": [], "run_probes": [], "audit": []}
+    times: dict[str, list[float]] = {"bare": [], "run_probes": [], "audit": [], "reused": []}
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
         work = Path(tmp)
         bare(environment, work)  # a warm tree: byte-code cached, as a plain interpreter leaves it
+        cli("audit", args.source, "--out", str(work / "audit-first"), "--cache-dir", str(cache.root))  # a receipt to reuse
         for i in range(args.repeats):
             t, cases = timed(lambda: bare(environment, work))
             times["bare"].append(t)
             t, _ = timed(lambda: execute.run_probes(environment, probes))
             times["run_probes"].append(t)
-            t, _ = timed(lambda: cli("audit", args.source, "--out", str(work / f"audit{i}"), "--cache-dir", str(cache.root)))
+            t, _ = timed(lambda: cli("audit", args.source, "--no-reuse", "--out", str(work / f"audit{i}"), "--cache-dir", str(cache.root)))
             times["audit"].append(t)
+            t, _ = timed(lambda: cli("audit", args.source, "--out", str(work / f"reused{i}"), "--cache-dir", str(cache.root)))
+            times["reused"].append(t)
     best = {k: min(v) for k, v in times.items()}
     print(f"\n(a) bare cost against diffprobe, {cases.split()[0]} cases, fastest of {args.repeats}")
     for name, label in (("bare", "bare, plain python -I, warm byte-code"), ("run_probes", "diffprobe execute.run_probes"),
-                        ("audit", "diffprobe audit (whole command)")):
-        print(f"    {label:<44} {best[name]:6.1f} s   (runs: {', '.join(f'{t:.1f}' for t in times[name])})")
-    print(f"    ratio to bare: run_probes {best['run_probes'] / best['bare']:.2f}   audit {best['audit'] / best['bare']:.2f}")
+                        ("audit", "diffprobe audit --no-reuse (whole command)"),
+                        ("reused", "diffprobe audit, receipts reused (no probing)")):
+        print(f"    {label:<46} {best[name]:6.1f} s   (runs: {', '.join(f'{t:.1f}' for t in times[name])})")
+    print(f"    ratio to bare: run_probes {best['run_probes'] / best['bare']:.2f}   audit {best['audit'] / best['bare']:.2f}"
+          f"   (reuse: {best['reused'] / best['bare']:.2f}, not probing)")
 
     # (b) cold and warm environment
     with tempfile.TemporaryDirectory(prefix="bench-cold-") as tmp:
@@ -142,7 +148,8 @@ def main() -> None:
     releases = [f"pypi:sglang=={v}" for v in args.sweep.split(",")]
     with tempfile.TemporaryDirectory(prefix="bench-sweep-") as tmp:
         def sweep(trees: list[str], jobs: int, name: str) -> float:
-            return timed(lambda: cli("sweep", *trees, "-j", str(jobs), "--out", f"{tmp}/{name}", "--cache-dir", str(cache.root)))[0]
+            return timed(lambda: cli("sweep", *trees, "-j", str(jobs), "--no-reuse", "--out", f"{tmp}/{name}",
+                                     "--cache-dir", str(cache.root)))[0]
 
         for r in releases:  # warm every tree first, so that only probing is measured
             envs.env(sources.resolve(specs.parse(r), cache), cache, interp)

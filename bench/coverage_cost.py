@@ -1,8 +1,11 @@
-"""What per-case line coverage costs on a whole audit, measured side by side in one run.
+"""What per-case line coverage costs, measured side by side in one run: per case, and on a whole audit.
 
-    .venv/bin/python bench/coverage_cost.py [--source pypi:sglang==0.5.21] [--rounds 3]
+    .venv/bin/python bench/coverage_cost.py [--source pypi:sglang==0.5.21] [--rounds 5] [--case-rounds 3]
 
-Each round runs ``diffprobe audit SOURCE --no-reuse`` four times, in alternating order: with the
+Per case: the tree's environment imports SGLang once (as the harness does) and forks each case of
+both probes ``--case-rounds`` times with the recorder and without, in alternating order; each
+child reports its own CPU time (``time.process_time``), so the figure is free of the machine's
+load. Whole audits: each round runs ``diffprobe audit SOURCE --no-reuse`` four times, in alternating order: with the
 harness recording every case's lines (the default) and with ``--no-lines``; each both in the
 sandbox (wall time: what a user waits) and ``--unsandboxed`` (CPU time of diffprobe and every
 process it started: in bubblewrap's PID namespace the cases are reaped by its own init and their
@@ -19,12 +22,70 @@ import functools
 import json
 import resource
 import statistics
+import subprocess
 import tempfile
 import time
 from pathlib import Path
 
 from runner import cli
+from runner.evidence import catalog
 from runner.sandbox import execute
+from runner.store import envs, sources, specs
+from runner.store.cache import Store
+
+# Runs in the tree's environment: the harness's own import, then each case in a forked child.
+PER_CASE = r"""
+import gc, importlib, importlib.util, os, sys, time
+probes_dir, rounds = sys.argv[1], int(sys.argv[2])
+spec = importlib.util.spec_from_file_location("probes.harness", os.path.join(probes_dir, "harness.py"))
+h = importlib.util.module_from_spec(spec)
+sys.modules["probes.harness"] = h
+spec.loader.exec_module(h)
+probes = [importlib.import_module(f"probes.{m}").PROBE for m in ("admission", "prefill_cleanup")]
+root = h.find_sglang_root()
+places = h.Places(sglang_root=root, probes_dir=h.HERE)
+h.import_sglang(tuple(dict.fromkeys(m for p in probes for m in p.imports)), places)
+h.warm_up()
+gc.freeze()
+cases = [c for p in probes for c in p.cases]
+
+
+def child_cpu(case, lines):
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        start = time.process_time()
+        recorder = h.Recorder(root).start() if lines else None
+        h.run_case(case, places)
+        if recorder:
+            recorder.stop()
+        os.write(write, repr(time.process_time() - start).encode())
+        os._exit(0)
+    os.close(write)
+    spent = float(os.read(read, 100))
+    os.close(read)
+    os.waitpid(pid, 0)
+    return spent
+
+
+total = {True: 0.0, False: 0.0}
+for round_ in range(rounds):
+    for case in cases:
+        for lines in ((True, False) if round_ % 2 else (False, True)):
+            total[lines] += child_cpu(case, lines)
+print(len(cases) * rounds, total[True], total[False])
+"""
+
+
+def per_case(source: str, rounds: int) -> tuple[int, float, float]:
+    """(cases run, CPU seconds with lines, without) over ``rounds`` of every case, unsandboxed."""
+    cache = Store.at(None)  # $DIFFPROBE_CACHE, as the audits'
+    tree = sources.resolve(specs.parse(source), cache)
+    environment = envs.env(tree, cache, envs.interpreter(None))
+    done = subprocess.run([str(environment.python), "-I", "-B", "-c", PER_CASE, str(catalog.probes_dir()), str(rounds)],
+                          capture_output=True, text=True, check=True)
+    n, on, off = done.stdout.split()[-3:]
+    return int(n), float(on), float(off)
 
 
 def _cpu() -> float:
@@ -53,7 +114,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--source", default="pypi:sglang==0.5.21")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--case-rounds", type=int, default=3)
     args = parser.parse_args()
+    n, case_on, case_off = per_case(args.source, args.case_rounds)
+    print(f"per case ({n} case runs, CPU of each case's process): with lines {1000 * case_on / n:.1f} ms, without "
+          f"{1000 * case_off / n:.1f} ms, +{1000 * (case_on - case_off) / n:.1f} ms a case (ratio {case_on / case_off:.2f})",
+          flush=True)
     arms = [(lines, sandboxed) for sandboxed in (True, False) for lines in (True, False)]
     got: dict[tuple[bool, bool], list[dict[str, float]]] = {arm: [] for arm in arms}
     with tempfile.TemporaryDirectory() as work:
@@ -70,6 +136,10 @@ def main() -> None:
         on, off = med[(True, sandboxed)][figure], med[(False, sandboxed)][figure]
         where = "sandboxed" if sandboxed else "unsandboxed"
         print(f"  {where:11} {figure:5}: with lines {on:7.2f}, without {off:7.2f}, ratio {on / off:.3f} (+{on - off:.2f} s)")
+    cpu = med[(False, False)]["cpu"]
+    extra = (case_on - case_off) / args.case_rounds
+    print(f"per-case cost times the audit's {n // args.case_rounds} cases: {extra:.2f} s, "
+          f"{100 * extra / cpu:.1f}% of an audit's CPU ({cpu:.2f} s without lines)")
 
 
 if __name__ == "__main__":

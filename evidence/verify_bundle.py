@@ -11,8 +11,9 @@ to trust only these lines and two libraries diffprobe did not write. The rules (
 attestations"), each a reason ``diffprobe verify --key`` refuses a bundle too:
 
 1. files: every entry of BUNDLE is a regular file (no link, no device); ``SHA256SUMS`` lists exactly
-   them, each with its sha256.
-2. signatures: each ``attestations/*.intoto.json`` is a DSSE envelope of payload type
+   them, each once with its sha256, in the form diffprobe writes (sorted ``<sha256>  <name>`` lines).
+2. signatures: each ``attestations/*.intoto.json`` is a DSSE envelope exactly (its three fields, each
+   signature a keyid and a sig, standard padded base64, UTF-8 JSON without a byte order mark) of payload type
    ``application/vnd.in-toto+json``; a signature claiming the id of a given key must verify with that
    key (a relabelled or garbage signature is refused, not skipped); at least K distinct given keys
    sign every envelope (securesystemslib's ``Envelope.verify`` counts them once more).
@@ -27,7 +28,8 @@ attestations"), each a reason ``diffprobe verify --key`` refuses a bundle too:
    sha256, the commit by ``gitCommit``, the package tree by ``dirHash``; a server or the model by the
    sha256 of its identity's canonical JSON); the bundle's Statement names the union of those (or,
    with no receipt, the trees of its mutation reports). ``--artifact FILE``: the file's sha256 must
-   be a subject's; ``--tree DIR``: the dirHash of ``DIR/sglang`` (byte-code left out) must be.
+   be a subject's; ``--tree DIR``: the dirHash of ``DIR/sglang`` must be, and ``DIR/sglang`` must hold
+   nothing the dirHash leaves out (a link, byte-code, an empty directory, an unprintable name).
 6. freshness: the signed creation time (``createdAt`` on the index's entry, equal to ``created_at``
    in ``bundle.json``) is not before ``--not-before`` nor older than ``--max-age``; every Statement
    carries the same nonce (``diffprobeNonce``), the one ``--nonce`` asks for.
@@ -194,12 +196,20 @@ def sha256_file(path: Path) -> str:
 
 
 def check_manifest(root: Path, files: dict[str, str]) -> list[str]:
-    listed = {}
-    for line in (root / MANIFEST).read_text(errors="replace").splitlines():
-        m = re.match(r"^([0-9a-f]{64}) [ *](.+)$", line)
+    """``SHA256SUMS`` lists every file once, in the one form diffprobe writes (``sha256sum``'s own:
+    ``<sha256>  <name>`` lines sorted by name): a name listed twice could be read either way, and
+    ``diffprobe verify`` refuses any other form, so this verifier does too."""
+    listed: dict[str, str] = {}
+    raw = (root / MANIFEST).read_bytes()
+    for line in raw.decode("utf-8", errors="replace").split("\n")[:-1]:  # what follows the last newline: the form check
+        m = re.match(r"^([0-9a-f]{64})  ([^\r]+)$", line)
         if not m:
             return [f"{MANIFEST}: not a sha256sum line: {line[:80]!r}"]
+        if m.group(2) in listed:
+            return [f"{MANIFEST}: lists {m.group(2)} twice"]
         listed[m.group(2)] = m.group(1)
+    if raw != "".join(f"{listed[n]}  {n}\n" for n in sorted(listed)).encode():
+        return [f"{MANIFEST}: not in the form diffprobe writes (sorted '<sha256>  <name>' lines, one per file)"]
     present = {n: d for n, d in files.items() if n != MANIFEST}
     problems = [f"{n}: listed in {MANIFEST} but missing" for n in sorted(set(listed) - set(present))]
     problems += [f"{n}: present but not listed in {MANIFEST}" for n in sorted(set(present) - set(listed))]
@@ -210,7 +220,8 @@ def check_manifest(root: Path, files: dict[str, str]) -> list[str]:
 def open_envelope(path: Path, keys: dict[str, SSlibKey], threshold: int) -> tuple[dict, set[str]]:
     """(the Statement, key ids whose signature verified) of an envelope signed as the rules demand."""
     try:
-        raw = json.loads(path.read_bytes())
+        raw = json.loads(path.read_bytes().decode("utf-8"))  # a str: a byte order mark is refused
+        dsse_form(raw)
         envelope = Envelope.from_dict(copy.deepcopy(raw))  # from_dict rewrites the dict it reads
     except Exception as e:  # any malformation: the library's own words, one line
         raise Refused(f"not a DSSE envelope ({type(e).__name__}: {str(e)[:120]})") from None
@@ -236,14 +247,36 @@ def open_envelope(path: Path, keys: dict[str, SSlibKey], threshold: int) -> tupl
         if statement["_type"] != STATEMENT_TYPE or statement["predicateType"] != TEST_RESULT:
             raise ValueError(f"not a test-result Statement v1 ({statement['predicateType']!r})")
         json_format.ParseDict(statement["predicate"], test_result_pb2.TestResult(), ignore_unknown_fields=True)
+        named(statement), file_entries(statement)  # each subject and each file named once
     except Exception as e:
         raise Refused(f"payload is not an in-toto test-result Statement ({type(e).__name__}: {str(e)[:120]})") from None
     return statement, verified
 
 
+def dsse_form(raw) -> None:
+    """An envelope exactly as DSSE v1 lays it out: ``payload``, ``payloadType`` and ``signatures``
+    (each a ``keyid`` and a ``sig``), strings, base64 in the standard alphabet with its padding, and
+    nothing else. securesystemslib reads more (extra fields, the URL-safe alphabet); ``diffprobe
+    verify`` does not, and what one verifier accepts the other must: ValueError otherwise."""
+    if not isinstance(raw, dict) or set(raw) != {"payload", "payloadType", "signatures"} or not isinstance(raw["signatures"], list):
+        raise ValueError("fields other than payload, payloadType and signatures")
+    if any(not isinstance(x, dict) or set(x) != {"keyid", "sig"} for x in raw["signatures"]):
+        raise ValueError("a signature of fields other than keyid and sig")
+    texts = [raw["payload"], raw["payloadType"], *(v for x in raw["signatures"] for v in x.values())]
+    if not all(isinstance(t, str) for t in texts):
+        raise ValueError("a field that is not a string")
+    for text in (raw["payload"], *(x["sig"] for x in raw["signatures"])):
+        base64.b64decode(text, validate=True)
+
+
 def file_entries(statement: dict) -> dict[str, dict]:
-    """The configuration entries of a Statement that are files of the bundle, by name."""
-    return {e["name"]: e for e in statement["predicate"]["configuration"] if ROLE in e.get("annotations", {})}
+    """The configuration entries of a Statement that are files of the bundle, by name (a name twice
+    is refused: which entry would count?)."""
+    entries = [e for e in statement["predicate"]["configuration"] if ROLE in e.get("annotations", {})]
+    by_name = {e["name"]: e for e in entries}
+    if len(by_name) != len(entries):
+        raise Refused("its Statement names a file twice")
+    return by_name
 
 
 def receipt_envelope(receipt: str) -> str:
@@ -305,7 +338,11 @@ def source_subjects(source: dict) -> set[tuple[str, str]]:
 
 
 def named(statement: dict) -> set[tuple[str, str]]:
-    return {(s["name"], json.dumps(s["digest"], sort_keys=True)) for s in statement["subject"]}
+    """(name, digest) of each subject; a subject listed twice is refused (diffprobe lists each once)."""
+    out = {(x["name"], json.dumps(x["digest"], sort_keys=True)) for x in statement["subject"]}
+    if len(out) != len(statement["subject"]):
+        raise Refused("its Statement lists a subject twice")
+    return out
 
 
 def read_json(path: Path):
@@ -365,16 +402,40 @@ def freshness(root: Path, whole: dict, statements: dict[str, dict], args) -> lis
 
 
 def dirhash(directory: Path) -> str:
-    """in-toto's dirHash of ``directory/sglang``, byte-code left out: the recipe in the subject's annotation."""
+    """in-toto's dirHash of ``directory/sglang``: the recipe in the subject's annotation. Refused
+    (``Refused``) for a directory holding what the recipe leaves out but a deployment of it could
+    run or import: a link or a special file (Python follows links; ``find -type f`` skips them),
+    byte-code (run in place of its source), an empty directory (a namespace package), a name that
+    is not printable UTF-8 (with a newline, two trees share one digest). diffprobe's intake refuses
+    or leaves out the same, so a dirHash names a tree only for a directory holding nothing else."""
     lines = []
-    for dirpath, dirnames, filenames in os.walk(directory / "sglang"):
-        dirnames[:] = [d for d in dirnames if d != "__pycache__"]
-        for name in filenames:
+    top = directory / "sglang"
+    for dirpath, dirnames, filenames in os.walk(top):
+        if not dirnames and not filenames and Path(dirpath) != top:
+            raise Refused(f"{tree_name(top, Path(dirpath))}/: an empty directory (Python imports it as a namespace package)")
+        for name in sorted(dirnames + filenames):
             path = Path(dirpath) / name
-            if name.endswith((".pyc", ".pyo")) or not path.is_file() or path.is_symlink():
-                continue
-            lines.append((path.relative_to(directory).as_posix(), sha256_file(path)))
+            rel = tree_name(top, path)
+            mode = path.lstat().st_mode
+            if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+                raise Refused(f"{rel}: not a regular file or directory (a link is followed by Python, not hashed)")
+            if name == "__pycache__" or name.endswith((".pyc", ".pyo")):
+                raise Refused(f"{rel}: byte-code (Python may run it in place of the source hashed)")
+            if name in filenames:
+                lines.append((path.relative_to(directory).as_posix(), sha256_file(path)))
     return hashlib.sha256("".join(f"{d}  {n}\n" for n, d in sorted(lines)).encode()).hexdigest()
+
+
+def tree_name(top: Path, path: Path) -> str:
+    """``path`` below ``top`` as printed; Refused when it is not a plain printable UTF-8 name."""
+    raw = os.fsencode(path.relative_to(top))
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise Refused(f"{raw!r}: a name that is not UTF-8") from None
+    if not text.isprintable() or "\\" in text:
+        raise Refused(f"{text!r}: a name with a control character or a backslash (such names let two trees share a digest)")
+    return text
 
 
 def artifacts(statements: dict[str, dict], args) -> list[str]:
@@ -384,8 +445,11 @@ def artifacts(statements: dict[str, dict], args) -> list[str]:
         if ("sha256", sha256_file(Path(path))) not in digests:
             problems.append(f"--artifact {path}: its sha256 is no subject of the bundle")
     for path in args.tree or []:
-        if ("dirHash", dirhash(Path(path))) not in digests:
-            problems.append(f"--tree {path}: the dirHash of its sglang/ is no subject of the bundle")
+        try:
+            if ("dirHash", dirhash(Path(path))) not in digests:
+                problems.append(f"--tree {path}: the dirHash of its sglang/ is no subject of the bundle")
+        except Refused as e:
+            problems.append(f"--tree {path}: sglang/{e}: refused, its dirHash would not name what it holds")
     return problems
 
 

@@ -201,6 +201,11 @@ class DecodeDoor(_Door):
     def drive(self) -> None:
         self.door.add(self.req, **self.flags)
 
+    def effects(self) -> dict[str, JSON]:
+        """Also whether the door resolves the request's prefill peer itself (``_resolve_prefill_dp_rank``): only
+        such a door initialises a receiver (a fake transfer's at once); before, that happened after the door."""
+        return {**super().effects(), "door_resolves_peer": hasattr(type(self.door), "_resolve_prefill_dp_rank")}
+
     def queues(self) -> dict[str, list[str]]:
         return {
             "prealloc": [entry.req.rid for entry in self.door.queue],

@@ -70,6 +70,8 @@ class Recorder:
             return None
         by_path: dict[str, set[int]] = {}
         for filename, lines in self.files.items():
+            # a module's code starts at line 0 (3.11 reports it when the module runs): not a line of the file
+            lines = {line for line in lines if isinstance(line, int) and line > 0}
             if lines:
                 rel = os.path.abspath(filename)[len(self.prefix):].replace(os.sep, "/")
                 by_path.setdefault(rel, set()).update(lines)

@@ -175,10 +175,11 @@ DOOR_DUTIES = (
     Duty(
         "door-fake-initialised",
         38935,
-        "a fake-transfer (warm-up) request's receiver was initialised once without a peer lookup, never parked "
+        "a fake-transfer (warm-up) request's receiver was initialised once at a door that resolves prefill peers "
+        "itself (0.5.x on; before, a receiver is initialised after the door), without a peer lookup, never parked "
         "as pending (a guard)",
-        lambda e: [c["call"] for c in e["kv_calls"]] == ["init"] and not e.get("peer_lookups")
-        and not e["queues"].get("pending"),
+        lambda e: [c["call"] for c in e["kv_calls"]] == (["init"] if e["door_resolves_peer"] else [])
+        and not e.get("peer_lookups") and not e["queues"].get("pending"),
     ),
     Duty(
         "door-refused-over-capacity",
@@ -264,7 +265,14 @@ def _untouched(snapshot: Mapping[str, Any]) -> bool:
         or snapshot["kv_releases"]
         or snapshot["tree_cache_calls"]
         or snapshot["streamed"]
+        or snapshot.get("grammar_calls")
     )
+
+
+def _seen(request: Mapping[str, Any]) -> dict[str, Any]:
+    """A request's state but for a verdict still pending in ``to_finish``: once the request is finished that
+    verdict is moot (``update_finish_state`` returns at once), so setting it changes nothing anyone sees."""
+    return {k: v for k, v in request.items() if not (k == "to_finish" and request.get("finished"))}
 
 
 def _tree_cache(effects: Effects, call: str) -> list[Mapping[str, Any]]:
@@ -412,8 +420,10 @@ RESULT_DUTIES = (
     Duty(
         "result-late-no-effect",
         36988,
-        "a late result of an already retired request had no effect at all",
-        lambda e: _untouched(_final(e)),
+        "a late result of an already retired request had no effect at all: nothing sent, freed, streamed or "
+        "cached, no grammar fed, and the request as its client and its owners see it (output, finish, what it "
+        "holds) left as it was",
+        lambda e: _untouched(_final(e)) and _seen(_final(e)["request"]) == _seen(e["before"]),
     ),
     Duty(
         "result-not-freed-early",
@@ -525,7 +535,7 @@ ADMISSION = space.Space(
             space.Value("mamba", "Mamba state and no KV", says="holding Mamba state"),
             space.Value("backup", "a host copy of its KV taken at retraction (offload_kv_cache)",
                         says="holding a retraction backup"),
-        ), over={"entry": RE_ENTRIES},
+        ), over={"entry": RE_ENTRIES, "abort": ("marked",)},  # what keeps a request aborted while it ran out of retirement
             reads=("holds_kv", "holds_mamba", "metadata_buffer_index", "retraction_backup")),
         space.Dimension("capacity", (
             space.Value("fits", "a prompt the door's KV pool can hold", label=""),
@@ -544,7 +554,7 @@ ADMISSION = space.Space(
                         "has it): the door's cache-hit fast path", label=""),
             space.Value("unknown", "the request's prefill peer is not in the decode worker's prefill_info_table yet: "
                         "the door leaves it to the handshake", label="new-peer", says="from a prefill peer not met yet"),
-        ), over={"door": ("decode",), "abort": ("valid", "rejected"), "entry": ("fresh", "preempted", "rebootstrap")},
+        ), over={"door": ("decode",), "entry": ("fresh",)},
             reads=("prefill_dp_rank", "_resolve_prefill_dp_rank", "prefill_info_table")),
         space.Dimension("session", (
             space.Value("none", "no session", label=""),
@@ -552,7 +562,7 @@ ADMISSION = space.Space(
                         says="in a streaming session"),
             space.Value("plain-session", "a turn of a session that does not stream: nothing of it is in flight",
                         says="in a non-streaming session"),
-        ), over={"entry": ("fresh",)}, reads=("session", "streaming")),
+        ), over={"abort": ("rejected",)}, reads=("session", "streaming")),  # read by the retire path only
     ),
     unreachable=(
         space.Unreachable("a request is rejected at intake, before its first door: it never re-enters",
@@ -592,7 +602,7 @@ ADMISSION = space.Space(
 )
 
 RETIRING = {"abort": ("pending",), "phase": ("final", "yielded")}  # where _retire_aborted_prefill_result is called
-FINAL = {"phase": ("final",)}
+FINAL = {"phase": ("final",), "bootstrap": ("done",)}  # read on a final result whatever the bootstrap
 
 PREFILL_CLEANUP = space.Space(
     probe="prefill-cleanup",
@@ -661,7 +671,7 @@ PREFILL_CLEANUP = space.Space(
             space.Value("off", "the normal event loop: a middle chunk's KV is sent from process_prefill_chunk", label=""),
             space.Value("on", "overlap scheduling: a middle chunk's KV is sent from result processing",
                         label="overlap", says="under overlap scheduling"),
-        ), over={"phase": ("chunked", "yielded")}, reads=("enable_overlap",)),
+        ), over={"phase": ("chunked", "yielded"), "abort": ("none", "pending")}, reads=("enable_overlap",)),
         space.Dimension("hicache", (
             space.Value("on", "HiCache storage on", label=""),
             space.Value("off", "HiCache storage off", label="no-hicache", says="HiCache storage off"),
@@ -673,6 +683,8 @@ PREFILL_CLEANUP = space.Space(
         space.Unreachable("the prefill door builds the KV sender when it admits a request (create_sender), before "
                           "any forward; only the Mamba-only state is taken before it",
                           {"sender": ("none",), "holds": ("kv-metadata", "metadata")}),
+        space.Unreachable("an optimistic request was popped from the bootstrap queue while its handshake ran: the door "
+                          "had built its sender", {"sender": ("none",), "bootstrap": ("pending",)}),
     ),
     bug=({"abort": ("pending", "retired")}, {"grammar": ("rejects",)}, {"mask": ("rejects",)},
          {"discard": ("discarded",)}),
@@ -779,8 +791,9 @@ EXPLAINED: dict[tuple[str, str, str], str] = {
         "0.5.20 tells the tree cache only when HiCache storage is on (0.5.21 always); the cases run with it on, "
         "and a case with it off could not require the call without failing 0.5.21's unconditional one",
     ("Scheduler.retire_unadmitted_request", "delete", "req.release_mm_inputs_on_abort()"):
-        "0.5.22's retire path also frees multimodal inputs; no case sends a multimodal request, and freeing "
-        "them is not among #38935's duties",
+        "0.5.22's retire path also frees multimodal inputs, but set_finish_with_abort already freed a rejected "
+        "request's (0.5.22 on): a request rejected at intake reaches the door holding none, and freeing them is "
+        "not among #38935's duties",
 }
 
 

@@ -146,3 +146,32 @@ def decisions(fn: ast.FunctionDef, names: tuple[str, ...] = ()) -> set[str]:
             found.update(n.attr if isinstance(n, ast.Attribute) else n.id
                          for n in ast.walk(test) if isinstance(n, (ast.Attribute, ast.Name)))
     return found
+
+
+def enclosing(fn: ast.FunctionDef, target: ast.AST) -> ast.stmt:
+    """The innermost statement of ``fn`` that holds ``target`` (itself, when it is one): a case that ran
+    none of its lines never evaluated anything of it."""
+    parents = {id(node): parent for node, parent, *_ in walk(fn) if parent is not None}
+    node: ast.AST = target
+    while not isinstance(node, ast.stmt) and id(node) in parents:
+        node = parents[id(node)]
+    return node if isinstance(node, ast.stmt) and node is not fn else fn
+
+
+def own_lines(stmt: ast.stmt) -> set[int]:
+    """The lines of a statement that none of its blocks' statements span: a simple statement's every line,
+    a compound one's header (and its ``else:``, ``except ...:``, ``finally:`` lines)."""
+    start, end = span(stmt)
+    inner = set()
+    for key in BLOCKS:
+        for child in getattr(stmt, key, None) or ():
+            for node in ([child] if isinstance(child, ast.stmt) else getattr(child, "body", [])):
+                inner.update(range(span(node)[0], span(node)[1] + 1))
+    return set(range(start, end + 1)) - inner
+
+
+def touching(fn: ast.FunctionDef, start: int, end: int) -> list[ast.stmt]:
+    """The statements of ``fn`` whose own lines meet lines ``start``..``end``: what a change of that text
+    changes (a compound statement whose header it touches, whole)."""
+    wanted = set(range(start, end + 1))
+    return [node for node, *_ in walk(fn) if isinstance(node, ast.stmt) and node is not fn and own_lines(node) & wanted]

@@ -2,6 +2,9 @@
 
     <env python> -I -B /abs/probes/harness.py --probe PROBE_ID [--probe PROBE_ID ...] --out DIR
         [--case-timeout SECONDS] [--case CASE_ID ...] [--no-lines]
+    <env python> -I -B /abs/<dir>/harness.py  < the same arguments, NUL-separated
+
+(the host passes them on standard input, so that no command line a tree can read names them).
 
 Implements ``docs/probe-contract.md`` (``diffprobe.observations/3``): imports SGLang once, forks
 one child per case so cases share no state and never pay the import twice, kills a child that
@@ -28,39 +31,40 @@ from types import ModuleType
 from typing import Any
 
 SCHEMA = "diffprobe.observations/3"
-PROBE_MODULES = {
-    "admission": "probes.admission",
-    "prefill-cleanup": "probes.prefill_cleanup",
-    "lifetime-default": "probes.lifetime_default",
-    "lifetime-drain": "probes.lifetime_drain",
-    "lifetime-peers": "probes.lifetime_peers",
-    "lifetime-failures": "probes.lifetime_failures",
-    "handoff": "probes.handoff",
-}
+# Run as a script (in a tree's sandbox) the package is loaded under a name that says nothing of
+# what runs it: a tree must not find a harness by its module names. Imported, it is what it is.
+PACKAGE = "_job" if __name__ == "__main__" else (__name__.rpartition(".")[0] or "probes")
+PROBE_MODULES = {name: f"{PACKAGE}.{module}" for name, module in (
+    ("admission", "admission"), ("prefill-cleanup", "prefill_cleanup"),
+    ("lifetime-default", "lifetime_default"), ("lifetime-drain", "lifetime_drain"), ("lifetime-peers", "lifetime_peers"),
+    ("lifetime-failures", "lifetime_failures"), ("handoff", "handoff"))}
 HERE = os.path.dirname(os.path.abspath(__file__))
 RECORD_LINES = True  # per-case coverage (probes/coverage.py); --no-lines exists to measure its cost
 
 
 def load_package() -> ModuleType:
-    """Load ``probes`` by file location: its parent directory may be the host's site-packages,
-    which must not become importable here, so ``sys.path`` is left alone."""
-    loaded = sys.modules.get("probes")
+    """Load the probes' package (as ``PACKAGE``) by file location: its parent directory may be the
+    host's site-packages, which must not become importable here, so ``sys.path`` is left alone."""
+    loaded = sys.modules.get(PACKAGE)
     if loaded is not None and list(getattr(loaded, "__path__", ())) == [HERE]:
         return loaded
     spec = importlib.util.spec_from_file_location(
-        "probes", os.path.join(HERE, "__init__.py"), submodule_search_locations=[HERE]
+        PACKAGE, os.path.join(HERE, "__init__.py"), submodule_search_locations=[HERE]
     )
     assert spec is not None and spec.loader is not None
     package = importlib.util.module_from_spec(spec)
-    sys.modules["probes"] = package
+    sys.modules[PACKAGE] = package
     spec.loader.exec_module(package)
     return package
 
 
-load_package()  # before the imports below: ``probes`` is not on sys.path
-from probes.case import Case, Places, Probe, error, not_applicable, run_case, unmet  # noqa: E402
-from probes.coverage import Recorder, canonical  # noqa: E402
-from probes.tree import publish_defaults  # noqa: E402
+load_package()  # before the imports below: the package is not on sys.path
+_case = importlib.import_module(f"{PACKAGE}.case")
+_coverage = importlib.import_module(f"{PACKAGE}.coverage")
+Case, Places, Probe, error, run_case = _case.Case, _case.Places, _case.Probe, _case.error, _case.run_case
+not_applicable, unmet = _case.not_applicable, _case.unmet
+Recorder, canonical = _coverage.Recorder, _coverage.canonical
+publish_defaults = importlib.import_module(f"{PACKAGE}.tree").publish_defaults
 
 
 def find_sglang_root() -> str | None:
@@ -134,8 +138,8 @@ def imported_files(sglang_root: str | None, names: Iterable[str]) -> set[str]:
 
 
 def standins_among(names: Iterable[str]) -> set[str]:
-    """The stand-in modules (``diffprobe_standins`` marks them) among ``names``."""
-    return {n for n in names if getattr(sys.modules.get(n), "__dict__", {}).get("DIFFPROBE_STANDIN", False) is True}
+    """The stand-in modules (``cpu_standins`` marks them) among ``names``."""
+    return {n for n in names if getattr(sys.modules.get(n), "__dict__", {}).get("CPU_STANDIN", False) is True}
 
 
 class ImportLog:
@@ -381,11 +385,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--no-lines", action="store_true", help="record no per-case lines (to measure what recording costs)")
     parser.add_argument("--mutate", action="store_true",
                         help="run the cases against mutants of the fix's code; writes mutation-<probe>.json")
+    parser.add_argument("--hunks", metavar="JSON",
+                        help="with --mutate: these changes of the fix's code (a JSON list of id, function, old, new) "
+                             "are the mutants")
     return parser.parse_args(argv)
 
 
 def main(argv: list[str]) -> int:
-    args = parse_args(argv)
+    args = parse_args(argv or [a for a in sys.stdin.read().split("\0") if a])
     global RECORD_LINES
     RECORD_LINES = not args.no_lines
     probes: list[Probe] = [importlib.import_module(PROBE_MODULES[p]).PROBE for p in dict.fromkeys(args.probes)]
@@ -410,11 +417,12 @@ def main(argv: list[str]) -> int:
     sys.meta_path.insert(0, log)
     gc.freeze()  # children would otherwise copy the whole heap when their collector walks it
     if args.mutate and imported["outcome"] == "ok":
-        from probes import mutation
+        mutation = importlib.import_module(f"{PACKAGE}.mutation")
 
+        hunks = json.loads(args.hunks) if args.hunks else None
         for probe in probes:
             document = mutation.run(probe, selected[probe.id], lambda case: run_forked(case, places, args.case_timeout, log)[0],
-                                    places.display)
+                                    places.display, hunks)
             write_atomically(os.path.join(args.out, f"mutation-{probe.id}.json"), {**document, "import": imported})
         reap()
         return 0

@@ -28,14 +28,16 @@ import ast
 import copy
 import dataclasses
 import inspect
-from collections.abc import Callable, Iterator
+import textwrap
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import CodeType, FunctionType
 from typing import Any
 
 from . import tree
+from . import fixcode
 from .coverage import expand
-from .duties import FIX_CODE
+from .duties import EQUIVALENT, FIX_CODE, mutant_key
 
 TELEMETRY = ("logger.", "logging.", "time_stats", "trace_ctx", "metrics_reporter", "metrics_collector")
 OPERATORS = ("delete", "true", "false", "flip", "unguard", "return")
@@ -63,6 +65,7 @@ class Mutant:
     id: str
     target: str
     line: int
+    spans: tuple[tuple[int, int], ...]  # the statements it changes: only a case that ran a line of one can tell it
     operator: str
     before: str
     after: str
@@ -76,6 +79,7 @@ class Mutant:
             "function": self.target,
             "file": display(path),
             "line": self.line,
+            "spans": [list(span) for span in self.spans],
             "operator": self.operator,
             "before": self.before,
             "after": self.after,
@@ -98,7 +102,7 @@ def find(code: dict[str, tuple[str, ...]]) -> tuple[list[Target], list[str]]:
         path = inspect.getsourcefile(function) or ""
         with open(path, encoding="utf-8") as handle:
             module = ast.parse(handle.read(), path)
-        node = _function_node(module, function)
+        node = fixcode.function_node(module, function.__qualname__)
         if node is None:
             missing.append(name)
             continue
@@ -108,34 +112,7 @@ def find(code: dict[str, tuple[str, ...]]) -> tuple[list[Target], list[str]]:
     return found, missing
 
 
-def _function_node(module: ast.Module, function: FunctionType) -> ast.FunctionDef | None:
-    parts = function.__qualname__.split(".")
-    scope: list[ast.stmt] = module.body
-    node = None
-    for part in parts:
-        node = next((n for n in scope if isinstance(n, (ast.ClassDef, ast.FunctionDef)) and n.name == part), None)
-        if node is None:
-            return None
-        scope = node.body
-    return node if isinstance(node, ast.FunctionDef) else None
-
-
 # --- generation ------------------------------------------------------------------------------------
-
-
-def _walk(node: ast.AST) -> Iterator[tuple[ast.AST, ast.AST | None, str | None, int | None]]:
-    """Every node below ``node`` with its parent, field and index, in a fixed order."""
-    stack: list[tuple[ast.AST, ast.AST | None, str | None, int | None]] = [(node, None, None, None)]
-    while stack:
-        current, parent, name, index = stack.pop()
-        yield current, parent, name, index
-        children = []
-        for child_field, value in ast.iter_fields(current):
-            if isinstance(value, list):
-                children += [(v, current, child_field, i) for i, v in enumerate(value) if isinstance(v, ast.AST)]
-            elif isinstance(value, ast.AST):
-                children.append((value, current, child_field, None))
-        stack.extend(reversed(children))
 
 
 def _telemetry(stmt: ast.stmt) -> bool:
@@ -157,7 +134,7 @@ def _conditions(fn: ast.FunctionDef) -> set[int]:
             for value in inner.values:
                 operands(value)
 
-    for node, *_ in _walk(fn):
+    for node, *_ in fixcode.walk(fn):
         if isinstance(node, (ast.If, ast.While, ast.IfExp)):
             operands(node.test)
         elif isinstance(node, ast.Return) and isinstance(node.value, (ast.BoolOp, ast.UnaryOp)):
@@ -166,49 +143,17 @@ def _conditions(fn: ast.FunctionDef) -> set[int]:
     return found
 
 
-_BLOCKS = ("body", "orelse", "finalbody", "handlers")
-
-
-def _sliced(fn: ast.FunctionDef, names: tuple[str, ...]) -> set[int]:
-    """ids of the nodes in the slice: each statement whose own part (an ``if``'s test, a simple
-    statement whole) names one of ``names``, with its expressions; and the ``return``,
-    ``continue`` and ``break`` beside such a statement, which decide where its effect ends."""
-    inside: set[int] = set()
-
-    def own(stmt: ast.stmt) -> list[ast.AST]:
-        return [n for key, value in ast.iter_fields(stmt) if key not in _BLOCKS
-                for root in (value if isinstance(value, list) else [value]) if isinstance(root, ast.AST)
-                for n in ast.walk(root)]
-
-    def names_one(stmt: ast.stmt) -> bool:
-        return any((isinstance(n, ast.Name) and n.id in names) or (isinstance(n, ast.Attribute) and n.attr in names)
-                   for n in own(stmt))
-
-    for node, *_ in _walk(fn):
-        for block in (getattr(node, key, None) for key in _BLOCKS):
-            if not isinstance(block, list):
-                continue
-            chosen = [stmt for stmt in block if isinstance(stmt, ast.stmt) and names_one(stmt)]
-            if chosen:
-                chosen += [stmt for stmt in block if isinstance(stmt, (ast.Return, ast.Continue, ast.Break))]
-            for stmt in chosen:
-                inside.add(id(stmt))
-                inside.update(id(n) for n in own(stmt))
-    return inside
-
-
-def points(fn: ast.FunctionDef, executed: set[int], names: tuple[str, ...] = ()) -> list[tuple[int, str]]:
-    """(walk index, operator) of every mutation the function admits on executed lines (within its
-    slice when ``names`` are given)."""
+def points(fn: ast.FunctionDef, names: tuple[str, ...] = ()) -> list[tuple[int, str]]:
+    """(walk index, operator) of every mutation the function admits (within its slice when ``names`` are
+    given): every statement of the fix's code is a site, whether a case runs it or not."""
     found = []
     conditions = _conditions(fn)
-    sliced = _sliced(fn, names) if names else None
-    for index, (node, parent, name, position) in enumerate(_walk(fn)):
-        line = getattr(node, "lineno", None)
-        if line not in executed or node is fn or (sliced is not None and id(node) not in sliced):
+    sliced = fixcode.sliced(fn, names) if names else None
+    for index, (node, parent, name, position) in enumerate(fixcode.walk(fn)):
+        if node is fn or getattr(node, "lineno", None) is None or (sliced is not None and id(node) not in sliced):
             continue
         if isinstance(node, ast.stmt) and isinstance(getattr(parent, name or "", None), list):
-            if _telemetry(node) or isinstance(node, (ast.Pass, ast.FunctionDef)) or _docstring(node, parent, position):
+            if _telemetry(node) or isinstance(node, (ast.Pass, ast.FunctionDef)) or fixcode.docstring(node, parent, position):
                 continue
             found.append((index, "delete"))
             if position == 0 and not isinstance(node, ast.Return):
@@ -224,21 +169,11 @@ def points(fn: ast.FunctionDef, executed: set[int], names: tuple[str, ...] = ())
     return found
 
 
-def _docstring(node: ast.AST, parent: ast.AST | None, position: int | None) -> bool:
-    return (
-        position == 0
-        and isinstance(parent, ast.FunctionDef)
-        and isinstance(node, ast.Expr)
-        and isinstance(node.value, ast.Constant)
-        and isinstance(node.value.value, str)
-    )
-
-
-def mutate(fn: ast.FunctionDef, index: int, operator: str) -> tuple[ast.FunctionDef, str, str, int]:
-    """A mutated copy of ``fn``; the source before and after, and the line."""
+def mutate(fn: ast.FunctionDef, index: int, operator: str) -> tuple[ast.FunctionDef, str, str, tuple[int, int]]:
+    """A mutated copy of ``fn``; the source before and after, and the lines the changed node spans."""
     fn = copy.deepcopy(fn)
-    node, parent, name, position = list(_walk(fn))[index]
-    line = node.lineno
+    node, parent, name, position = list(fixcode.walk(fn))[index]
+    lines = fixcode.span(node)
     before = _one_line(node)
     if operator in ("delete", "return", "unguard"):
         body = getattr(parent, name)
@@ -258,7 +193,7 @@ def mutate(fn: ast.FunctionDef, index: int, operator: str) -> tuple[ast.Function
         constant = node.value if isinstance(node, (ast.keyword, ast.Return)) else node
         constant.value = not constant.value
         after = _one_line(node)
-    return ast.fix_missing_locations(fn), before, after, line
+    return ast.fix_missing_locations(fn), before, after, lines
 
 
 def _replace(parent: ast.AST | None, name: str | None, position: int | None, new: ast.AST) -> None:
@@ -311,18 +246,19 @@ def _same(a: CodeType, b: CodeType) -> bool:
     )
 
 
-def generate(targets: list[Target], executed: dict[str, set[int]]) -> list[tuple[Target, Mutant]]:
-    """Every mutant of the targets on the lines executed (by file), compiled."""
+def generate(targets: list[Target]) -> list[tuple[Target, Mutant]]:
+    """Every mutant of every statement of the targets' fix code, compiled."""
     mutants = []
     for target in targets:
-        lines = executed.get(target.path, set()) & set(target.lines)
         original = compile_function(target, target.node)
-        for index, operator in points(target.node, lines, target.slice):
-            fn, before, after, line = mutate(target.node, index, operator)
+        for index, operator in points(target.node, target.slice):
+            fn, before, after, lines = mutate(target.node, index, operator)
+            changed = fixcode.enclosing(target.node, list(fixcode.walk(target.node))[index][0])
             mutant = Mutant(
-                id=f"{target.name.rsplit('.', 1)[-1]}:{line}:{operator}:{index}",
+                id=f"{target.name.rsplit('.', 1)[-1]}:{lines[0]}:{operator}:{index}",
                 target=target.name,
-                line=line,
+                line=lines[0],
+                spans=(fixcode.span(changed),),
                 operator=operator,
                 before=before,
                 after=after,
@@ -340,6 +276,57 @@ def generate(targets: list[Target], executed: dict[str, set[int]]) -> list[tuple
     return mutants
 
 
+def hunk_mutants(targets: list[Target], hunks: list[dict[str, str]]) -> list[tuple[Target | None, Mutant]]:
+    """Mutants made of changes a vendor's backport might make (``{"id", "function", "old", "new"}``): in the
+    function of the fix's code named ``function``, its source text ``old`` (exactly once) becomes ``new``.
+    Only a case that ran a statement the text touches can tell it, unless the change reaches further: it
+    touches the function's header, or changes which names are the function's own (a name assigned
+    anywhere is local everywhere); then every case that ran the function."""
+    by_name = {t.name: t for t in targets}
+    mutants = []
+    for hunk in hunks:
+        target = by_name.get(hunk["function"])
+        mutant = Mutant(id=hunk["id"], target=hunk["function"], line=0, spans=(), operator="hunk",
+                        before=_first(hunk["old"]), after=_first(hunk["new"]))
+        if target is None:
+            mutant.unappliable = "the tree has no such function of the fix's code"
+            mutants.append((None, mutant))
+            continue
+        node = target.node
+        with open(target.path, encoding="utf-8") as handle:
+            lines = handle.read().splitlines(keepends=True)
+        segment = "".join(lines[node.lineno - 1 : node.end_lineno])
+        if segment.count(hunk["old"]) != 1:
+            mutant.unappliable = f"its text occurs {segment.count(hunk['old'])} times in the function, not once"
+            mutants.append((target, mutant))
+            continue
+        start = node.lineno + segment[: segment.index(hunk["old"])].count("\n")
+        end = start + hunk["old"].rstrip("\n").count("\n")
+        whole = fixcode.span(node)
+        touched = fixcode.touching(node, start, end)
+        mutant.line = start
+        mutant.spans = tuple(fixcode.span(s) for s in touched) if touched and start >= node.body[0].lineno else (whole,)
+        try:
+            fn = ast.parse(textwrap.dedent(segment.replace(hunk["old"], hunk["new"]))).body[0]
+            ast.increment_lineno(fn, node.lineno - 1)
+            mutant.code = compile_function(target, fn)  # type: ignore[arg-type]
+        except (SyntaxError, LookupError, ValueError, IndexError) as exc:
+            mutant.unappliable = f"does not compile: {exc}"
+        else:
+            original = target.function.__code__
+            if any(set(getattr(mutant.code, k)) != set(getattr(original, k)) for k in ("co_varnames", "co_cellvars")):
+                mutant.spans = (whole,)
+            if mutant.code.co_freevars != original.co_freevars:
+                mutant.unappliable = "changes the function's closure"
+        mutants.append((target, mutant))
+    return mutants
+
+
+def _first(text: str) -> str:
+    line = next((part.strip() for part in text.splitlines() if part.strip()), "")
+    return line if len(line) <= 100 else line[:97] + "..."
+
+
 def apply(target: Target, mutant: Mutant) -> None:
     """Patch the mutant into the imported tree (in a forked child only)."""
     assert mutant.code is not None
@@ -351,39 +338,69 @@ def apply(target: Target, mutant: Mutant) -> None:
 SCHEMA = "diffprobe.mutation/1"
 
 
-def run(probe: Any, cases: list[Any], run_forked: Callable[[Any], dict[str, Any]], display: Callable[[str], str]) -> dict[str, Any]:
-    """Run the probe's cases on the tree as it is, then against every mutant of the fix's code on
-    the lines they executed (each result's ``lines``). Results are raw case results: the host judges."""
+def run(probe: Any, cases: list[Any], run_forked: Callable[[Any], dict[str, Any]], display: Callable[[str], str],
+        hunks: list[dict[str, str]] | None = None) -> dict[str, Any]:
+    """Run the probe's cases on the tree as it is, then every mutant of the fix's code against the cases
+    that held and ran the statement it changes (each result's ``lines``), until one tells it from the tree.
+    A mutant no case reaches is run against none: its site is *not covered*, and it counts against the
+    score on the host. Given ``hunks``, those changes are the mutants instead, each run against the cases
+    that held and reached it until what the tree with it reads is settled. Results are raw case results:
+    the host judges."""
     targets, missing = find(FIX_CODE[probe.fix])
-    executed: dict[str, set[int]] = {}  # by absolute path, from each case's recorded lines (probes/coverage.py)
     baseline = [run_forked(case) for case in cases]
-    for target in targets:
-        for result in baseline:
-            executed.setdefault(target.path, set()).update(expand((result.get("lines") or {}).get(display(target.path), ())))
+    # case id -> absolute path of a function of the fix's code -> the lines of it the case ran
+    ran = {case.id: {t.path: expand((result.get("lines") or {}).get(display(t.path), ())) for t in targets}
+           for case, result in zip(cases, baseline)}
     # A case the tree already fails cannot tell a mutant from it (the host ignores it all the same).
     held = [case for case, result in zip(cases, baseline)
             if result.get("outcome") == "observed" and result.get("classification") == "clean"]
     mutants = []
-    for target, mutant in generate(targets, executed):
-        entry: dict[str, Any] = {**mutant.header(display, target.path), "equivalent": mutant.equivalent,
-                                 "unappliable": mutant.unappliable, "cases": []}
-        if mutant.equivalent is None and mutant.unappliable is None:
-            for case in held:  # until one case tells the mutant from the tree
+    kills: dict[str, int] = {}  # case id -> mutants it told from the tree so far: tried first on the next one
+    for target, mutant in hunk_mutants(targets, hunks) if hunks is not None else generate(targets):
+        path = target.path if target is not None else ""
+        reaching = [c for c in cases if any(fixcode.reached(span, ran[c.id].get(path, set())) for span in mutant.spans)]
+        entry: dict[str, Any] = {**mutant.header(display if path else str, path), "equivalent": mutant.equivalent,
+                                 "unappliable": mutant.unappliable, "reached_by": [c.id for c in reaching], "cases": []}
+        declared = mutant_key(mutant.target, mutant.operator, mutant.before) in EQUIVALENT  # the host says so too
+        if mutant.equivalent is None and mutant.unappliable is None and not declared:
+            # A mutant: the cases that told most mutants so far first, until one tells it. A hunk: what the tree
+            # with it reads, settled by the first guard it breaks (regression, nothing reads worse), else by the
+            # first bug case it breaks once every guard held (not fixed), else by every case holding (fixed).
+            order = sorted((c for c in held if c in reaching),
+                           key=lambda c: (hunks is not None and c.role != "guard", -kills.get(c.id, 0)))
+            for case in order:
                 patched = dataclasses.replace(
                     case, build=lambda journal, case=case, target=target, mutant=mutant: (apply(target, mutant), case.build(journal))[1]
                 )
-                entry["cases"].append(run_forked(patched))
-                if entry["cases"][-1]["classification"] != "clean":
+                result = run_forked(patched)
+                entry["cases"].append(result)
+                if _tells(result):
+                    kills[case.id] = kills.get(case.id, 0) + 1
                     break
         mutants.append(entry)
     return {
         "schema": SCHEMA,
         "probe": probe.id,
         "fix": probe.fix,
-        "targets": [{"function": t.name, "file": display(t.path), "lines": [t.node.lineno, t.node.end_lineno], "slice": list(t.slice),
-                     "executed": sorted(executed.get(t.path, set()) & set(t.lines))} for t in targets],
+        "targets": [_target_record(t, ran, display) for t in targets],
         "missing": missing,
         "operators": list(OPERATORS),
         "baseline": baseline,
         "mutants": mutants,
     }
+
+
+def _tells(result: dict[str, Any]) -> bool:
+    """Whether a case's result on a mutant tells it from the tree (as the host will judge it again): a duty
+    failed, or the tree's own code raised or hung. A gap of our doubles tells nothing: the next case is tried."""
+    error = result.get("error") or {}
+    return result.get("classification") == "bug" or result.get("outcome") == "timeout" or error.get("where") == "sglang"
+
+
+def _target_record(target: Target, ran: dict[str, dict[str, set[int]]], display: Callable[[str], str]) -> dict[str, Any]:
+    """One function of the fix's code: where it is, its statements, and those no case ran."""
+    lines = set().union(*(by_file.get(target.path, set()) for by_file in ran.values()))
+    statements = [fixcode.span(s) for s in fixcode.statements(target.node, target.slice)]
+    return {"function": target.name, "file": display(target.path), "lines": [target.node.lineno, target.node.end_lineno],
+            "slice": list(target.slice), "statements": [s[0] for s in statements],
+            "not_covered": [s[0] for s in statements if not fixcode.reached(s, lines)]}

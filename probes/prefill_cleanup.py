@@ -300,6 +300,7 @@ class ResultScene:
             "kv_releases": list(self.releases),
             "tree_cache_calls": [{k: e[k] for k in ("call", "args", "kwargs")} for e in calls("tree_cache")],
             "streamed": [list(call) for call in self.streamed],
+            "grammar_calls": [e["call"] for e in calls("grammar")],
             "pending_chunk_rids": plain(self.scheduler.disagg_prefill_pending_chunk_rids),
             "request": tree.request_state(self.req),
         }

@@ -6,10 +6,11 @@ import base64
 import hashlib
 import os
 import shutil
+import stat
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 
 _CHUNK = 1 << 20
 _UMASK = os.umask(0o022)
@@ -26,6 +27,21 @@ def sha256_file(path: Path) -> str:
         while chunk := f.read(_CHUNK):
             h.update(chunk)
     return h.hexdigest()
+
+
+def read_regular(path: Path, limit: int) -> bytes:
+    """The bytes of ``path`` if it is a regular file of at most ``limit`` bytes: opened without
+    following a link at its last component and without blocking on a FIFO, checked with ``fstat``
+    after the open, read no further than ``limit + 1``. Raises OSError (``ELOOP``: a link) or
+    ValueError (not a regular file, or larger than ``limit``)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    with open(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError(f"{path} is not a regular file")
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise ValueError(f"{path} is larger than {limit} bytes")
+    return data
 
 
 def write_atomic(path: Path, data: bytes) -> None:
@@ -119,20 +135,21 @@ def tree_files(root: Path, *, bytecode: bool = False) -> list[str]:
     return sorted(out if bytecode else [p for p in out if not is_bytecode(p)])
 
 
-def dirhash1(root: Path, files: list[str] | None = None) -> str:
-    """in-toto / Go modules ``h1:`` directory hash over ``files`` (default: all of ``root``).
+def dirhash1(files: Iterable[tuple[str, str]]) -> str:
+    """in-toto / Go modules ``h1:`` directory hash over ``(relative path, sha256 hex)`` pairs.
 
-    sha256 over the lines ``"<sha256 hex>  <relative path>\\n"`` sorted by path, base64-encoded
-    and prefixed ``h1:``. A symlink is hashed by its target text, so a link can never make two
-    different trees look the same. Recompute without diffprobe, inside ``root``:
-    ``find sglang -type f ! -path '*/__pycache__/*' ! -name '*.py[co]' -print0 | LC_ALL=C sort -z
-    | xargs -0 sha256sum | sha256sum | cut -d' ' -f1 | xxd -r -p | base64`` (valid while no path
-    holds a backslash or a newline, which sha256sum would escape).
+    sha256 over the lines ``"<sha256 hex>  <relative path>\\n"`` sorted by path, base64-encoded and
+    prefixed ``h1:``. As Go's ``dirhash.Hash1``, a name holding a newline is refused: it would let
+    two different lists of lines read the same (runner/store/intake.py refuses such names, and
+    every other that is not plain and printable, before anything is hashed). Recompute without
+    diffprobe in the directory holding ``sglang/``: ``find sglang -type f ! -path '*/__pycache__/*'
+    ! -name '*.py[co]' -print0 | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1
+    | xxd -r -p | base64``.
     """
     lines = []
-    for rel in tree_files(root) if files is None else files:
-        p = root / rel
-        digest = sha256_bytes(os.readlink(p).encode()) if p.is_symlink() else sha256_file(p)
+    for rel, digest in sorted(files):
+        if "\n" in rel:
+            raise ValueError(f"dirhash: file name with newline: {rel!r}")
         lines.append(f"{digest}  {rel}\n")
     summary = hashlib.sha256("".join(lines).encode()).digest()
     return "h1:" + base64.b64encode(summary).decode()

@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -21,6 +23,13 @@ from tests import tools
 
 RELEASES = ["0.5.19", "0.5.20", "0.5.21"]
 REAL = {"release_tree", "upstream_repo"}  # fixtures that download real SGLang releases
+# Every release the slow tests use. In a run of many slow tests (the whole suite: CI) they are
+# downloaded by a process of their own from the start, and the shared layer built, while the first
+# tests run (tests/prefetch.py): downloads are I/O, and every later test finds its release ready.
+# Add a release here when a new test needs one (better: use one already listed).
+SUITE_RELEASES = ["0.5.21", "0.5.20", "0.5.19", "0.5.22", "0.5.23", "0.4.5", "0.4.6", "0.4.7", "0.4.9", "0.4.10", "0.5.5",
+                  "0.5.10", "0.5.13", "0.5.14", "0.5.18"]
+PREFETCH_FROM = 20  # slow tests selected
 
 
 def pytest_collection_modifyitems(items):
@@ -33,9 +42,6 @@ def pytest_collection_modifyitems(items):
         reasons = [tools.missing(name) for mark in item.iter_markers("needs") for name in mark.args]
         if any(reasons):
             item.add_marker(pytest.mark.skip(reason=next(r for r in reasons if r)))
-
-
-UNCONFINED: set[str] = set()  # tests that ran a trusted fixture tree without bubblewrap, where it is missing
 
 
 @pytest.fixture(autouse=True)
@@ -54,7 +60,7 @@ def unconfined_where_bubblewrap_is_missing(request, monkeypatch):
         except BadInput:
             if bwrap.version is not probe_machine:
                 raise
-            UNCONFINED.add(request.node.nodeid)
+            tools.UNCONFINED.add(request.node.nodeid)
             return False
 
     monkeypatch.setattr(execute, "sandboxed_for", trusted)
@@ -71,8 +77,8 @@ def pytest_terminal_summary(terminalreporter):
     if counts:
         terminalreporter.write_line("skipped for a missing system tool: " + ", ".join(
             f"{n} need {tool} ({tools.TOOLS[tool].install})" for tool, n in sorted(counts.items())), yellow=True)
-    if UNCONFINED:
-        terminalreporter.write_line(f"bubblewrap cannot run here: {len(UNCONFINED)} tests ran the project's trusted fixture "
+    if tools.UNCONFINED:
+        terminalreporter.write_line(f"bubblewrap cannot run here: {len(tools.UNCONFINED)} test(s) ran the project's trusted fixture "
                                     "trees unconfined (with bubblewrap they run sandboxed)", yellow=True)
 
 
@@ -87,13 +93,59 @@ def interp():
     return envs.interpreter(None)
 
 
+class Prefetch:
+    """tests/prefetch.py running beside the tests; what a test needs from it, it waits for."""
+
+    def __init__(self, cache: Store, interp, log: Path) -> None:
+        self.cache, self.interp = cache, interp
+        self.log = open(log, "wb")
+        self.proc = subprocess.Popen([sys.executable, "-m", "tests.prefetch", str(cache.root), *SUITE_RELEASES],
+                                     cwd=Path(__file__).resolve().parent.parent, stdout=self.log, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL)
+
+    def wait_for(self, ready: Path) -> None:
+        while self.proc.poll() is None and not ready.exists():
+            time.sleep(0.5)
+
+    def layer(self) -> None:
+        self.wait_for(self.cache.layer(envs.layer_key(self.interp)) / "layer.json")
+
+    def release(self, version: str) -> None:
+        if version in SUITE_RELEASES:
+            self.wait_for(self.cache.index("pypi", version))
+
+    def close(self) -> None:
+        self.proc.wait()
+        self.log.close()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def prefetch(request, cache, interp) -> Prefetch | None:
+    """In a session of at least ``PREFETCH_FROM`` slow tests, the layer and ``SUITE_RELEASES`` are
+    fetched by tests/prefetch.py from the start (its log: the cache's logs/prefetch.log); else None."""
+    if sum(1 for item in request.session.items if item.get_closest_marker("slow")) < PREFETCH_FROM:
+        return None
+    ahead = Prefetch(cache, interp, cache.log("prefetch.log"))
+    request.addfinalizer(ahead.close)
+    return ahead
+
+
+@pytest.fixture(autouse=True)
+def layer_ready(request, prefetch) -> None:
+    """A slow test starts once the prefetched layer is there: none waits on the layer's build lock."""
+    if prefetch and request.node.get_closest_marker("slow"):
+        prefetch.layer()
+
+
 @pytest.fixture(scope="session")
-def release_tree(cache):
+def release_tree(cache, prefetch):
     """Resolve (download once per session) a real sglang release."""
     trees: dict[str, sources.Tree] = {}
 
     def get(version: str) -> sources.Tree:
         if version not in trees:
+            if prefetch:
+                prefetch.release(version)
             trees[version] = sources.resolve(specs.PypiSpec(version=version), cache)
         return trees[version]
 

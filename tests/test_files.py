@@ -7,7 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from runner.files import building_dir, dirhash1, write_atomic
+from runner.files import building_dir, write_atomic
+from runner.store import trees
+
+
+def dirhash1(root: Path) -> str:
+    return trees.digest(trees.read_back(root))
 
 
 def _tree(root: Path) -> Path:

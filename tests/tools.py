@@ -51,6 +51,18 @@ def need(name: str) -> None:
         pytest.skip(reason)
 
 
+UNCONFINED: set[str] = set()  # tests that ran a trusted fixture tree without bubblewrap, where it cannot run
+
+
+def sandboxed(request) -> bool:
+    """For a test that runs one of the project's trusted fixture trees itself (``run_isolated``,
+    ``run_side``): True where bubblewrap can run; else False, and the run's summary counts the test."""
+    if not missing("bubblewrap"):
+        return True
+    UNCONFINED.add(request.node.nodeid)
+    return False
+
+
 def tool_of(reason: str) -> str | None:
     """The tool a skip reason given here names, else None."""
     if not reason.startswith(PREFIX):

@@ -213,13 +213,14 @@ def pool_gate(args, fleet: Fleet, started: str, ends: float) -> list[Receipt]:
                     cases.append(gate.unread(f"pool-rank-{rank}", f"{w.name(rank)} reports no integer pool "
                                                                   "(memory_usage.token_capacity): failing closed"))
                     continue
+                own, own_source = rank_context(w, rank, context, source)
                 case = gate.pool_case(f"pool-rank-{rank}", w.endpoint, f"internal_states[{rank}].{where}", tokens,
-                                      context, source, args.headroom, who=f"rank {rank}: ")
+                                      own, own_source, args.headroom, who=f"rank {rank}: ")
                 if gate._int(top) and top != tokens:
                     case.effects["summary"] += f" (the top-level max_total_num_tokens says {top})"
                 cases.append(case)
                 if w.role == "prefill" and (smallest is None or tokens < smallest[0]):
-                    smallest = (tokens, context)
+                    smallest = (tokens, own)
         if args.negative and w is last_prefill(fleet.workers) and smallest:
             neg = negative_case(args, *smallest, ends)
             if neg is None:
@@ -228,6 +229,16 @@ def pool_gate(args, fleet: Fleet, started: str, ends: float) -> list[Receipt]:
                 cases.append(neg)
         out.append(gate_receipt(1, w, cases, started))
     return out
+
+
+def rank_context(w: Worker, rank: int, context: int, source: str) -> tuple[int, str]:
+    """The context a rank admits: its own where its state reports one (a rank's state carries its
+    resolved server arguments, which ``/set_internal_state`` changes rank by rank), else the worker's.
+    A rank whose context outgrew the top level's is judged by its own."""
+    own = (w.states or [])[rank].get("context_length") if w.states and rank < len(w.states) else None
+    if gate._int(own) and own != context:
+        return own, f"internal_states[{rank}].context_length from {w.endpoint} (its top level says {context})"
+    return context, source
 
 
 def last_prefill(workers: list[Worker]) -> Worker:
@@ -288,6 +299,19 @@ def audit_gates(probed: dict, fleet: Fleet) -> dict[int, tuple[list[Receipt], li
                     out[GATE_OF_FIX[f.fix]][1].append(
                         f"{source} (run by {w.name()}, {why}): #{f.fix} " + (f"{shown.status} in that configuration"
                         if shown else "not probed in that configuration: failing closed"))
+    return out
+
+
+def other_code(workers: list[Worker], tree_of: dict[str, str], declared: dict[str, str | None]) -> list[str]:
+    """One line per worker whose reported version is not the one its tree declares: the tree audit
+    (gates 2 to 4) is then of code the worker says it does not run, and fails closed. A worker or a
+    tree that states no version cannot be checked, and is taken as given."""
+    out = []
+    for w in workers:
+        said = declared.get(tree_of[w.url])
+        if w.version and said and said != w.version:
+            out.append(f"{w.name()} reports version {w.version!r}, but its tree {tree_of[w.url]} declares {said!r}: "
+                       "the audit is not of the code it runs (give its own tree with --tree URL=SOURCE): failing closed")
     return out
 
 
@@ -364,16 +388,15 @@ def cmd_accept(args) -> int:
     probed = {p.row.source: p for p in survey.probe(sources, opts)}
     past(ends, args, "the tree audit")
     trees = {s: pipeline.resolve(s, opts) for s in sources}  # stored already: re-verified, not fetched
-    for w in workers:
-        said = tree_version(trees[tree_of[w.url]].root)
-        if w.version and said and said != w.version:
-            ui.warn(f"{w.url} reports version {w.version} but its tree {tree_of[w.url]} is {said}")
+    unbound = other_code(workers, tree_of, {s: tree_version(t.root) for s, t in trees.items()})
     fleet = Fleet(workers, tree_of, {}, {s: {f.id: f for f in probed[s].row.static} for s in sources},
                   declarations(args.env, workers))
     ask_trees(fleet, opts, trees, args, ends)
     roles = {w.url: w.role for w in workers}
 
     audit = audit_gates(probed, fleet)
+    for n in (2, 3, 4):  # what backs them is the tree's code, which these workers say they do not run
+        audit[n][1].extend(unbound)
     g1 = pool_gate(args, fleet, started, ends)
     gates = [verdict(1, g1, roles)]
     g2, open_fixes = audit[2]

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from runner import errors, ui
-from runner.commands import options, pipeline, survey
-from runner.evidence import bundle, pins
+from runner.commands import baseline, options, pipeline, survey
+from runner.evidence import bundle, judging, pins
 from runner.evidence.records import SweepRecord
 from runner.sandbox import execute
 from runner.views import status
@@ -12,11 +12,12 @@ from runner.views import status
 
 def cmd_audit(args) -> int:
     signers = options.signers(args)
+    baseline.check_against(args.against)
     pinned = pins.load(options.path(args.pins))
     opts = pipeline.options(args, pinned, options.probe(args))
     target = bundle.out_path(args.out, "audit")
     started = execute.now()
-    probed, runs = survey.counted([args.source], opts)
+    probed, runs = survey.counted([args.source], opts, against=args.against)
     rows = [p.row for p in probed]
     record = SweepRecord(order=[args.source], shard=None, rows=rows, first_fixed=survey.first_fixed(rows), probe_runs=runs)
     out = survey.write(target, "audit", started, probed, record, signers=signers)
@@ -25,7 +26,8 @@ def cmd_audit(args) -> int:
                                  if n in pinned.fixes and pinned.fixes[n].sites})
     ui.out.print(f"bundle: {out}")
     # exit 0: every fix in force in the configuration its pin names (each configuration is printed)
-    return errors.OK if all(word == "fixed" for word in in_force.values()) else errors.DIFFERS
+    fixed = all(word == "fixed" for word in in_force.values())
+    return errors.OK if fixed and not (args.strict and judging.strict_fails(rows[0].fixes)) else errors.DIFFERS
 
 
 def register(sub) -> None:
@@ -33,6 +35,7 @@ def register(sub) -> None:
     p.add_argument("source")
     p.add_argument("--out", metavar="DIR", help="bundle directory to create")
     options.probe_options(p, parallel=None)
+    options.baseline(p)
     options.common(p)
     options.signing(p)
     p.set_defaults(func=cmd_audit)

@@ -10,6 +10,7 @@ probes, the backported tree must end as head does (same outcome and classificati
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -20,10 +21,10 @@ from rich.markup import escape
 from rich.table import Table
 
 from runner import errors, ui
-from runner.commands import options, pipeline
-from runner.evidence import bundle, judging, pins, receipts
+from runner.commands import baseline, options, pipeline
+from runner.evidence import bundle, departures, judging, pins, receipts
 from runner.sandbox import execute
-from runner.store import sources, specs
+from runner.store import intake, sources, specs
 from runner.files import digest_name, sha256_bytes
 from runner.evidence.receipts import Receipt
 from runner.evidence.records import Applied, BackportRecord, BackportRow
@@ -41,45 +42,108 @@ def _strip(patch: bytes) -> int:
 
 
 def _files(patch: bytes, strip: int) -> list[str]:
-    """Every path the patch touches, old and new names alike (a rename touches both)."""
+    """Every path the patch touches, old and new names alike (a rename touches both); each must be a
+    plain path inside the package (runner/store/intake.check_name), or the patch is refused."""
     names = [n for pair in re.findall(rb"^diff --git a/(\S+) b/(\S+)", patch, re.MULTILINE) for n in pair]
-    return list(dict.fromkeys("/".join(n.decode(errors="replace").split("/")[strip - 1:]) for n in names))
+    paths = list(dict.fromkeys(b"/".join(n.split(b"/")[strip - 1:]) for n in names))
+    return [intake.check_name(p, "the patch") for p in paths]
+
+
+def _git(args: list[str], work: Path, **kw) -> subprocess.CompletedProcess:
+    """git outside any repository above ``work`` (a cache inside a checkout would make ``git apply``
+    take paths from that checkout's top and skip those outside ``work``)."""
+    env = {**os.environ, "GIT_CEILING_DIRECTORIES": str(work.parent), "GIT_CONFIG_NOSYSTEM": "1"}
+    return subprocess.run(["git", *args], cwd=work, capture_output=True, env=env, **kw)
 
 
 def _git_apply(work: Path, patch: Path, strip: int, *flags: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["git", "apply", f"-p{strip}", "--whitespace=nowarn", *flags, str(patch)],
-                          cwd=work, capture_output=True, text=True)
+    return _git(["apply", f"-p{strip}", "--whitespace=nowarn", *flags, str(patch)], work, text=True)
 
 
-def _three_way(work: Path, files: list[str], base: Path, head: Path) -> list[str]:
-    """Merge each file of the patch; return the files that conflict (empty: merged)."""
+def _dir_fd(root: Path, parts: list[str], create: bool) -> int:
+    """A descriptor of ``root/parts...``, each part opened ``O_NOFOLLOW`` (created if asked): a
+    link on the way is an error, never a way out of ``root``."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for part in parts:
+            if create:
+                try:
+                    os.mkdir(part, 0o755, dir_fd=fd)
+                except FileExistsError:
+                    pass
+            parent, fd = fd, -1
+            try:
+                fd = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+            finally:
+                os.close(parent)
+    except BaseException:
+        if fd >= 0:
+            os.close(fd)
+        raise
+    return fd
+
+
+def _write_inside(root: Path, rel: str, data: bytes) -> None:
+    """Write ``root/rel`` as a new file renamed into place: nothing is written through a link or
+    into a file that has other names."""
+    *parts, name = rel.split("/")
+    fd = _dir_fd(root, parts, create=True)
+    try:
+        tmp = f".{name}.{os.getpid()}.tmp"
+        out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=fd)
+        with open(out, "wb") as f:
+            f.write(data)
+        os.rename(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)
+    finally:
+        os.close(fd)
+
+
+def _unlink_inside(root: Path, rel: str) -> None:
+    *parts, name = rel.split("/")
+    fd = _dir_fd(root, parts, create=False)
+    try:
+        os.unlink(name, dir_fd=fd)
+    finally:
+        os.close(fd)
+
+
+def _three_way(work: Path, files: list[str], onto: sources.Tree, base: sources.Tree, head: sources.Tree) -> list[str]:
+    """Merge each file of the patch into ``work`` (a copy of ``onto`` the patch left untouched);
+    return the files that conflict (empty: merged). Every file read is a verified file of a stored
+    tree; every write stays inside ``work``."""
+    have = {t: set(t.files) for t in (onto, base, head)}
     conflicts = []
     for rel in files:
-        ours, ancestor, theirs = work / rel, base / rel, head / rel
-        if not theirs.exists():  # deleted by the PR
-            if ours.exists() and ancestor.exists() and ours.read_bytes() == ancestor.read_bytes():
-                ours.unlink()
-            elif ours.exists():
+        ours, ancestor, theirs = (onto.root / rel if rel in have[onto] else None, base.root / rel if rel in have[base] else None,
+                                  head.root / rel if rel in have[head] else None)
+        if theirs is None:  # deleted by the PR
+            if ours and ancestor and ours.read_bytes() == ancestor.read_bytes():
+                _unlink_inside(work, rel)
+            elif ours:
                 conflicts.append(rel)
             continue
-        if not ours.exists() or not ancestor.exists():  # added by the PR, or absent from the target
-            if ours.exists() and ours.read_bytes() != theirs.read_bytes():
+        if ours is None or ancestor is None:  # added by the PR, or absent from the target
+            if ours and ours.read_bytes() != theirs.read_bytes():
                 conflicts.append(rel)
             else:
-                ours.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(theirs, ours)
+                _write_inside(work, rel, theirs.read_bytes())
             continue
-        merged = subprocess.run(["git", "merge-file", "-p", str(ours), str(ancestor), str(theirs)], capture_output=True)
+        merged = _git(["merge-file", "-p", str(ours), str(ancestor), str(theirs)], work)
         if merged.returncode != 0:
             conflicts.append(rel)
         else:
-            ours.write_bytes(merged.stdout)
+            _write_inside(work, rel, merged.stdout)
     return conflicts
 
 
 def apply(onto: sources.Tree, patch: bytes, work: Path, base: sources.Tree | None, head: sources.Tree | None) -> tuple[Applied, list[str]]:
-    """Patch a copy of ``onto`` in ``work``; say how, or raise BadInput naming the conflicts."""
-    shutil.copytree(onto.root / specs.PACKAGE, work / specs.PACKAGE, symlinks=True)
+    """Patch a copy of ``onto`` in ``work``; say how, or raise BadInput naming the conflicts.
+
+    The copy holds exactly the stored tree's verified files; whatever the patch makes of it (a link
+    git created, say) is taken in again through intake when it is probed, and refused there."""
+    work.mkdir(parents=True)
+    for rel in onto.files:
+        _write_inside(work, rel, (onto.root / rel).read_bytes())
     strip = _strip(patch)
     files = _files(patch, strip)
     patch_file = work.parent / f"{work.name}.patch"
@@ -93,7 +157,7 @@ def apply(onto: sources.Tree, patch: bytes, work: Path, base: sources.Tree | Non
             detail = _git_apply(work, patch_file, strip, "--check").stderr.strip().splitlines()[:1]
             raise errors.BadInput(f"the patch does not apply ({'; '.join(detail)}); with --patch there is no "
                                   "base/head to merge three-way: pass --pr against a repository instead")
-        conflicts = _three_way(work, files, base.root, head.root)
+        conflicts = _three_way(work, files, onto, base, head)
         if conflicts:
             shown = ", ".join(conflicts[:3]) + (f" and {len(conflicts) - 3} more" if len(conflicts) > 3 else "")
             raise errors.BadInput(f"the patch conflicts with {onto.identity.source}: {len(conflicts)} file(s) do not merge: {shown}")
@@ -114,6 +178,7 @@ def compare(fix_probes: list[str], mine: dict[str, Receipt], head: dict[str, Rec
 
 def cmd_backport(args) -> int:
     signers = options.signers(args)
+    baseline.check_against(args.against)
     p = pins.load(options.path(args.pins))
     fix = p.fix(args.pr)
     repo = specs.check_git_url(args.repo) if args.repo else p.upstream
@@ -154,12 +219,18 @@ def cmd_backport(args) -> int:
     plan = {target_text: fix.probes, head_text: fix.probes}
     if not args.applied and how != "already applied":
         plan = {args.onto: fix.probes, **plan}
-    _, got = pipeline.probe_sources(plan, opts)
+    trees, got = pipeline.probe_sources(plan, opts)
     mine = {pr: got[(target_text, pr)] for pr in fix.probes}
     theirs = {pr: got[(head_text, pr)] for pr in fix.probes}
     rows = compare(fix.probes, mine, theirs)
+    departed = baseline.departures_of(target_text, trees[target_text], baseline.of(trees[target_text], args.against, opts),
+                                      list(mine.values()))
+    baseline.say(departed)
+    same = all(r.same for r in rows)
+    [rests] = departures.judged([judging.FixStatus(fix=args.pr, status="fixed" if same else "not fixed", sites=[])],
+                                departed, list(mine.values()))
     record = BackportRecord(pr=args.pr, onto=args.onto, head=head_text, patch_sha256=patch_sha, applied=how,
-                            files=files, rows=rows, behaves_like_head=all(r.same for r in rows))
+                            files=files, rows=rows, behaves_like_head=same, departures=departed.line(), rests_on=rests.departed)
     diffs = []
     if args.onto in plan and target_text != args.onto:
         before = [(bundle.receipt_name(got[(args.onto, pr)]), got[(args.onto, pr)]) for pr in fix.probes]
@@ -168,10 +239,11 @@ def cmd_backport(args) -> int:
                                            None, fix.sites))
     out = bundle.write(out, kind="backport", created_at=started, receipts=list({bundle.receipt_name(r): r for r in got.values()}.values()),
                        differentials=diffs, pins_sha256=None, extra=record.model_dump(mode="json"),
+                       files={departures.file_name(bundle.label(trees[target_text].identity)): bundle.dump(departed)},
                        signers=signers)
     _print(record)
     ui.out.print(f"bundle: {out}")
-    return errors.OK if record.behaves_like_head else errors.DIFFERS
+    return errors.OK if record.behaves_like_head and not (args.strict and record.rests_on) else errors.DIFFERS
 
 
 def _print(record: BackportRecord) -> None:
@@ -182,6 +254,13 @@ def _print(record: BackportRecord) -> None:
         table.add_row(r.probe, escape(r.case), r.backport, r.head, "[green]yes[/]" if r.same else "[red]NO[/]")
     ui.out.print(table)
     verdict = "[green]behaves like head on every case[/]" if record.behaves_like_head else "[red]does not behave like head[/]"
+    if record.rests_on:
+        fs = judging.FixStatus(fix=record.pr, status="fixed", sites=[], departed=record.rests_on)
+        verdict += f", [yellow]{escape(judging.shown(fs).removeprefix('fixed, '))}[/]"
+        for place in record.rests_on.places:
+            ui.out.print(f"  ran: {escape(place)}")
+        for place in record.rests_on.aware:
+            ui.out.print(f"  [bold red]can tell it is being probed:[/] {escape(place)}")
     ui.out.print(f"verdict: {verdict}")
 
 
@@ -195,6 +274,7 @@ def register(sub) -> None:
     p.add_argument("--head", metavar="SOURCE", help="what to compare with (default: the PR's pinned head commit)")
     p.add_argument("--out", metavar="DIR")
     options.probe_options(p)
+    options.baseline(p)
     options.common(p)
     options.signing(p)
     p.set_defaults(func=cmd_backport)

@@ -120,7 +120,12 @@ def read_fleet(prefill: list[str], decode: list[str], timeout: int, ends: float)
             mode = info.get("disaggregation_mode")
             if mode != role:
                 raise errors.BadInput(f"{url} was given as --{role} but reports disaggregation_mode {mode!r}")
-            workers.append(Worker(role, url, endpoint, info))
+            worker = Worker(role, url, endpoint, info)
+            for rank, state in enumerate(worker.states or []):  # each rank reports its own role too
+                if state.get("disaggregation_mode", role) != role:
+                    raise errors.BadInput(f"{url} was given as --{role} but its rank {rank} reports disaggregation_mode "
+                                          f"{state['disaggregation_mode']!r}")
+            workers.append(worker)
     return workers
 
 

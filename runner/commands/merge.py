@@ -6,7 +6,7 @@ from pathlib import Path
 
 from runner import errors, ui
 from runner.commands import options, survey
-from runner.evidence import bundle, pins
+from runner.evidence import bundle, departures, pins
 from runner.evidence.records import SweepRecord, windows
 from runner.sandbox import execute
 from runner.views import status
@@ -18,9 +18,10 @@ def cmd_merge(args) -> int:
     another source with the same tree), and rows of one tree from different shards are marked
     "same tree as" the first in sweep order."""
     target = bundle.out_path(args.out, "sweep")
-    records, rows, by_tree = [], {}, {}
+    records, rows, by_tree, departed = [], {}, {}, {}
     for path in args.bundles:
         index, receipts, _ = bundle.load(Path(path))
+        departed |= departures.in_bundle(Path(path))
         if index.kind != "sweep":
             raise errors.BadInput(f"{path}: not a sweep bundle (kind {index.kind})")
         record = SweepRecord.model_validate(index.extra)
@@ -38,7 +39,8 @@ def cmd_merge(args) -> int:
     if missing:
         ui.warn(f"{len(missing)} source(s) of the sweep are in none of these shards, e.g. {missing[0]}")
     probed = survey.same_trees([survey.Probed(row=rows[s].model_copy(update={"same_tree_as": None}),
-                                              receipts=list(by_tree.get(rows[s].tree_digest, {}).values()))
+                                              receipts=list(by_tree.get(rows[s].tree_digest, {}).values()),
+                                              departures=departed.get(departures.file_name(rows[s].label)))
                                 for s in order if s in rows])
     merged = [p.row for p in probed]
     record = SweepRecord(order=order, shard=None, rows=merged, first_fixed=survey.first_fixed(merged),

@@ -5,7 +5,7 @@ here, on the host, from the effects its cases recorded (evidence/judging.py)."""
 from __future__ import annotations
 
 import orjson
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 from rich.markup import escape
 from rich.table import Table
 
@@ -54,8 +54,13 @@ def judge(source: str, tree_digest: str, raw: _Run, sites: list[str] | None = No
     mutants = []
     for m in raw.mutants:
         status, why = judging.mutant_status(raw.probe, m, held)
+        reads = None
+        if m["operator"] == "hunk" and status not in ("error", "equivalent"):
+            reads, failed = judging.status_with(raw.probe, baseline, m.get("cases", []))
+            why = "; ".join(failed) or why
         mutants.append(mutation.Mutant(id=m["id"], function=m["function"], file=m["file"], line=m["line"],
-                                       operator=m["operator"], before=m["before"], after=m["after"], status=status, why=why))
+                                       operator=m["operator"], before=m["before"], after=m["after"], status=status, why=why,
+                                       reached_by=len(m.get("reached_by", [])), reads=reads))
     cases = [mutation.BaselineCase(id=c.id, role=c.role, state=judging.state(c), site=c.site) for c in baseline]
     report = mutation.Mutation(source=source, tree_digest=tree_digest, probe=raw.probe,
                                probe_sha256=catalog.probe_digest(raw.probe), score=judging.score_of(raw.probe, raw.fix, [], []),
@@ -63,16 +68,14 @@ def judge(source: str, tree_digest: str, raw: _Run, sites: list[str] | None = No
     return report.model_copy(update={"score": mutation.counted(report)})
 
 
-def run_mutants(environment: envs.Env, probe: str, case_timeout: int, sandboxed: bool) -> _Run:
+def run_mutants(environment: envs.Env, probe: str, case_timeout: int, sandboxed: bool,
+                hunks: mutation.Hunks | None = None) -> _Run:
     """The harness with ``--mutate`` in the tree's sandbox (where the fail-closed rule allows none,
-    outside it: ``pipeline.Options.sandboxed``), as ``execute.run_probes`` runs it."""
-    with execute.run_dir() as work_dir:
-        code = execute.probes_copy(work_dir)
-        out = work_dir / "out"
-        argv = [str(environment.python), "-I", "-B", str(code / catalog.HARNESS), "--out", str(out),
-                "--case-timeout", str(case_timeout), "--probe", probe, "--mutate"]
-        run = execute.run_isolated(argv, work_dir=work_dir, timeout=MUTATE_ALLOWANCE,
-                                   read_only=[*environment.read_only, code], hidden=environment.hidden, sandboxed=sandboxed)
+    outside it: ``pipeline.Options.sandboxed``), as ``execute.run_probes`` runs it; with ``hunks``, those
+    changes are the mutants."""
+    args = ["--case-timeout", str(case_timeout), "--probe", probe, "--mutate",
+            *(("--hunks", hunks.model_dump_json()) if hunks is not None else ())]
+    with execute.harness(environment, args, timeout=MUTATE_ALLOWANCE, sandboxed=sandboxed) as (run, out):
         if run.code != 0:
             raise errors.Infrastructure(f"mutation run of {probe} failed in {environment.root.name}", detail=run.log_tail)
         raw = orjson.loads(execute.read_result(out / f"mutation-{probe}.json"))
@@ -81,7 +84,7 @@ def run_mutants(environment: envs.Env, probe: str, case_timeout: int, sandboxed:
 
 
 def measure(plan: list[tuple[str, int]], p: pins.Pins, opts: pipeline.Options, interp: envs.Interpreter,
-            torch: list, case_timeout: int) -> list[tuple[str, mutation.Mutation]]:
+            torch: list, case_timeout: int, hunks: mutation.Hunks | None = None) -> list[tuple[str, mutation.Mutation]]:
     """(bundle label of the tree, its mutation report) for each (source, fix) of ``plan``."""
     found = []
     for text, n in plan:
@@ -92,11 +95,22 @@ def measure(plan: list[tuple[str, int]], p: pins.Pins, opts: pipeline.Options, i
         environment = envs.env(tree, opts.cache, interp, torch)
         for probe in p.fix(n).probes:
             ui.err.print(f"mutating #{n}'s code in {escape(text)} ({probe})...")
-            raw = run_mutants(environment, probe, case_timeout, sandboxed)
+            raw = run_mutants(environment, probe, case_timeout, sandboxed, hunks)
             if raw.import_.outcome != "ok":
                 raise errors.Infrastructure(f"{text}: SGLang did not import ({raw.import_.error.message if raw.import_.error else ''})")
             found.append((bundle.label(tree.identity), judge(text, tree.identity.tree_digest, raw, p.fix(n).sites)))
     return found
+
+
+def read_hunks(path: str) -> mutation.Hunks:
+    """The changes to try (``--hunks FILE``), checked against their model: bad input is one line, exit 2."""
+    try:
+        return mutation.Hunks.model_validate_json(options.path(path).read_bytes())
+    except OSError as exc:
+        raise errors.BadInput(f"--hunks {path}: {exc.strerror or exc}") from None
+    except ValidationError as exc:
+        raise errors.BadInput(f"--hunks {path}: not a list of hunks (id, function, old, new): "
+                              f"{exc.errors()[0]['msg']}") from None
 
 
 def recorded(found: list[tuple[str, mutation.Mutation]]) -> tuple[dict[str, bytes], list[dict]]:
@@ -114,7 +128,8 @@ def cmd_mutate(args) -> int:
     opts = pipeline.options(args, p)
     target = bundle.out_path(args.out, "mutate")
     started = execute.now()
-    found = measure(plan, p, opts, envs.interpreter(args.python), options.torch(args), args.case_timeout)
+    hunks = read_hunks(args.hunks) if args.hunks else None
+    found = measure(plan, p, opts, envs.interpreter(args.python), options.torch(args), args.case_timeout, hunks)
     files, scores = recorded(found)
     out = bundle.write(target, kind="mutation", created_at=started, receipts=[], differentials=[], pins_sha256=None,
                        files=files, limits=MUTATION_LIMITS, extra=MutationRecord(scores=scores).model_dump(mode="json"), signers=signers)
@@ -124,18 +139,23 @@ def cmd_mutate(args) -> int:
     return errors.OK if all(m.holds() for m in reports) else errors.DIFFERS
 
 
+# The order mutants are listed in: what no case reaches first, then what no case noticed.
+LISTED = ("not covered", "survived", "error", "equivalent")
+
+
 def show(found: list[mutation.Mutation]) -> None:
     for m in found:
         ui.out.print(f"#{m.score.fix} in {escape(m.source)} (probe {m.probe}, baseline {m.score.baseline}): "
-                     f"evidence strength: {m.score.strength()}; {m.score.survived} survived, "
-                     f"{m.score.equivalent} equivalent, {m.score.error} error", markup=False)
+                     f"evidence strength: {m.score.strength()}; {m.score.not_covered} not covered, "
+                     f"{m.score.survived} survived, {m.score.equivalent} equivalent, {m.score.error} error", markup=False)
         table = Table(title_justify="left")
         for col in ("status", "where", "mutant", "why"):
             table.add_column(col)
-        for x in m.mutants:
-            if x.status != "killed":
-                table.add_row(x.status, escape(f"{x.file}:{x.line}"), escape(f"{x.operator}: {x.before} -> {x.after}"),
-                              escape(x.why or "(not explained)"))
+        for x in sorted((x for x in m.mutants if x.status != "killed" or x.reads),
+                        key=lambda x: (LISTED.index(x.status) if x.status in LISTED else len(LISTED), x.file, x.line)):
+            why = x.why or ("(no case runs this line)" if x.status == "not covered" else "(not explained)")
+            status = f"{x.id}: reads {x.reads}" if x.reads else x.status
+            table.add_row(escape(status), escape(f"{x.file}:{x.line}"), escape(f"{x.operator}: {x.before} -> {x.after}"), escape(why))
         if table.row_count:
             ui.out.print(table)
 
@@ -144,6 +164,8 @@ def register(sub) -> None:
     p = sub.add_parser("mutate", help="measure the evidence: mutants of each fix's code, and how many its cases detect")
     p.add_argument("source", nargs="?", help="tree to mutate (default: each fix's pinned release with the fix)")
     p.add_argument("--fix", type=int, action="append", metavar="N", help="only this fix (repeatable)")
+    p.add_argument("--hunks", metavar="FILE", help="try these changes of the fix's code instead of the operators' "
+                   "mutants (JSON list of id, function, old, new): what the tree with each reads, from every case it reaches")
     p.add_argument("--out", metavar="DIR", help="bundle directory to create")
     p.add_argument("--case-timeout", type=errors.positive_int, default=CASE_TIMEOUT, metavar="S",
                    help=f"seconds a case may run on one mutant (default {CASE_TIMEOUT}; a hang counts as detected)")

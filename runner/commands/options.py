@@ -10,7 +10,7 @@ from pathlib import Path
 from runner import errors
 from runner.evidence import dsse
 from runner.sandbox.execute import DEFAULT_CASE_TIMEOUT
-from runner.store import torch_source
+from runner.store import gc, intake, torch_source
 from runner.store.torch_source import TorchSource
 
 
@@ -34,6 +34,35 @@ class ProbeOptions:
 def common(p: argparse.ArgumentParser) -> None:
     cache_dir(p)
     p.add_argument("--pins", metavar="FILE", help="pins.toml to use (default: the project's own)")
+    intake_bounds(p)
+
+
+def intake_bounds(p: argparse.ArgumentParser) -> None:
+    """How much one tree may hold (runner/store/intake.py; README, "Threat model")."""
+    d = intake.Bounds()
+    g = p.add_argument_group("intake bounds", "a tree over any of these is refused before anything of it is copied")
+    g.add_argument("--max-files", type=errors.positive_int, default=d.files, metavar="N",
+                   help=f"files and directories in one tree's package (default {d.files})")
+    g.add_argument("--max-file-size", type=_size("--max-file-size"), default=d.file_size, metavar="SIZE",
+                   help=f"apparent size of one file, e.g. 200M (default {d.file_size >> 20}M)")
+    g.add_argument("--max-tree-size", type=_size("--max-tree-size"), default=d.total_size, metavar="SIZE",
+                   help=f"apparent size of all files of one tree, e.g. 2G (default {d.total_size >> 20}M)")
+
+
+def _size(option: str):
+    def parse(text: str) -> int:
+        try:
+            return gc.parse_size(text, option)
+        except errors.BadInput as e:
+            raise argparse.ArgumentTypeError(e.message) from None
+    return parse
+
+
+def bounds(args: argparse.Namespace) -> intake.Bounds:
+    """The values of ``intake_bounds`` (the defaults where a command has none)."""
+    d = intake.Bounds()
+    return intake.Bounds(files=getattr(args, "max_files", d.files), file_size=getattr(args, "max_file_size", d.file_size),
+                         total_size=getattr(args, "max_tree_size", d.total_size))
 
 
 def cache_dir(p: argparse.ArgumentParser) -> None:
@@ -82,6 +111,16 @@ def probe(args: argparse.Namespace) -> ProbeOptions:
     """The values of ``probe_options``."""
     return ProbeOptions(python=args.python, jobs=args.jobs, case_timeout=args.case_timeout, repeat=args.repeat, reuse=args.reuse,
                         torch_index=args.torch_index, torch_wheel=args.torch_wheel, unsandboxed=args.unsandboxed)
+
+
+def baseline(p: argparse.ArgumentParser) -> None:
+    """--against and --strict: what each tree is compared with (runner/commands/baseline.py), and
+    whether a verdict resting on code that differs from it fails."""
+    p.add_argument("--against", metavar="SOURCE",
+                   help="compare each tree with this upstream source (default: the PyPI release its own sglang/version.py "
+                        "declares) and show where it departs from it")
+    p.add_argument("--strict", action="store_true",
+                   help="exit 1 when a 'fixed' rests on code that differs from the baseline where the fix's cases ran")
 
 
 REQUEST_TIMEOUT = 600

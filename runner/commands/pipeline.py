@@ -12,12 +12,11 @@ from typing import Callable
 from rich.markup import escape
 
 from runner import errors, ui
-from runner.commands.options import ProbeOptions
-from runner.evidence import catalog, judging, pins, receipts, results
+from runner.commands.options import ProbeOptions, bounds
+from runner.evidence import catalog, fixcode, judging, pins, receipts, results
 from runner.sandbox import execute
-from runner.store import envs, sources, specs
+from runner.store import envs, intake, sources, specs
 from runner.store.cache import Store
-from runner.store.sources import TreeIdentity
 from runner.files import sha256_file
 from runner.evidence.observations import NOT_OBSERVED
 from runner.evidence.receipts import ProbeRef, Receipt
@@ -30,6 +29,7 @@ class Options:
     package_dir: str = "python/sglang"
     pinned_sha256: dict[str, str] = field(default_factory=dict)
     pinned_commits: tuple[str, ...] = ()
+    bounds: intake.Bounds = intake.Bounds()  # what one tree may hold (--max-files, --max-file-size, --max-tree-size)
 
     def sandboxed(self, tree: sources.Tree) -> bool:
         """Whether ``tree`` runs in the sandbox; refuses (exit 2) an unpinned tree where it cannot."""
@@ -40,7 +40,7 @@ class Options:
 def options(args, p: pins.Pins, probe: ProbeOptions = ProbeOptions()) -> Options:
     """Options from a command's --cache-dir, its pins and its probe options."""
     return Options(cache=Store.at(args.cache_dir), probe=probe, package_dir=p.package_dir, pinned_sha256=p.pinned_sha256,
-                   pinned_commits=p.pinned_commits)
+                   pinned_commits=p.pinned_commits, bounds=bounds(args))
 
 
 def probe_ref(probe: str, fix: int) -> ProbeRef:
@@ -49,26 +49,29 @@ def probe_ref(probe: str, fix: int) -> ProbeRef:
 
 
 def resolve(text: str, opts: Options) -> sources.Tree:
-    return sources.resolve(specs.parse(text), opts.cache, package_dir=opts.package_dir, pinned_sha256=opts.pinned_sha256)
+    return sources.resolve(specs.parse(text), opts.cache, package_dir=opts.package_dir, pinned_sha256=opts.pinned_sha256,
+                           bounds=opts.bounds)
 
 
-def receipt_of(probe: ProbeRef, identity: TreeIdentity, environment: envs.Env, run: execute.Run) -> Receipt:
-    """The receipt of one probe run in one tree's environment."""
+def receipt_of(probe: ProbeRef, tree: sources.Tree, environment: envs.Env, run: execute.Run) -> Receipt:
+    """The receipt of one probe run in one tree's environment, with the coverage of its fix's code read from
+    the stored tree."""
     obs = run.observations
     if obs.probe != probe.id:
         raise ValueError(f"observations are for probe {obs.probe}, not {probe.id}")
     env = receipts.tree_environment(environment, python=obs.python, implementation=obs.implementation, platform=obs.platform,
                                     standins_used=obs.standins, isolation=run.isolation)
     cases = [judging.rejudge(probe.id, case) for case in obs.cases]  # the host's own judgement, from the effects
-    return receipts.make(probe, identity, env, cases, started_at=run.started_at, finished_at=run.finished_at,
-                         materials=run.materials, import_result=obs.import_)
+    fix_code = fixcode.measure(probe.fix, fixcode.reader(tree.root), cases) if probe.fix is not None else None
+    return receipts.make(probe, tree.identity, env, cases, started_at=run.started_at, finished_at=run.finished_at,
+                         materials=run.materials, import_result=obs.import_, fix_code=fix_code)
 
 
 def same_source(stored, identity: sources.TreeIdentity) -> bool:
     """A stored receipt serves a later call only for the source it names (the same commit, artifact or
     directory): the same bytes from another source are shared within one call, where it is said, but a
     receipt from the store must not answer for a commit, release or fork it never named."""
-    fields = ("kind", "commit", "artifact_sha256", "path", "version")
+    fields = ("kind", "commit", "artifact_sha256", "path", "version", "left_out")
     return all(getattr(stored, f, None) == getattr(identity, f, None) for f in fields)
 
 
@@ -135,7 +138,8 @@ def probe(
 
     Sources are resolved and their environments built in order on this thread, and each tree's
     probes start on the pool as soon as it is ready, so downloads overlap with probe runs;
-    ``on_tree`` (host-side reading of a tree, say) runs here too, while the pool works. A tree is
+    ``on_tree`` (host-side reading of a tree, say) runs in order on a thread of its own, while the
+    pool works. A tree is
     probed once: a source whose tree digest an earlier source of the plan has shares its receipts,
     and a receipt in the receipts store (runner/evidence/results.py) is reused unless
     ``opts.probe.reuse`` is off or runs are repeated.
@@ -146,7 +150,7 @@ def probe(
     trees: dict[str, sources.Tree] = {}
     got: dict[tuple[str, str], Receipt] = {}
     reused: set[tuple[str, str]] = set()
-    first_of: dict[str, str] = {}  # tree digest -> the first source of the plan with that tree
+    first_of: dict[str, str] = {}  # tree digest (and what its source left out) -> the first source of the plan with that tree
     same: dict[str, str] = {}  # source -> the earlier source with its tree, whose receipts it shares
 
     def one(text: str, environment: envs.Env, probes: list[str], key: str, sandboxed: bool) -> dict[tuple[str, str], Receipt]:
@@ -156,7 +160,7 @@ def probe(
             _same_or_fail(text, runs, again, attempt)
         fresh = {}
         for probe, run in runs.items():
-            receipt = receipt_of(probe_ref(probe, run.observations.fix), trees[text].identity, environment, run)
+            receipt = receipt_of(probe_ref(probe, run.observations.fix), trees[text], environment, run)
             results.record(opts.cache, receipt, key)
             ui.err.print(f"[green]✓[/] {probe} on {escape(text)}: {tally(receipt)}")
             fresh[(text, probe)] = receipt
@@ -169,20 +173,23 @@ def probe(
                      f"observed {receipt.started_at} via {escape(receipt.source.source)})")
 
     pool = ThreadPoolExecutor(max_workers=workers_for_memory(opts.probe.jobs))
-    # The shared layer (built once: a minute cold; its seal checked warm) is made ready on its own
-    # thread once the first tree is resolved and allowed to run, and while it is being built the
-    # next sources are resolved (downloaded) here; every environment waits for it.
+    # The shared layer is made ready on its own thread: checked (its seal) from the start when it is
+    # built; built (a minute, cold) once the first tree is resolved and allowed to run, while the next
+    # sources are resolved (downloaded) here. Every environment waits for it. ``on_tree`` (host-side
+    # reading of a tree) runs on another thread, beside the probe runs.
     ahead = ThreadPoolExecutor(max_workers=1, thread_name_prefix="layer")
-    layer = None
-    futures = []
+    beside = ThreadPoolExecutor(max_workers=1, thread_name_prefix="on-tree")
+    built = (opts.cache.layer(envs.layer_key(interp)) / "layer.json").is_file()
+    layer = ahead.submit(envs.layer, opts.cache, interp, torch) if built and plan else None
+    futures, read = [], []
     try:
         for text in plan:
             if text not in trees:
                 trees[text] = resolve(text, opts)
             digest = trees[text].identity.tree_digest
             if on_tree:
-                on_tree(text, trees[text])
-            earlier = first_of.setdefault(digest, text)
+                read.append(beside.submit(on_tree, text, trees[text]))
+            earlier = first_of.setdefault(f"{digest} {trees[text].identity.left_out}", text)  # what each left out is its own
             if earlier != text and set(plan[text]) <= set(plan[earlier]):  # the same bytes: one probe run serves both
                 same[text] = earlier
                 continue
@@ -213,13 +220,17 @@ def probe(
                 futures.append(pool.submit(one, text, environment, todo, key, sandboxed))
         for f in futures:
             got.update(f.result())
+        for f in read:
+            f.result()
     except BaseException:
         pool.shutdown(wait=False, cancel_futures=True)
         ahead.shutdown(wait=False)
+        beside.shutdown(wait=False, cancel_futures=True)
         execute.kill_all()
         raise
     pool.shutdown()
     ahead.shutdown()
+    beside.shutdown()
     for text, earlier in same.items():
         for probe in plan[text]:
             reuse_one(text, probe, got[(earlier, probe)], f"the receipt of {escape(earlier)}, the same tree")

@@ -12,7 +12,7 @@ from runner.views.report import html, terminal, verified
 
 def cmd_report(args: argparse.Namespace) -> int:
     ev = verified.gather(Path(args.bundle))
-    terminal.show(ev)
+    terminal.show(ev, diffs=args.departures)
     if args.html:
         out = html.write_html(ev, Path(args.html))
         terminal.wrote(out)
@@ -24,4 +24,6 @@ def register(sub) -> None:
     p = sub.add_parser("report", help="show a verified bundle: terminal summary, optionally a self-contained HTML page")
     p.add_argument("bundle")
     p.add_argument("--html", metavar="OUT.html", help="also write a single self-contained HTML report here")
+    p.add_argument("--departures", action="store_true",
+                   help="print the lines of every changed place where a tree departs from its baseline (folded otherwise)")
     p.set_defaults(func=cmd_report)

@@ -12,8 +12,9 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from runner import errors
-from runner.commands import pipeline
-from runner.evidence import bundle, catalog, dsse, judging, pins, receipts, static
+from runner.commands import baseline, pipeline
+from runner.evidence import bundle, catalog, departures, dsse, judging, pins, receipts, static
+from runner.evidence.departures import Departures
 from runner.evidence.records import Row, SweepRecord, inconclusive_sites, windows
 from runner.evidence.receipts import Differential, Receipt
 from runner.store import specs
@@ -22,30 +23,42 @@ from runner.store import specs
 class Probed(BaseModel):
     row: Row
     receipts: list[Receipt]  # empty for a row whose tree an earlier row holds (row.same_tree_as)
+    departures: Departures | None = None  # None with the receipts: an earlier row holds the tree
 
 
-def probe(texts: list[str], opts: pipeline.Options) -> list[Probed]:
-    return counted(texts, opts)[0]
+def probe(texts: list[str], opts: pipeline.Options, against: str | None = None) -> list[Probed]:
+    return counted(texts, opts, against=against)[0]
 
 
-def counted(texts: list[str], opts: pipeline.Options, twins: dict[str, str] | None = None) -> tuple[list[Probed], int]:
+def counted(texts: list[str], opts: pipeline.Options, twins: dict[str, str] | None = None,
+            against: str | None = None) -> tuple[list[Probed], int]:
     """One row per source, in order, and the number of probe runs it took. ``twins`` maps a source
     to an earlier one known to hold the same tree (a commit that did not touch the package, by its
-    git tree id): it is neither resolved nor probed."""
+    git tree id): it is neither resolved nor probed. Each tree is compared with its baseline
+    (``against``, else the release it declares: runner/commands/baseline.py), and each fix's
+    status says what it rests on."""
     twins = twins or {}
     probes = list(catalog.PROBES)
     findings: dict[str, list[static.Finding]] = {}
-    done = pipeline.probe({t: probes for t in texts if t not in twins}, opts,
-                          on_tree=lambda text, tree: findings.__setitem__(text, static.scan(tree.root)))
+    baselines: dict[str, baseline.Baseline] = {}
+
+    def on_tree(text: str, tree) -> None:  # while the pool probes earlier trees
+        findings[text] = static.scan(tree.root, tree.files)
+        baselines[text] = baseline.of(tree, against, opts)
+
+    done = pipeline.probe({t: probes for t in texts if t not in twins}, opts, on_tree=on_tree)
     out: dict[str, Probed] = {}
     for t in texts:
         if t in twins:
             out[t] = twin(out[twins[t]], t)
             continue
         receipts = [done.receipts[(t, p)] for p in probes]
+        record = baseline.departures_of(t, done.trees[t], baselines[t], receipts)
+        baseline.say(record)
         row = Row(source=t, label=bundle.label(done.trees[t].identity), tree_digest=done.trees[t].identity.tree_digest,
-                  fixes=judging.fixes(receipts), static=findings[t], reused=all((t, p) in done.reused for p in probes))
-        out[t] = Probed(row=row, receipts=receipts)
+                  fixes=departures.judged(judging.fixes(receipts), record, receipts), static=findings[t],
+                  reused=all((t, p) in done.reused for p in probes), departures=record.line())
+        out[t] = Probed(row=row, receipts=receipts, departures=record)
     return same_trees([out[t] for t in texts]), done.runs
 
 
@@ -63,7 +76,7 @@ def same_trees(probed: list[Probed]) -> list[Probed]:
     for p in probed:
         earlier = first.setdefault(p.row.tree_digest, p.row.source)
         out.append(p if earlier == p.row.source else
-                   Probed(row=p.row.model_copy(update={"same_tree_as": earlier}), receipts=[]))
+                   Probed(row=p.row.model_copy(update={"same_tree_as": earlier}), receipts=[], departures=None))
     return out
 
 
@@ -90,10 +103,12 @@ def status_of(row: Row, fix: int, site: str | None = None) -> str:
     return found.status if found else "not applicable"
 
 
-def exit_code(rows: list[Row]) -> int:
+def exit_code(rows: list[Row], strict: bool = False) -> int:
     """1 when any site of any source is inconclusive: a matrix with a gap is not a result, even
-    when another site of the same fix already shows the bug."""
-    return errors.DIFFERS if inconclusive_sites(rows) else errors.OK
+    when another site of the same fix already shows the bug; with ``strict``, also when a "fixed"
+    rests on code that differs from its baseline."""
+    failed = inconclusive_sites(rows) or (strict and any(judging.strict_fails(r.fixes) for r in rows))
+    return errors.DIFFERS if failed else errors.OK
 
 
 def differentials(probed: list[Probed], p: pins.Pins) -> list[Differential]:
@@ -126,5 +141,6 @@ def differentials(probed: list[Probed], p: pins.Pins) -> list[Differential]:
 def write(target: Path, kind: str, started: str, probed: list[Probed], record: SweepRecord,
           diffs: list[Differential] = (), signers: list[dsse.Signer] = ()) -> Path:
     unique = {bundle.receipt_name(r): r for p in probed for r in p.receipts}
+    records = {departures.file_name(p.row.label): bundle.dump(p.departures) for p in probed if p.departures is not None}
     return bundle.write(target, kind=kind, created_at=started, receipts=list(unique.values()), differentials=list(diffs),
-                        pins_sha256=None, extra=record.model_dump(mode="json"), signers=signers)
+                        pins_sha256=None, extra=record.model_dump(mode="json"), files=records, signers=signers)

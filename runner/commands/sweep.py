@@ -8,7 +8,7 @@ import re
 import sys
 
 from runner import errors, ui
-from runner.commands import options, pipeline, shards, survey
+from runner.commands import baseline, options, pipeline, shards, survey
 from runner.evidence import bundle, pins
 from runner.evidence.records import Row, SweepRecord, windows
 from runner.sandbox import execute
@@ -49,7 +49,8 @@ def commits_between(repo: str, base: str, head: str, opts: pipeline.Options) -> 
     return [base_sha, *mirror.lines("rev-list", "--first-parent", "--reverse", f"{base_sha}..{head_sha}")]
 
 
-def bisect(texts: list[str], keys: list[str], opts: pipeline.Options) -> tuple[list[survey.Probed], dict[int, list[str]], int]:
+def bisect(texts: list[str], keys: list[str], opts: pipeline.Options,
+           against: str | None = None) -> tuple[list[survey.Probed], dict[int, list[str]], int]:
     """First source where each fix is observed, in O(log n) probe runs per fix over distinct trees.
 
     ``keys`` name each source's tree where it is known before resolving (a commit's package tree
@@ -66,7 +67,7 @@ def bisect(texts: list[str], keys: list[str], opts: pipeline.Options) -> tuple[l
         nonlocal runs
         key = keys[units[u]]
         if key not in probed:
-            [probed[key]], n = survey.counted([texts[units[u]]], opts)
+            [probed[key]], n = survey.counted([texts[units[u]]], opts, against=against)
             runs += n
         return probed[key].row
 
@@ -119,6 +120,7 @@ def _sweep_sources(args, opts: pipeline.Options) -> list[str]:
 
 def cmd_sweep(args) -> int:
     signers = options.signers(args)
+    baseline.check_against(args.against)
     p = pins.load(options.path(args.pins))
     opts = pipeline.options(args, p, options.probe(args))
     target = bundle.out_path(args.out, "sweep")
@@ -135,18 +137,18 @@ def cmd_sweep(args) -> int:
     if args.bisect:
         if shard:
             raise errors.BadInput("--bisect and --shard do not combine: bisection is sequential")
-        probed, path, runs = bisect(mine, keys, opts)
+        probed, path, runs = bisect(mine, keys, opts, args.against)
     else:
         first = {}
         twins = {t: first[k] for t, k in zip(mine, keys) if first.setdefault(k, t) != t}
-        (probed, runs), path = survey.counted(mine, opts, twins), None
+        (probed, runs), path = survey.counted(mine, opts, twins, against=args.against), None
     rows = [pr.row for pr in probed]
     record = SweepRecord(order=order, shard=shard, rows=rows, first_fixed=survey.first_fixed(rows), windows=windows(rows),
                          bisect=path, probe_runs=runs)
     out = survey.write(target, "sweep", started, probed, record, survey.differentials(probed, p), signers=signers)
     status.print_matrix(record)
     ui.out.print(f"bundle: {out}")
-    return survey.exit_code(rows)
+    return survey.exit_code(rows, strict=args.strict)
 
 
 def register(sub) -> None:
@@ -160,6 +162,7 @@ def register(sub) -> None:
                    "auto: from a Kubernetes Indexed Job, a Slurm array or a CI matrix (docs/deploy/)")
     p.add_argument("--out", metavar="DIR", help="bundle directory to create")
     options.probe_options(p, parallel="trees probed in parallel (memory-bounded)")
+    options.baseline(p)
     options.common(p)
     options.signing(p)
     p.set_defaults(func=cmd_sweep)

@@ -13,12 +13,16 @@ collect still says which tests never ran there.
 from __future__ import annotations
 
 import ast
+import errno
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Callable
 
 from runner.errors import BadInput
+from runner.files import read_regular
+from runner.store.intake import check_name
 
 UNITTEST_BASES = {"TestCase", "IsolatedAsyncioTestCase", "CustomTestCase"}
 
@@ -59,22 +63,44 @@ def build(arg: str, path: str, origin: str, data: bytes, helpers: dict[str, byte
     return UpstreamFile(path, origin, data, dict(sorted(helpers.items())), tuple(tests))
 
 
+# An upstream test file or helper is a few hundred KiB at most; a larger one is not read.
+MAX_FILE = 16 << 20
+
+
+def read_local(p: Path, arg: str) -> bytes:
+    """The bytes of a local test or helper file: a regular file, not a link (a test tree's link
+    could name any file of the host), read no further than ``MAX_FILE``; else one line, exit 2."""
+    try:
+        return read_regular(p, MAX_FILE)
+    except (OSError, ValueError) as e:
+        why = "a symbolic link" if isinstance(e, OSError) and e.errno == errno.ELOOP else (
+            e.strerror if isinstance(e, OSError) else f"not a regular file of at most {MAX_FILE >> 20} MiB")
+        raise BadInput(f"{arg}: {p} refused: {why}") from None
+
+
 def local_helpers(test: Path, with_paths: list[str]) -> dict[str, bytes]:
     """``--with PATH``: files placed beside the test file under their own names; a directory is
-    brought whole (its ``.py`` files, for a helper package)."""
+    brought whole (its ``.py`` files, for a helper package), walked without following links."""
     got: dict[str, bytes] = {}
     for arg in with_paths:
         p = Path(arg)
         if p.is_file():
-            files = {p.name: p}
+            files = {p.name: p.resolve()}  # the path named is the user's own; what a directory holds is not
         elif p.is_dir():
-            files = {f"{p.name}/{f.relative_to(p).as_posix()}": f for f in sorted(p.rglob("*.py")) if "__pycache__" not in f.parts}
+            files = {}
+            for dirpath, dirnames, filenames in os.walk(p):  # links to directories are listed, not followed
+                dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
+                for name in sorted(filenames):
+                    if name.endswith(".py"):
+                        f = Path(dirpath) / name
+                        files[f"{p.name}/{f.relative_to(p).as_posix()}"] = f
         else:
             raise BadInput(f"--with {arg}: no such file or directory")
         for name, f in files.items():
+            check_name(name, f"--with {arg}")  # laid out beside the test under this name: a plain one
             if name == test.name or name in got:
                 raise BadInput(f"--with {arg}: {name} is given twice")
-            got[name] = f.read_bytes()
+            got[name] = read_local(f, f"--with {arg}")
     return got
 
 

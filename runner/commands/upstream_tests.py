@@ -49,10 +49,10 @@ from typing import Callable, get_args
 from pydantic import ValidationError
 
 from runner import errors, ui
-from runner.commands import options, pipeline
-from runner.evidence import bundle, catalog, pins, receipts, targets
+from runner.commands import baseline, options, pipeline
+from runner.evidence import bundle, catalog, departures, pins, receipts, targets
 from runner.sandbox import execute
-from runner.store import envs, sources, specs
+from runner.store import envs, intake, sources, specs
 from runner.errors import BadInput, Infrastructure
 from runner.files import sha256_bytes, sha256_file
 from runner.evidence.materials import rederive
@@ -107,7 +107,8 @@ def locate_tests(arg: str, head: str, with_paths: list[str] = ()) -> Callable[[s
     local = Path(arg)
     if local.is_file():
         _checked(arg, local.name)
-        test = upstream_layout.build(f"--tests {arg}", local.name, f"local:{local.resolve()}", local.read_bytes(),
+        test = upstream_layout.build(f"--tests {arg}", local.name, f"local:{local.resolve()}",
+                                     upstream_layout.read_local(local.resolve(), f"--tests {arg}"),
                                      upstream_layout.local_helpers(local, list(with_paths)))
         return lambda tree, opts: test
     path = _repo_path(arg)
@@ -121,11 +122,13 @@ def locate_tests(arg: str, head: str, with_paths: list[str] = ()) -> Callable[[s
 
         def read(repo_path: str) -> bytes | None:
             try:
-                return sources.read_file(ident.repo, ident.commit, repo_path, opts.cache)
+                return sources.read_file(ident.repo, ident.commit, repo_path, opts.cache, upstream_layout.MAX_FILE)
+            except intake.Refused:  # there, but over the bound: never read as absent
+                raise
             except BadInput:  # no such file at that commit
                 return None
 
-        data = sources.read_file(ident.repo, ident.commit, path, opts.cache)
+        data = sources.read_file(ident.repo, ident.commit, path, opts.cache, upstream_layout.MAX_FILE)
         return upstream_layout.build(f"--tests {arg}", path, f"git:{ident.commit}:{path}", data,
                                      upstream_layout.git_helpers(path, data, read))
 
@@ -367,7 +370,7 @@ def receipt(side: Side, environment: envs.Env, test: UpstreamFile, probe: ProbeR
     if o.collection_errors:  # the test module did not import: the nearest thing to SGLang failing to import
         imported = ImportResult(outcome="error", duration_ms=0, error=_collection_error(o.collection_errors[0], side.lacking))
     return receipts.make(probe, side.tree.identity, env, cases(side, test), started_at=side.run.started_at,
-                         finished_at=side.run.finished_at, materials=rederive(side.tree.root, o.materials),
+                         finished_at=side.run.finished_at, materials=rederive(side.tree, o.materials),
                          import_result=imported)
 
 
@@ -545,6 +548,7 @@ def cmd_upstream_tests(args: argparse.Namespace) -> int:
     if args.timeout <= 0:
         raise BadInput(f"--timeout {args.timeout}: must be a positive number of seconds")
     signers = options.signers(args)
+    baseline.check_against(args.against)
     read_tests = locate_tests(args.tests, args.head, args.with_paths or [])
     opts = pipeline.options(args, pins.load(options.path(args.pins)), options.probe_of_env(args))
     torch = opts.probe.torch()  # a bad source fails before any download
@@ -561,15 +565,23 @@ def cmd_upstream_tests(args: argparse.Namespace) -> int:
         sides[name] = run_side(name, text, trees[name], environment, test, args.timeout, sandboxed=opts.sandboxed(trees[name]))
         got.append(receipt(sides[name], environment, test, probe))
     grading = grade(sides["base"], sides["head"], test.declared)
+    # Each side against its baseline: pytest runs record no lines, so a changed place the tests
+    # imported is never "not run" on their account, and --strict fails on any such place at head.
+    records = {name: baseline.departures_of(text, trees[name], baseline.of(trees[name], args.against, opts), [r])
+               for (name, text), r in zip((("base", args.base), ("head", args.head)), got)}
+    for departed in records.values():
+        baseline.say(departed)
+    departed_head = [h for h in records["head"].hunks() if h.code]
     out = bundle.write(
         bundle.out_path(args.out, PROBE_ID), kind=PROBE_ID, created_at=started,
         receipts=list({bundle.receipt_name(r): r for r in got}.values()), differentials=[], pins_sha256=None, limits=LIMITS,
         extra=record(test, args.base, args.head, grading).model_dump(mode="json", by_alias=True),
+        files={departures.file_name(bundle.label(trees[name].identity)): bundle.dump(r) for name, r in records.items()},
         signers=signers,
     )
     show(grading, f"{test.origin}: {grading.base.source} -> {grading.head.source}")
     ui.out.print(f"bundle: {out}  (check with: diffprobe verify {out})", markup=False)
-    return errors.OK if grading.passed else errors.DIFFERS
+    return errors.OK if grading.passed and not (args.strict and departed_head) else errors.DIFFERS
 
 
 def register(sub) -> None:
@@ -587,5 +599,6 @@ def register(sub) -> None:
                    help=f"seconds per side before pytest is killed (default {DEFAULT_TIMEOUT})")
     options.common(p)
     options.env_options(p)
+    options.baseline(p)
     options.signing(p)
     p.set_defaults(func=cmd_upstream_tests)

@@ -25,7 +25,7 @@ from runner.errors import DIFFERS, BadInput, DiffprobeError
 from runner.files import digest_name, sha256_bytes, sha256_file
 from runner.evidence import attest, dsse
 from runner.evidence.catalog import judge_digest
-from runner.evidence import catalog, judging, mutation
+from runner.evidence import catalog, departures, judging, mutation
 from runner.evidence.mutation import Mutation
 from runner.evidence.receipts import Differential, Receipt, Source, differential, seal, source_key
 
@@ -71,7 +71,7 @@ def receipt_name(receipt: Receipt) -> str:
     return f"receipts/{label(receipt.source)}.{receipt.probe.id}.json"
 
 
-def _dump(value: BaseModel) -> bytes:
+def dump(value: BaseModel) -> bytes:
     return _ranges_inline(orjson.dumps(value.model_dump(mode="json"), option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS)) + b"\n"
 
 
@@ -115,10 +115,10 @@ def write(
         contents: dict[str, bytes] = dict(files or {})
         trees: dict[str, Source] = {}
         for r in receipts:
-            contents[receipt_name(r)] = _dump(r)
+            contents[receipt_name(r)] = dump(r)
             trees.setdefault(label(r.source), r.source)
         for d in differentials:
-            contents[f"differentials/fix-{d.fix}.json"] = _dump(d)
+            contents[f"differentials/fix-{d.fix}.json"] = dump(d)
         index = Index(
             kind=kind, created_at=created_at, diffprobe=__version__, diffprobe_sha256=judge_digest(),
             pins_sha256=pins_sha256,
@@ -126,7 +126,7 @@ def write(
             differentials=sorted(f"differentials/fix-{d.fix}.json" for d in differentials),
             limits=limits, extra=extra or {},
         )
-        contents[INDEX] = _dump(index)
+        contents[INDEX] = dump(index)
         if signers:
             contents |= attest.sign(_statements(contents), signers, {}, None)[0]
         _lay_out(staging, contents)
@@ -304,6 +304,8 @@ def verify(root: Path, keys: dict[str, dsse.Ed25519PublicKey] | None = None, thr
         elif name.startswith(mutation.DIR):
             if (m := _load(root / name, Mutation, problems)) is not None:
                 mutations[name] = m
+        elif name.startswith(departures.DIR):
+            _load(root / name, departures.Departures, problems)
     if index is not None:
         for name in index.receipts + index.differentials:
             if name not in entries:
@@ -338,7 +340,7 @@ def attestations(root: Path) -> dict[str, bytes]:
 
 
 def _load(path: Path, model, problems: list[str]):
-    rel = path.name if path.parent.name not in ("receipts", "differentials", "mutation") else f"{path.parent.name}/{path.name}"
+    rel = path.name if path.parent.name not in ("receipts", "differentials", "mutation", "departures") else f"{path.parent.name}/{path.name}"
     try:
         raw = orjson.loads(path.read_bytes())
         value = model.model_validate(raw)

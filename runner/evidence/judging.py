@@ -122,20 +122,74 @@ class SiteStatus(BaseModel):
     cases: dict[str, str]  # case id -> its state (bug, clean, error, timeout, not_applicable)
 
 
+class Departed(BaseModel):
+    """What a "fixed" rests on when the tree departs from its upstream baseline where the fix's cases
+    ran (runner/evidence/departures.py): the same behaviour, observed on code upstream never had."""
+
+    status: Literal["fixed on differing code"] = "fixed on differing code"
+    baseline: str
+    places: list[str]  # "file:line in function" of each changed place the fix's cases ran
+    aware: list[str] = []  # changed places that can tell they are being probed (run or not: a tree can hide its own lines)
+
+
 class FixStatus(BaseModel):
     fix: int
+    not_covered: list[str] = []  # file:line of each statement of the fix's code no case ran (fixed, with lines it does not rest on)
     status: Status
     sites: list[SiteStatus]
     bug_at: list[str] = []  # sites where a bug case showed the bug signature, whatever a guard showed beside it
+    departed: Departed | None = None  # "fixed", on code that differs from the baseline where it was observed
+
+
+def departed(fs: FixStatus, baseline: str, places: list[str], aware: list[str]) -> FixStatus:
+    """``fs`` as it reads once its tree's departures are known: a "fixed" observed on changed
+    places the fix's cases ran, or beside changed places that can tell they are probed, says so.
+    Any other status stands as it is (the behaviour already says what is wrong)."""
+    if fs.status != "fixed" or not (places or aware):
+        return fs
+    return fs.model_copy(update={"departed": Departed(baseline=baseline, places=places, aware=aware)})
+
+
+def shown(fs: FixStatus) -> str:
+    """A fix's status in words, with what a "fixed" rests on: code that differs from its baseline where the
+    cases ran, and statements of the fix's code no case reached (``covered``)."""
+    word = covered(fs.status, fs.not_covered)
+    if fs.departed is None:
+        return word
+    d = fs.departed
+
+    def places(n: int) -> str:
+        return f"{n} place{'s' if n != 1 else ''}"
+
+    others = [p for p in d.aware if p not in d.places]
+    if d.places:
+        what = f"at {places(len(d.places))} the cases ran"
+        if inside := len(d.aware) - len(others):
+            what += f", {inside} of which can tell {'they are' if inside != 1 else 'it is'} being probed"
+        if others:
+            what += f", and beside {places(len(others))} no case was recorded running that can tell"
+    else:
+        what = f"beside {places(len(others))} no case was recorded running that can tell"
+    unreached = f"; {word.removeprefix('fixed, ')}" if word != fs.status else ""
+    return f"fixed, on code that differs from {d.baseline} {what}: read them{unreached}"
+
+
+def strict_fails(statuses: Iterable[FixStatus]) -> bool:
+    """``--strict``: a verdict that rests on code differing from its baseline is not taken."""
+    return any(fs.departed is not None for fs in statuses)
 
 
 def fixes(receipts: list[Receipt]) -> list[FixStatus]:
     """Per fix and site, from every probe case the receipts hold (one tree's receipts); the fix is
-    the one each observation names (its probe's), sites in the order the probes report them."""
+    the one each observation names (its probe's), sites in the order the probes report them. Each fix
+    names the statements of its code no case ran."""
     by_site: dict[tuple[int, str], list[Case]] = {}
+    missed: dict[int, list[str]] = {}
     for receipt in receipts:
         if receipt.probe.fix is None:
             continue
+        if receipt.fix_code is not None and receipt.fix_code.fix == receipt.probe.fix:
+            missed.setdefault(receipt.probe.fix, []).extend(receipt.fix_code.not_covered())
         for case in receipt.cases:
             by_site.setdefault((receipt.probe.fix, case.site), []).append(case)
     out: dict[int, list[SiteStatus]] = {}
@@ -145,8 +199,18 @@ def fixes(receipts: list[Receipt]) -> list[FixStatus]:
                                                   cases={c.id: state(c) for c in cases}))
         if any(c.role == "bug" and state(c) == "bug" for c in cases):
             bug_at.setdefault(fix, []).append(site)
-    return [FixStatus(fix=f, status=worst([s.status for s in sites]), sites=sites, bug_at=bug_at.get(f, []))
+    return [FixStatus(fix=f, status=worst([s.status for s in sites]), sites=sites, bug_at=bug_at.get(f, []),
+                      not_covered=sorted(set(missed.get(f, []))))
             for f, sites in sorted(out.items())]
+
+
+def covered(word: str, not_covered: list[str]) -> str:
+    """A status as it reads beside the statements of the fix's code no case ran: a "fixed" that some of them
+    never ran under says how many (not plain "fixed"); any other status stands as it is."""
+    if word == "fixed" and not_covered:
+        n = len(not_covered)
+        return f"fixed, with {n} line{'s' if n != 1 else ''} of the fix no case reaches"
+    return word
 
 
 # --- a line of trees: where each bug entered and where it left ----------------------------------
@@ -239,6 +303,11 @@ from probes import duties as probe_duties  # noqa: E402
 CONFIGURATIONS = probe_duties.CONFIGURATIONS
 
 
+def case_ids(probe: str) -> list[str]:
+    """Every case a probe declares (its generated case space), in order; none for a probe without duties."""
+    return list(probe_duties.CASES.get(probe, {}))
+
+
 def rejudge(probe: str, case: Case) -> Case:
     """The case as the host judges it from its effects, with each declared duty held or failed. A
     reported classification its effects do not bear out makes the case an error of the tree's
@@ -271,6 +340,7 @@ def rederive(receipt: Receipt, probe_sha256: str | None) -> list[str]:
     table does not give (for receipts of this diffprobe's probe version, ``probe_sha256``; another
     version names other duties, so only its consistency can be checked), a summary, an
     observation digest."""
+    from runner.evidence import fixcode
     from runner.evidence.receipts import _summary, observation_digest, source_key
 
     problems = []
@@ -281,6 +351,8 @@ def rederive(receipt: Receipt, probe_sha256: str | None) -> list[str]:
                 if again.outcome != "observed" or again.duties != case.duties:
                     why = again.error.message if again.error else "its duties do not follow from its effects"
                     problems.append(f"case {case.id}: {why}")
+    if receipt.fix_code is not None and fixcode.judged(receipt.fix_code, receipt.cases) != receipt.fix_code:
+        problems.append("the coverage of the fix's code does not follow from its cases' lines")
     if receipt.summary != _summary(receipt.cases):
         problems.append("summary does not count its cases")
     if receipt.observation_digest != observation_digest(receipt.probe.sha256, source_key(receipt.source), receipt.cases):
@@ -290,16 +362,17 @@ def rederive(receipt: Receipt, probe_sha256: str | None) -> list[str]:
 
 # --- mutation score: how strong is the evidence? ---------------------------------------------------
 
-MutantStatus = Literal["killed", "survived", "equivalent", "error"]
+MutantStatus = Literal["killed", "survived", "equivalent", "not covered", "error"]
 
 
 def mutant_status(probe: str, mutant: dict, held: set[str]) -> tuple[MutantStatus, str]:
     """What the cases made of one mutant of a fix's code, and why. Only the cases in ``held`` (clean
     on the tree unmutated) can tell a mutant: a case the tree already fails would "kill" every
-    mutant. Killed: such a case judged on the host shows a failed duty, or the tree's own code
-    raised or hung on it (a tree that fails there is not "fixed" either). Error: it could not be
-    run, no case held to run it against, or a double lacked what the mutant reached for (never a
-    behaviour). Equivalent: the same byte-code, or declared with a reason."""
+    mutant. Not covered: no case ran a line of it (``reached_by`` empty), so nothing could tell it from
+    the tree: it counts against the score. Killed: such a case judged on the host shows a failed duty, or
+    the tree's own code raised or hung on it (a tree that fails there is not "fixed" either). Error: it
+    could not be run, no case that held reaches it, or a double lacked what the mutant reached for (never
+    a behaviour). Equivalent: the same byte-code, or declared with a reason."""
     key = probe_duties.mutant_key(mutant["function"], mutant["operator"], mutant["before"])
     if mutant.get("equivalent"):
         return "equivalent", mutant["equivalent"]
@@ -307,8 +380,13 @@ def mutant_status(probe: str, mutant: dict, held: set[str]) -> tuple[MutantStatu
         return "equivalent", probe_duties.EQUIVALENT[key]
     if mutant.get("unappliable"):
         return "error", mutant["unappliable"]
+    reached = mutant.get("reached_by", [])
+    if not reached:
+        return "not covered", probe_duties.EXPLAINED.get(key, "")
     if not held:
         return "error", "no case held on the tree unmutated: nothing can tell a mutant from it"
+    if not held & set(reached):
+        return "error", f"only cases that did not hold on the tree unmutated run it ({', '.join(reached)})"
     errors = []
     for raw in mutant.get("cases", []):
         case = rejudge(probe, Case.model_validate(raw))
@@ -327,6 +405,26 @@ def mutant_status(probe: str, mutant: dict, held: set[str]) -> tuple[MutantStatu
     return "survived", probe_duties.EXPLAINED.get(key, "")
 
 
+def status_with(probe: str, baseline: list[Case], changed: list[dict]) -> tuple[Status, list[str]]:
+    """What a tree with a change reads, and why (``case: failed duties``, or what the tree's code did): the
+    cases run on the changed tree (raw results, judged here) in place of their results unchanged; every
+    other case as it ran unchanged (a case that never reached the changed code behaves the same). A case
+    the changed tree's own code raised or hung on shows what it is meant to prevent, as a mutant's does."""
+    again = {c.id: c for c in baseline}
+    for raw in changed:
+        case = rejudge(probe, Case.model_validate(raw))
+        again[case.id] = case
+    shown, why = [], []
+    for c in again.values():
+        broke = c.outcome == "timeout" or (c.error is not None and c.error.where == "sglang")
+        shown.append((c.role, "bug" if broke else state(c)))
+        if failed_duties(c):
+            why.append(f"{c.id}: {', '.join(failed_duties(c))}")
+        elif broke:
+            why.append(f"{c.id}: the tree's code {'hung' if c.outcome == 'timeout' else 'raised ' + c.error.type}")
+    return status_of(shown), why
+
+
 class MutationScore(BaseModel):
     fix: int
     probe: str
@@ -334,6 +432,7 @@ class MutationScore(BaseModel):
     killed: int
     survived: int
     equivalent: int
+    not_covered: int = 0  # on a line no case runs: counted against the score like a survivor
     error: int
     baseline: Status  # the unmutated tree: a score means something only when it is "fixed"
 
@@ -345,10 +444,12 @@ class MutationScore(BaseModel):
             return f"not measured: the tree unmutated reads {self.baseline}"
         if not scored:
             return "no mutant to score"
-        return f"{self.killed} of {scored} mutants of the fix's code paths detected ({100 * self.killed / scored:.1f}%)"
+        uncovered = f", {self.not_covered} on lines no case runs" if self.not_covered else ""
+        return (f"{self.killed} of {scored} mutants of the fix's code paths detected ({100 * self.killed / scored:.1f}%)"
+                f"{uncovered}")
 
 
 def score_of(probe: str, fix: int, baseline: list[tuple[str, State]], statuses: list[MutantStatus]) -> MutationScore:
     """The score of a fix's mutants on one tree; ``baseline``: (role, state) of each case unmutated."""
-    counts = {s: statuses.count(s) for s in ("killed", "survived", "equivalent", "error")}
+    counts = {s.replace(" ", "_"): statuses.count(s) for s in ("killed", "survived", "equivalent", "not covered", "error")}
     return MutationScore(fix=fix, probe=probe, mutants=len(statuses), **counts, baseline=status_of(baseline))

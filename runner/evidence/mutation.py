@@ -14,7 +14,7 @@ unmutated reading as that receipt's do: the score is a measure of the very evide
 from __future__ import annotations
 
 import orjson
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, RootModel
 
 from runner.evidence import judging
 from runner.evidence.receipts import Receipt
@@ -24,6 +24,21 @@ DIR = "mutation/"
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Hunk(_Model):
+    """A change of the fix's code as a vendor's backport might make it (``mutate --hunks FILE``: a JSON list
+    of these): in ``function`` (a qualified name of ``duties.FIX_CODE``), the source text ``old``, found
+    exactly once, becomes ``new``."""
+
+    id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+    function: str
+    old: str = Field(min_length=1)
+    new: str
+
+
+class Hunks(RootModel[list[Hunk]]):
+    pass
 
 
 class Mutant(_Model):
@@ -36,6 +51,8 @@ class Mutant(_Model):
     after: str
     status: judging.MutantStatus
     why: str  # the case and failed duty that killed it, the reason it is equivalent, what no case covers
+    reached_by: int = 0  # how many cases ran a line of it on the tree unmutated (0: not covered)
+    reads: judging.Status | None = None  # a hunk: what the tree with it reads, every case reaching it run
 
 
 class BaselineCase(_Model):
@@ -65,8 +82,9 @@ class Mutation(_Model):
         return [(c.role, c.state) for c in self.baseline if not self.sites or c.site in self.sites]
 
     def unexplained(self) -> list[Mutant]:
-        """Survivors nobody said why: a gap in the probes no one has looked at."""
-        return [m for m in self.mutants if m.status == "survived" and not m.why]
+        """Survivors and mutants no case reaches that nobody said why: a gap in the probes no one has
+        looked at."""
+        return [m for m in self.mutants if m.status in ("survived", "not covered") and not m.why]
 
     def holds(self) -> bool:
         """The evidence holds: the unmutated tree reads fixed and every surviving mutant is explained."""

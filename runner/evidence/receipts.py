@@ -14,12 +14,13 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
 from runner import __version__
 from runner.store.envs import Env
 from runner.files import sha256_bytes, sha256_file
 from runner.evidence.catalog import judge_digest
+from runner.evidence.fixcode import FixCoverage
 from runner.evidence.observations import NOT_OBSERVED, Case, Classification, ImportResult, Outcome, reject_floats
 from runner.evidence.judging import Transition, Verdict, state, transition, verdict
 from runner.store.sources import TreeIdentity
@@ -132,6 +133,8 @@ class Receipt(_Model):
     materials: dict[str, str] = Field(description="every sglang file the probe imported -> sha256 (in-toto materials)")
     import_result: ImportResult
     cases: list[Case]
+    fix_code: FixCoverage | None = Field(None, description="which statements of the fix's code (duties.FIX_CODE, read "
+                                         "from the stored tree) the cases ran, and which none did")
     summary: Summary
     started_at: str
     finished_at: str
@@ -140,6 +143,15 @@ class Receipt(_Model):
 
     def case(self, case_id: str) -> Case | None:
         return next((c for c in self.cases if c.id == case_id), None)
+
+    @model_serializer(mode="wrap")
+    def _without_absent_fix_code(self, handler):
+        """A receipt with no fix's code to cover (a gate, the model, a receipt sealed before it was recorded)
+        has no ``fix_code`` key at all: the digest was sealed over the body as it was made."""
+        body = handler(self)
+        if body.get("fix_code") is None:
+            body.pop("fix_code", None)
+        return body
 
 
 def observation_digest(probe_sha256: str, tree_digest: str, cases: list[Case]) -> str:
@@ -159,7 +171,7 @@ def _summary(cases: list[Case]) -> Summary:
 def make(
     probe: ProbeRef, source: TreeIdentity | ServerIdentity | ModelIdentity, environment: Environment,
     cases: list[Case], *, started_at: str, finished_at: str, materials: dict[str, str] | None = None,
-    import_result: ImportResult | None = None,
+    import_result: ImportResult | None = None, fix_code: FixCoverage | None = None,
 ) -> Receipt:
     """Seal a receipt; the one constructor for tree probes, gates and the incident model alike."""
     identity = source_key(source)
@@ -171,6 +183,7 @@ def make(
         "materials": dict(sorted((materials or {}).items())),
         "import_result": (import_result or ImportResult(outcome="ok", duration_ms=0)).model_dump(mode="json"),
         "cases": [c.model_dump(mode="json") for c in cases],
+        **({"fix_code": fix_code.model_dump(mode="json")} if fix_code is not None else {}),
         "summary": _summary(cases).model_dump(mode="json"),
         "started_at": started_at,
         "finished_at": finished_at,

@@ -23,6 +23,7 @@ class Row(BaseModel):
     static: list[static.Finding]
     same_tree_as: str | None = None  # an earlier source of this sweep with the same tree: its receipts stand for both
     reused: bool = False  # every receipt behind the row was observed before this command (receipts store or a twin)
+    departures: str | None = None  # one line: how the tree departs from its baseline (record: departures/<label>.json)
 
 
 class SweepRecord(BaseModel):
@@ -115,6 +116,10 @@ class BackportRecord(_Record):
     files: list[str] = Field(description="the files the patch changed")
     rows: list[BackportRow]
     behaves_like_head: bool
+    departures: str | None = Field(None, description="how the backported tree departs from its baseline, in one line "
+                                                     "(record: departures/<label>.json)")
+    rests_on: judging.Departed | None = Field(None, description="when it behaves like head on code that differs from its "
+                                                                "baseline where the fix's cases ran: those places")
 
 
 class AcceptedWorker(TypedDict):

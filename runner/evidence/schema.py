@@ -7,6 +7,7 @@ from pathlib import Path
 import orjson
 
 from runner.evidence.bundle import Index
+from runner.evidence.departures import Departures
 from runner.evidence.dsse import Envelope
 from runner.evidence.mutation import Mutation
 from runner.evidence.observations import Observations
@@ -24,6 +25,7 @@ MODELS = {
     "bundle": Index,
     "sweep": SweepRecord,  # bundle.json "extra" of audit, sweep and merge bundles: rows, bug windows
     "mutation": Mutation,  # mutation/*.json of mutate (and run --mutate) bundles
+    "departures": Departures,  # departures/*.json: where a tree departs from its baseline, and what ran there
     "envelope": Envelope,  # attestations/*.intoto.json (DSSE); the Statements inside follow in-toto's spec
     "pytest-outcomes": Outcomes,  # what upstream-tests' pytest plugin writes in a tree's environment
     "upstream-tests": UpstreamTestsRecord,  # bundle.json "extra" of upstream-tests bundles: test files, grading

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Sequence
 
 from pydantic import BaseModel
+
+from runner.files import read_regular
 
 
 class Signature(BaseModel):
@@ -89,23 +92,35 @@ class Finding(BaseModel):
     caveat: str
 
 
-def _files(root: Path, rel: str) -> list[Path]:
-    path = root / rel
-    return sorted(path.rglob("*.py")) if path.is_dir() else [path] if path.is_file() else []
+# The largest source file of a release is under 1 MiB (0.5.23: 0.4 MiB); a larger one is not read.
+MAX_SOURCE = 16 << 20
 
 
-def scan(root: Path) -> list[Finding]:
+def _files(files: Sequence[str], rel: str) -> list[str]:
+    """``rel`` itself, or the ``.py`` files below it, in path order (part by part)."""
+    return sorted((f for f in files if f == rel or (f.startswith(f"{rel}/") and f.endswith(".py"))), key=lambda f: f.split("/"))
+
+
+def scan(root: Path, files: Sequence[str]) -> list[Finding]:
+    """Findings over ``files`` (``sglang/...``: the stored tree's verified regular files,
+    ``Tree.files``) under ``root``: nothing is found by walking, no link is followed, no read goes
+    past ``MAX_SOURCE`` (runner/files.read_regular)."""
     findings = []
     for sig in SIGNATURES:
         pattern = re.compile(sig.pattern, re.MULTILINE)
-        evidence, default = [], None
-        for path in _files(root, sig.file):
-            text = path.read_text(errors="replace")
+        evidence, default, unread = [], None, []
+        for rel in _files(files, sig.file):
+            try:
+                text = read_regular(root / rel, MAX_SOURCE).decode(errors="replace")
+            except (OSError, ValueError):
+                unread.append(rel)
+                continue
             for m in pattern.finditer(text):  # the first match of each file: which files, not how often
                 line = text.count("\n", 0, m.start()) + 1
-                evidence.append(f"{path.relative_to(root).as_posix()}:{line}: {m.group(0).strip().splitlines()[0][:120]}")
+                evidence.append(f"{rel}:{line}: {m.group(0).strip().splitlines()[0][:120]}")
                 default = default or m.groupdict().get("default")
                 break
+        caveat = "; ".join(filter(None, [sig.caveat, unread and f"not read (not a regular file of at most 16 MiB): {', '.join(unread[:3])}"]))
         findings.append(Finding(id=sig.id, prs=sig.prs, what=sig.what, present=bool(evidence), default=default,
-                                evidence=evidence[:10], caveat=sig.caveat))
+                                evidence=evidence[:10], caveat=caveat))
     return findings

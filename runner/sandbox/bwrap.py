@@ -23,7 +23,7 @@ from pathlib import Path
 from runner.evidence.receipts import Isolation, Limits
 
 NAMESPACES = ("user", "mount", "pid", "net", "ipc", "uts", "cgroup")
-HOME = "/home/probe"
+HOME = "/home/user"  # names nothing of ours
 TMPFS_BYTES = 1 << 30
 RESULTS_BYTES = 128 << 20  # the result directory's tmpfs: all a run can hand back
 SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc/ld.so.cache")
@@ -64,7 +64,7 @@ def _system() -> list[str]:
 
 
 def _command(exe: str, mounts: Mounts, env: dict[str, str], cwd: str | None, info_fd: int | None) -> list[str]:
-    args = [exe, "--unshare-all", "--unshare-user", "--die-with-parent", "--new-session", "--clearenv",
+    args = [exe, "--unshare-all", "--unshare-user", "--die-with-parent", "--new-session", "--clearenv", "--as-pid-1",
             "--cap-drop", "ALL", "--proc", "/proc", "--dev", "/dev",
             "--size", str(TMPFS_BYTES), "--tmpfs", "/tmp", "--size", str(TMPFS_BYTES), "--tmpfs", HOME, *_system()]
     if info_fd is not None:

@@ -34,7 +34,7 @@ from typing import Iterator, Sequence
 from pydantic import ValidationError
 
 from runner.errors import BadInput, Infrastructure
-from runner.evidence import catalog
+from runner.evidence import catalog, judging
 from runner.evidence.materials import rederive
 from runner.evidence.observations import Observations
 from runner.files import owner_alive
@@ -46,12 +46,13 @@ from runner.store.sources import TreeIdentity
 
 DEFAULT_CASE_TIMEOUT = 60
 # The overall deadline is a safety net over the per-case timeouts: an import allowance plus room
-# for every case of every probe to time out.
+# for every case of every probe to time out (a probe whose cases the host does not know counts MAX_CASES).
 IMPORT_ALLOWANCE = 600
 MAX_CASES = 50
 RESULT_BYTES = 64 << 20  # a result file larger than this is not one
 LOG_TAIL_BYTES = 64 << 10
-RUN_PREFIX = "diffprobe-run-"
+RUN_PREFIX = "xrun-"  # names nothing of ours: a tree sees the paths under it (README, "Threat model")
+CODE_DIR = "_job"  # the probes' copy, and the package name they are loaded under (probes/harness.py)
 HAND_BACK_SECONDS = 60  # past a sandboxed run's deadline: for it to be stopped and its results handed back
 NO_SANDBOX = "only a pinned release or commit runs outside its sandbox; pass --unsandboxed to run this tree's code unconfined"
 
@@ -106,7 +107,7 @@ def run_dir() -> Iterator[Path]:
 
 def probes_copy(work_dir: Path) -> Path:
     """The probes' source files alone: no byte-code cache of the checkout is ever run."""
-    dest = work_dir / "probes"
+    dest = work_dir / CODE_DIR
     dest.mkdir()
     for path in catalog.probes_dir().glob("*.py"):
         shutil.copyfile(path, dest / path.name)
@@ -125,15 +126,11 @@ def run_probes(
 ) -> dict[str, Run]:
     """Run ``probes`` in one harness process (one SGLang import) and return each probe's run;
     ``lines=False`` records no per-case coverage (bench/coverage_cost.py measures what it costs)."""
-    run_timeout = run_timeout or IMPORT_ALLOWANCE + case_timeout * MAX_CASES
-    with run_dir() as work_dir:
-        code = probes_copy(work_dir)
-        out = work_dir / "out"
-        argv = [str(environment.python), "-I", "-B", str(code / catalog.HARNESS), "--out", str(out),
-                "--case-timeout", str(case_timeout), *[a for p in probes for a in ("--probe", p)],
-                *[a for c in cases or () for a in ("--case", c)], *(() if lines else ("--no-lines",))]
-        run = run_isolated(argv, work_dir=work_dir, timeout=run_timeout, read_only=[*environment.read_only, code],
-                           hidden=environment.hidden, sandboxed=sandboxed)
+    count = len(cases) if cases else sum(len(judging.case_ids(p)) or MAX_CASES for p in probes)
+    run_timeout = run_timeout or IMPORT_ALLOWANCE + case_timeout * count
+    args = ["--case-timeout", str(case_timeout), *[a for p in probes for a in ("--probe", p)],
+            *[a for c in cases or () for a in ("--case", c)], *(() if lines else ("--no-lines",))]
+    with harness(environment, args, timeout=run_timeout, sandboxed=sandboxed) as (run, out):
         if run.code is None:
             raise Infrastructure(f"probes {', '.join(probes)} in {environment.root.name} exceeded {run_timeout} s and were killed")
         if run.code != 0:
@@ -149,6 +146,21 @@ def run_probes(
             runs[probe] = Run(observations, rederive(environment.tree, [*observations.imported, *ran]), run.started_at,
                               run.finished_at, run.isolation, run.log_tail)
     return runs
+
+
+@contextlib.contextmanager
+def harness(environment: Env, args: list[str], *, timeout: int, sandboxed: bool = True) -> Iterator[tuple["Isolated", Path]]:
+    """The probe harness in ``environment``'s sandbox with ``args`` and ``--out``; yields how it
+    ended and its result directory (gone once the block ends). The arguments go on its standard
+    input, NUL-separated: a command line is readable by every process of the tree, and these name
+    the probes."""
+    with run_dir() as work_dir:
+        code = probes_copy(work_dir)
+        out = work_dir / "out"
+        argv = [str(environment.python), "-I", "-B", str(code / catalog.HARNESS)]
+        run = run_isolated(argv, work_dir=work_dir, timeout=timeout, read_only=[*environment.read_only, code],
+                           hidden=environment.hidden, sandboxed=sandboxed, stdin="\0".join([*args, "--out", str(out)]).encode())
+        yield run, out
 
 
 def read_result(path: Path) -> bytes:
@@ -175,12 +187,14 @@ class Isolated:
 
 
 def run_isolated(argv: list[str], *, work_dir: Path, timeout: int, read_only: Sequence[Path],
-                 hidden: Sequence[Path] = (), cwd: Path | None = None, sandboxed: bool = True) -> Isolated:
+                 hidden: Sequence[Path] = (), cwd: Path | None = None, sandboxed: bool = True,
+                 stdin: bytes | None = None) -> Isolated:
     """Run ``argv`` (code of a tree) with ``read_only`` visible and ``work_dir/out`` its one
     writable directory; output goes to ``work_dir/log.txt``. Sandboxed: in bubblewrap, ``cwd``
     (default its private HOME) inside it. Otherwise: its own process group, a scrubbed
     environment, ``work_dir/home`` as HOME, no network where the OS allows. Whatever runs is
-    killed at ``timeout`` and whenever we are interrupted."""
+    killed at ``timeout`` and whenever we are interrupted. ``stdin``: what it reads on its standard
+    input (nothing otherwise)."""
     if sandboxed and not bwrap.version():  # callers decide with sandboxed_for; one that did not fails closed here
         raise BadInput(f"bubblewrap cannot run here (not installed, or no user namespaces): {NO_SANDBOX}")
     out = work_dir / "out"
@@ -205,7 +219,14 @@ def run_isolated(argv: list[str], *, work_dir: Path, timeout: int, read_only: Se
     try:
         with limits.group(asked) as group, open(log_path, "wb") as log:
             proc = subprocess.Popen([*group.join(), *prefix, *command], stdout=log, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, env=env, cwd=where, start_new_session=True, pass_fds=fds)
+                                    stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE, env=env, cwd=where,
+                                    start_new_session=True, pass_fds=fds)
+            if stdin is not None:  # a few hundred bytes: the pipe takes them whole, whatever the process does
+                try:
+                    proc.stdin.write(stdin)
+                    proc.stdin.close()
+                except BrokenPipeError:
+                    pass
             if sandboxed:
                 os.close(info_write)
                 os.close(results_write)

@@ -47,8 +47,8 @@ for name, mod in sorted(sys.modules.items()):
     else:
         result["outside"].append(real)
 try:
-    import diffprobe_standins
-    result["standins"] = diffprobe_standins.loaded()
+    import cpu_standins
+    result["standins"] = cpu_standins.loaded()
 except ImportError:
     pass
 result["sglang_root"] = root

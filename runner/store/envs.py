@@ -39,10 +39,10 @@ from runner.store import torch_source, uv
 from runner.store.torch_source import TorchRecord, TorchSource
 from runner.store.pypi import WHEEL_TAG
 from runner.store.trees import PKG, Tree
-from runner.standins.diffprobe_standins import DECLARED as DECLARED_STANDINS, STANDINS as STANDIN_MODULES
+from runner.standins.cpu_standins import DECLARED as DECLARED_STANDINS, STANDINS as STANDIN_MODULES
 
 LOCK = Path(__file__).resolve().parents[1] / "data" / "cpu-lock.txt"
-STANDINS = Path(__file__).resolve().parents[1] / "standins" / "diffprobe_standins.py"
+STANDINS = Path(__file__).resolve().parents[1] / "standins" / "cpu_standins.py"
 FORMAT = 2  # bump when the layout of layers changes (2: torch installed alone from a recorded source)
 # Which layer serves which trees, and why; recorded in every layer stamp.
 CHOICE = (
@@ -101,7 +101,7 @@ class EnvStamp(BaseModel):
 class Env:
     root: Path
     stamp: EnvStamp
-    tree: Path  # the stored tree its overlay links to
+    tree: Tree  # the stored tree its overlay links to (its files, as the store verified them)
     layer: Path
 
     @property
@@ -120,7 +120,7 @@ class Env:
     @property
     def read_only(self) -> list[Path]:
         """What a run in this environment must see: the interpreter, the layer, the tree, itself."""
-        return [self.base_prefix, self.layer, self.tree, self.root]
+        return [self.base_prefix, self.layer, self.tree.root, self.root]
 
     @property
     def hidden(self) -> list[Path]:
@@ -199,8 +199,9 @@ def _layer(cache: Store, interp: Interpreter, torch: list[TorchSource] | None = 
                             f"(sha256 {record.sha256[:16]}…)"))
         with ui.step(f"install {len(packages)} locked packages into the shared layer (uv)"):
             python = scratch / "bin" / "python"
-            argv, env = uv.install_command(python, LOCK, uv.pip_settings(python))
+            argv, env = uv.install_command(python, LOCK, uv.pip_settings(python), scratch / ".uv-cache")
             run_logged(argv, step="install the locked dependency layer", log=log, env=env)
+            shutil.rmtree(scratch / ".uv-cache")
         site = _site_packages(scratch / "bin" / "python").relative_to(scratch)
         write_model(scratch / "layer.json", LayerStamp(
             format=FORMAT, key=key, lock_sha256=lock, interpreter=interp, site_packages=str(site), packages=packages,
@@ -261,20 +262,21 @@ def _tree_lacks(tree: Tree) -> list[str]:
     return [m for m in roots if not any(c.startswith(m + ".") for c in compiled)]
 
 
-def _overlay(tree_root: Path, dest: Path) -> None:
-    """Mirror the tree's package as directories of symlinks to its files.
+def _overlay(tree: Tree, dest: Path) -> None:
+    """Mirror the tree's package as directories of symlinks to its files: exactly the regular files
+    the store verified (``tree.files``), nothing found by walking it.
 
     Python looks for byte-code next to the path it imports from, so the byte-code compiled for the
     overlay lives in this environment and never in the verified tree (whose stored copy must hold
     source only), and no run recompiles SGLang.
     """
-    src = tree_root / PKG
-    for dirpath, dirnames, filenames in os.walk(src):
-        dirnames[:] = [d for d in dirnames if d != "__pycache__"]
-        target = dest / PKG / Path(dirpath).relative_to(src)
-        target.mkdir(parents=True, exist_ok=True)
-        for name in filenames:
-            (target / name).symlink_to(Path(dirpath) / name)
+    made: set[Path] = set()
+    for rel in tree.files:
+        target = dest / rel
+        if target.parent not in made:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            made.add(target.parent)
+        target.symlink_to(tree.root / rel)
 
 
 def _env(tree: Tree, cache: Store, interp: Interpreter, torch: list[TorchSource] | None = None) -> Env:
@@ -285,7 +287,7 @@ def _env(tree: Tree, cache: Store, interp: Interpreter, torch: list[TorchSource]
     final = cache.env(key)
     stamp = read_model(final / "env.json", EnvStamp)
     if stamp and stamp.key == key and (final / "bin" / "python").exists() and stamp.seal == seal(final, exclude=STAMPS):
-        return Env(final, stamp, tree.root, layer_root)
+        return Env(final, stamp, tree, layer_root)
     if final.exists():
         ui.warn(f"environment {final} is incomplete, damaged or altered since it was sealed (a planted .pth or byte-code?); rebuilding it")
         shutil.rmtree(final)
@@ -295,12 +297,12 @@ def _env(tree: Tree, cache: Store, interp: Interpreter, torch: list[TorchSource]
         site = _site_packages(scratch / "bin" / "python")
         # The venv is renamed into place, so every path it writes must point at the final name.
         standins_dir = final / "standins"
-        _overlay(tree.root, scratch / "tree")
+        _overlay(tree, scratch / "tree")
         (site / "diffprobe.pth").write_text(
             f"{final / 'tree'}\n"
             f"import site; site.addsitedir({str(layer_root / layer_stamp.site_packages)!r})\n"
             f"{standins_dir}\n"
-            "import diffprobe_standins; diffprobe_standins.install()\n"
+            "import cpu_standins; cpu_standins.install()\n"
         )
         _compile(scratch, [scratch / "tree", scratch / "standins"], cache.log(f"env-{key}-compile.log"))
         stamp = EnvStamp(
@@ -310,7 +312,7 @@ def _env(tree: Tree, cache: Store, interp: Interpreter, torch: list[TorchSource]
             notes=_notes(tree, interp), seal=seal(scratch, exclude=STAMPS),
         )
         write_model(scratch / "env.json", stamp)
-    return Env(final, stamp, tree.root, layer_root)
+    return Env(final, stamp, tree, layer_root)
 
 
 def _compile(venv: Path, dirs: list[Path], log: Path) -> None:

@@ -23,7 +23,7 @@ from runner.store.cache import KINDS, USED, Store
 # A probe run's private directory outlives its process only if diffprobe was SIGKILLed; past the
 # longest deadline a run can have (sandbox.execute: import allowance + every case timing out) and
 # some margin, nobody uses it any more.
-RUN_PREFIXES = ("diffprobe-run-", "diffprobe-tests-")
+RUN_PREFIXES = ("xrun-", "diffprobe-run-", "diffprobe-tests-")  # sandbox.execute.RUN_PREFIX, and the older name
 RUN_MAX_AGE = 6 * 3600
 # An entry used this recently may be under a probe run right now (an environment is not locked
 # while it runs): it is kept, like an entry whose build lock is held.
@@ -39,11 +39,11 @@ class Entry:
     last_used: float
 
 
-def parse_size(text: str) -> int:
+def parse_size(text: str, option: str = "--max-size") -> int:
     """``500M``, ``20G``, ``1.5T`` or a number of bytes."""
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\s*", text, re.IGNORECASE)
     if not m:
-        raise BadInput(f"--max-size {text!r}: expected a size such as 500M, 20G or 1.5T")
+        raise BadInput(f"{option} {text!r}: expected a size such as 500M, 20G or 1.5T")
     return int(float(m.group(1)) * _UNITS[m.group(2).upper()])
 
 

@@ -14,7 +14,7 @@ from pydantic import BaseModel
 from runner import ui
 from runner.errors import BadInput, Infrastructure
 from runner.files import building_dir, sha256_file
-from runner.store import specs, trees
+from runner.store import intake, specs, trees
 from runner.store.cache import Store, read_model, write_model
 from runner.store.procs import run_logged
 from runner.store.trees import PKG, Tree, TreeIdentity
@@ -28,21 +28,23 @@ class _Download(BaseModel):
     sha256: str
 
 
-def resolve(spec: specs.PypiSpec, cache: Store, pinned: str | None) -> Tree:
+def resolve(spec: specs.PypiSpec, cache: Store, pinned: str | None, bounds: intake.Bounds = intake.Bounds()) -> Tree:
     index_path = cache.index("pypi", spec.version)
-    hit = trees.from_index(cache, index_path)
+    hit = trees.from_index(cache, index_path, bounds)
     if hit is None or (pinned and hit[0].artifact_sha256 != pinned):
         wheel = _download(spec, cache, pinned)
-        root, stamp = trees.store(cache, lambda scratch: _unpack(wheel, scratch))
-        entry = trees.Index(tree_digest=stamp.tree_digest, artifact=wheel.name, artifact_sha256=sha256_file(wheel))
+        stored = _unpack(wheel, cache, str(spec), bounds)
+        entry = trees.Index(tree_digest=stored.stamp.tree_digest, artifact=wheel.name, artifact_sha256=sha256_file(wheel),
+                            left_out=stored.left_out)
         write_model(index_path, entry)
-        hit = (entry, root, stamp)
-    entry, root, stamp = hit
+        hit = (entry, stored)
+    entry, stored = hit
     identity = TreeIdentity(
         kind="pypi", source=str(spec), version=spec.version, artifact=entry.artifact,
-        artifact_sha256=entry.artifact_sha256, tree_digest=stamp.tree_digest, files=stamp.files,
+        artifact_sha256=entry.artifact_sha256, tree_digest=stored.stamp.tree_digest, files=stored.stamp.files,
+        left_out=stored.left_out,
     )
-    return Tree(identity, root)
+    return Tree(identity, stored.root, stored.files)
 
 
 def _download(spec: specs.PypiSpec, cache: Store, pinned: str | None) -> Path:
@@ -85,17 +87,13 @@ def _download(spec: specs.PypiSpec, cache: Store, pinned: str | None) -> Path:
     return final / got[0].name
 
 
-def _unpack(wheel: Path, scratch: Path) -> None:
-    """Only the package directory, and never a member that would land outside it."""
+def _unpack(wheel: Path, cache: Store, where: str, bounds: intake.Bounds) -> trees.Stored:
+    """Only the package directory's members, through intake (runner/store/intake.py); the wheel's
+    other members (beside its ``.dist-info``) are named as left out."""
     try:
         with zipfile.ZipFile(wheel) as zf:
-            for member in zf.infolist():
-                name = member.filename
-                if not name.startswith(f"{PKG}/") or member.is_dir():
-                    continue
-                parts = Path(name).parts
-                if Path(name).is_absolute() or ".." in parts:
-                    raise Infrastructure(f"{wheel.name}: refusing archive member {name!r} outside the package")
-                zf.extract(member, scratch)
+            named = f"{where} ({wheel.name})"
+            return trees.store(cache, intake.wheel(zf, PKG, named), where=named, bounds=bounds,
+                               outside=intake.wheel_outside(zf, PKG))
     except zipfile.BadZipFile as e:
         raise Infrastructure(f"{wheel.name}: corrupt wheel ({e})") from None

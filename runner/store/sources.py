@@ -4,7 +4,7 @@ or ``git+`` (here; git plumbing in mirrors.py)."""
 from __future__ import annotations
 
 from runner.errors import BadInput
-from runner.store import mirrors, path, pypi, specs, trees
+from runner.store import intake, mirrors, path, pypi, specs, trees
 from runner.store.cache import Store, write_model
 from runner.store.trees import PKG, Tree, TreeIdentity
 
@@ -15,15 +15,17 @@ def resolve(
     *,
     package_dir: str = "python/sglang",
     pinned_sha256: dict[str, str] | None = None,
+    bounds: intake.Bounds = intake.Bounds(),
 ) -> Tree:
+    """Every source's bytes come in through one intake (runner/store/intake.py), within ``bounds``."""
     if isinstance(spec, specs.GitSpec):
-        return _resolve_git(spec, cache, package_dir)
+        return _resolve_git(spec, cache, package_dir, bounds)
     if isinstance(spec, specs.PypiSpec):
-        return pypi.resolve(spec, cache, (pinned_sha256 or {}).get(spec.version))
-    return path.resolve(spec, cache)
+        return pypi.resolve(spec, cache, (pinned_sha256 or {}).get(spec.version), bounds)
+    return path.resolve(spec, cache, bounds)
 
 
-# --- git (plumbing in runner/store/mirrors.py) ------------------------------------------------
+# --- git (where objects come from: runner/store/mirrors.py) -----------------------------------
 
 
 def resolve_commit(url: str, rev: str, cache: Store) -> tuple[mirrors.Mirror, str]:
@@ -31,9 +33,10 @@ def resolve_commit(url: str, rev: str, cache: Store) -> tuple[mirrors.Mirror, st
     return m, sha
 
 
-def read_file(url: str, sha: str, path: str, cache: Store) -> bytes:
-    """The exact bytes of ``path`` in commit ``sha``: one blob, fetched on demand by the mirror."""
-    return mirrors.read_file(*resolve_commit(url, sha, cache), path)
+def read_file(url: str, sha: str, path: str, cache: Store, limit: int = intake.Bounds.file_size) -> bytes:
+    """The exact bytes of ``path`` in commit ``sha``: one blob, fetched on demand by the mirror; one
+    larger than ``limit`` is refused unread (``intake.Refused``, a BadInput)."""
+    return mirrors.read_file(*resolve_commit(url, sha, cache), path, limit)
 
 
 def diff(url: str, base: str, head: str, package_dir: str, cache: Store) -> bytes:
@@ -41,7 +44,7 @@ def diff(url: str, base: str, head: str, package_dir: str, cache: Store) -> byte
     return mirrors.diff(resolve_commit(url, base, cache)[0], base, head, package_dir)
 
 
-def _resolve_git(spec: specs.GitSpec, cache: Store, package_dir: str) -> Tree:
+def _resolve_git(spec: specs.GitSpec, cache: Store, package_dir: str, bounds: intake.Bounds) -> Tree:
     """Stored trees are indexed by the package's git tree id: a commit that did not touch the
     package finds its tree without reading a blob."""
     m, sha, remote = mirrors.resolve(spec.url, spec.rev, cache, spec.ref)
@@ -49,14 +52,15 @@ def _resolve_git(spec: specs.GitSpec, cache: Store, package_dir: str) -> Tree:
     if tree_id is None:
         raise BadInput(f"commit {sha}: no {package_dir} in its tree")
     index_path = cache.index("git-tree", tree_id)
-    hit = trees.from_index(cache, index_path)
+    hit = trees.from_index(cache, index_path, bounds)
     if hit is None:
-        root, stamp = trees.store(cache, lambda scratch: mirrors.materialise(m, sha, package_dir, scratch / PKG))
-        write_model(index_path, trees.Index(tree_digest=stamp.tree_digest))
-        hit = (None, root, stamp)
-    _, root, stamp = hit
+        entries = mirrors.entries(m, tree_id, f"commit {sha[:12]}: {package_dir}", bounds)
+        stored = trees.store(cache, entries, where=str(spec), bounds=bounds)
+        write_model(index_path, trees.Index(tree_digest=stored.stamp.tree_digest, left_out=stored.left_out))
+        hit = (None, stored)
+    stored = hit[1]
     identity = TreeIdentity(
         kind="git", source=str(spec), repo=spec.url, rev=spec.rev, commit=sha, package_dir=package_dir,
-        remote=remote, tree_digest=stamp.tree_digest, files=stamp.files,
+        remote=remote, tree_digest=stored.stamp.tree_digest, files=stored.stamp.files, left_out=stored.left_out,
     )
-    return Tree(identity, root)
+    return Tree(identity, stored.root, stored.files)

@@ -6,6 +6,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from runner import ui
+from runner.evidence import judging
 from runner.evidence.records import Row, SweepRecord, inconclusive_sites
 from runner.views import styles, timeline
 
@@ -17,7 +18,10 @@ def _cell(fs) -> str:
         return "[dim]not probed[/]"
     sites = "" if fs.status == "fixed" else ", ".join(
         f"{escape(s.site)} [{styles.STATUS.get(s.status, 'red')}]{s.status}[/]" for s in fs.sites)
-    return f"[{styles.STATUS.get(fs.status, 'red')}]{fs.status}[/]" + (f" ({sites})" if sites else "")
+    if fs.departed:  # the same behaviour, on code upstream never had
+        return f"[yellow]fixed, on differing code ({len(fs.departed.places)} ran, {len(fs.departed.aware)} can tell)[/]"
+    word = judging.shown(fs)
+    return f"[{styles.status(word)}]{word}[/]" + (f" ({sites})" if sites else "")
 
 
 def print_matrix(record: SweepRecord) -> None:
@@ -54,13 +58,22 @@ def print_audit(row: Row, pinned: dict[int, tuple[str, str]] | None = None) -> N
     """``pinned``: fix -> (the configuration its pin names, its status there), for a defence whose
     verdict is read in one configuration (an option off by default, on)."""
     ui.out.print(f"[bold]audit[/] {escape(row.source)}  {row.tree_digest}")
+    if row.departures:
+        ui.out.print(f"baseline: {escape(row.departures)}")
     for fs in row.fixes:
+        word = judging.shown(fs)
         config = (pinned or {}).get(fs.fix)
-        said = f"  (pinned configuration {escape(config[0])}: [{styles.STATUS[config[1]]}]{config[1]}[/])" if config else ""
-        ui.out.print(f"#{fs.fix}: [{styles.STATUS[fs.status]}]{fs.status}[/]{said}")
+        said = f"  (pinned configuration {escape(config[0])}: [{styles.status(config[1])}]{config[1]}[/])" if config else ""
+        ui.out.print(f"#{fs.fix}: [{styles.status(word)}]{escape(word)}[/]{said}")
+        for place in fs.departed.places if fs.departed else ():
+            ui.out.print(f"  ran on changed code: {escape(place)}")
+        for place in fs.departed.aware if fs.departed else ():
+            ui.out.print(f"  [bold red]can tell it is being probed:[/] {escape(place)}")
+        if fs.not_covered:
+            ui.out.print(f"  not covered (statements of the fix's code no case ran): {escape(', '.join(fs.not_covered))}")
         for site in fs.sites:
             cases = ", ".join(f"{k}={v}" for k, v in site.cases.items())
-            ui.out.print(f"  {site.site}: [{styles.STATUS[site.status]}]{site.status}[/]  ({escape(cases)})")
+            ui.out.print(f"  {site.site}: [{styles.status(site.status)}]{site.status}[/]  ({escape(cases)})")
     ui.out.print("static findings (code or option present; not behaviour observed):")
     for f in row.static:
         state = ("present" + (f", default {f.default}" if f.default else "")) if f.present else "absent"

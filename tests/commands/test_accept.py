@@ -21,7 +21,7 @@ from rich.console import Console
 
 from runner import cli, ui
 from runner.commands import survey
-from runner.sandbox import bwrap, execute, server_config
+from runner.sandbox import execute, server_config
 from runner.store import envs
 from runner.views.report import gates, verified
 from tests.commands.test_gates import serve as gates_serve
@@ -75,7 +75,7 @@ BOUNDED = f"{LIMIT}=65536"
 
 
 @pytest.fixture(scope="module")
-def server_args(release_tree, cache, interp):
+def server_args(request, release_tree, cache, interp):
     """version -> the release's ServerArgs defaults, as its own code declares them (once per release,
     in its sandbox like all of a tree's code)."""
     got: dict[str, dict] = {}
@@ -87,7 +87,7 @@ def server_args(release_tree, cache, interp):
                 out = work_dir / "out" / "defaults.json"
                 run = execute.run_isolated([str(environment.python), "-I", "-B", "-c", DEFAULTS, str(out)], work_dir=work_dir,
                                            timeout=300, read_only=environment.read_only, hidden=environment.hidden,
-                                           sandboxed=bool(bwrap.version()))
+                                           sandboxed=tools.sandboxed(request))
                 assert run.code == 0, run.log_tail
                 got[version] = json.loads(execute.read_result(out))
         return got[version]

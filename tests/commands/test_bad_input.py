@@ -89,7 +89,7 @@ ROWS = [
     Row("path-not-sglang", ("resolve", "path:{d}/taken", "--cache-dir", "{cache}"), 2, r"no sglang package in it"),
     Row("python-missing", ("audit", "path:{d}/taken", "--python", "{d}/no-python", "--cache-dir", "{cache}"), 2, r"--python .*no-python: no such interpreter"),
     Row("rev-missing", ("resolve", "git+{d}/repo@no-such-branch", "--cache-dir", "{cache}"), 2, r"revision 'no-such-branch' does not resolve"),
-    Row("repo-missing-local", ("resolve", "git+{d}/no-repo@HEAD", "--cache-dir", "{cache}"), 2, r"no-repo: cannot clone"),
+    Row("repo-missing-local", ("resolve", "git+{d}/no-repo@HEAD", "--cache-dir", "{cache}"), 2, r"no-repo: no git repository there"),
     Row("repo-unreachable", ("resolve", "git+https://nonexistent.invalid/x/sglang@HEAD", "--cache-dir", "{cache}"), 3,
         r"nonexistent\.invalid/x/sglang: cannot clone"),
     Row("release-missing", ("resolve", "pypi:sglang==99.99.99", "--cache-dir", "{cache}"), 2, r"no such release of sglang"),

@@ -12,20 +12,21 @@ import pytest
 from runner.commands import upstream_layout, upstream_tests
 from runner.store import envs
 from runner.views import grading
+from tests import tools
 
 STYLE = Path(__file__).resolve().parent / "upstream_style"
 HELPERS = {"conftest.py": (STYLE / "conftest.py").read_bytes(), "door_stubs.py": (STYLE / "door_stubs.py").read_bytes()}
 
 
-def graded(name: str, path: str, base: str, head: str, cache, release_tree, interp):
+def graded(name: str, path: str, base: str, head: str, cache, release_tree, interp, request):
     test = upstream_layout.build("--tests", path, f"local:{path}", (STYLE / f"{name}.py").read_bytes(), HELPERS)
     sides = [upstream_tests.run_side(side, f"pypi:sglang=={v}", release_tree(v), envs.env(release_tree(v), cache, interp), test,
-                                     timeout=900) for side, v in (("base", base), ("head", head))]
+                                     timeout=900, sandboxed=tools.sandboxed(request)) for side, v in (("base", base), ("head", head))]
     return upstream_tests.grade(*sides, test.declared)
 
 
-def test_a_base_lacking_the_imported_symbol_fails_there_so_the_fix_reads_fail_to_pass(cache, release_tree, interp):
-    g = graded("reject_predicate", "test_reject_predicate.py", "0.5.20", "0.5.21", cache, release_tree, interp)
+def test_a_base_lacking_the_imported_symbol_fails_there_so_the_fix_reads_fail_to_pass(cache, release_tree, interp, request):
+    g = graded("reject_predicate", "test_reject_predicate.py", "0.5.20", "0.5.21", cache, release_tree, interp, request)
     assert g.base.collection_errors == ["ImportError (target missing)"]
     assert {(r.grade, r.cause) for r in g.tests} == {("fail-to-pass", "target missing")}
     assert len(g.tests) == 5  # 3 tests and the 2 subtests of one, each graded
@@ -34,8 +35,8 @@ def test_a_base_lacking_the_imported_symbol_fails_there_so_the_fix_reads_fail_to
     assert g.verdict == "passes" and "every test that fails at base (5) passes at head" in grading.verdict_line(g)
 
 
-def test_a_patch_target_moved_later_and_stand_ins_that_fit_neither_side(cache, release_tree, interp):
-    g = graded("prefill_cache_patch", "test_prefill_cache_patch.py", "0.5.21", "0.5.22", cache, release_tree, interp)
+def test_a_patch_target_moved_later_and_stand_ins_that_fit_neither_side(cache, release_tree, interp, request):
+    g = graded("prefill_cache_patch", "test_prefill_cache_patch.py", "0.5.21", "0.5.22", cache, release_tree, interp, request)
     rows = {r.id.split("::")[-1]: r for r in g.tests}
     moved = rows["test_unfinished_cache_helper_can_be_stubbed"]
     assert (moved.grade, moved.cause, moved.head.kind) == ("pass-to-fail", "target missing", "AttributeError (target missing)")

@@ -17,6 +17,7 @@ from runner.evidence import bundle, schema
 from runner.evidence.upstream import UpstreamTestsRecord
 from runner.store import envs, seal
 from runner.commands.upstream_layout import UpstreamFile
+from tests import tools
 
 # Upstream-style and self-contained: imports only the tree's sglang, pytest and the standard library.
 # At 0.5.20 the door builds a KV sender through `self.create_sender`, which the stub lacks: an
@@ -276,10 +277,11 @@ def test_after_the_hang():
 
 
 @pytest.fixture(scope="module")
-def mechanics(tmp_path_factory, cache, release_tree, interp):
+def mechanics(request, tmp_path_factory, cache, release_tree, interp):
     environment = envs.env(release_tree("0.5.21"), cache, interp)
     test = UpstreamFile("test_mechanics.py", "local:test_mechanics.py", MECHANICS.encode())
-    side = upstream_tests.run_side("head", "pypi:sglang==0.5.21", release_tree("0.5.21"), environment, test, timeout=12)
+    side = upstream_tests.run_side("head", "pypi:sglang==0.5.21", release_tree("0.5.21"), environment, test, timeout=12,
+                                   sandboxed=tools.sandboxed(request))
     return side, {e.id.removeprefix("test_mechanics.py::"): e for e in upstream_tests.entries(side)}
 
 

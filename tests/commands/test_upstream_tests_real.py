@@ -19,6 +19,7 @@ from runner.commands import upstream_layout, upstream_tests
 from runner.evidence import bundle, pins
 from runner.store import envs
 from runner.evidence.upstream import Grading
+from tests import tools
 from tests.commands import plain_pytest
 
 STYLE = Path(__file__).resolve().parent / "upstream_style"
@@ -41,10 +42,11 @@ def ours(o: upstream_tests.Outcomes) -> tuple[dict[str, str], Counter]:
     return outcomes, failed
 
 
-def assert_identical(version: str, test: upstream_layout.UpstreamFile, tmp_path: Path, cache, release_tree, interp):
+def assert_identical(version: str, test: upstream_layout.UpstreamFile, tmp_path: Path, cache, release_tree, interp,
+                     sandboxed: bool):
     tree = release_tree(version)
     environment = envs.env(tree, cache, interp)
-    side = upstream_tests.run_side("head", f"pypi:sglang=={version}", tree, environment, test, timeout=900)
+    side = upstream_tests.run_side("head", f"pypi:sglang=={version}", tree, environment, test, timeout=900, sandboxed=sandboxed)
     directory = tmp_path / "plain" / "tests"  # the same layout, run by plain pytest in the same environment
     for path, data in {**test.files(), "pytest.ini": b"[pytest]\n"}.items():
         (directory / path).parent.mkdir(parents=True, exist_ok=True)
@@ -62,8 +64,9 @@ def assert_identical(version: str, test: upstream_layout.UpstreamFile, tmp_path:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("version", RELEASES)
-def test_every_pinned_release_grades_the_style_file_as_plain_pytest_does(version, tmp_path, cache, release_tree, interp):
-    side = assert_identical(version, style_file("admission_door", DOOR), tmp_path, cache, release_tree, interp)
+def test_every_pinned_release_grades_the_style_file_as_plain_pytest_does(version, request, tmp_path, cache, release_tree, interp):
+    side = assert_identical(version, style_file("admission_door", DOOR), tmp_path, cache, release_tree, interp,
+                            tools.sandboxed(request))
     o = side.outcomes
     assert not o.collection_errors  # sglang.test.test_utils (CustomTestCase) imports in this release's environment
     by_id = {r.id.removeprefix(f"{DOOR}::"): r for r in o.results}
@@ -78,9 +81,9 @@ def test_every_pinned_release_grades_the_style_file_as_plain_pytest_does(version
 
 
 @pytest.mark.slow
-def test_a_file_that_does_not_collect_is_identical_too(tmp_path, cache, release_tree, interp):
+def test_a_file_that_does_not_collect_is_identical_too(request, tmp_path, cache, release_tree, interp):
     side = assert_identical("0.5.20", style_file("reject_predicate", "test_reject_predicate.py"), tmp_path, cache,
-                            release_tree, interp)
+                            release_tree, interp, tools.sandboxed(request))
     (error,) = side.outcomes.collection_errors
     assert (error.exception.type, error.exception.origin) == ("ImportError", "test")  # the tree lacks the name
 

@@ -28,7 +28,8 @@ from securesystemslib.signer import SSlibKey
 from runner import cli
 from runner.errors import BadInput
 from runner.evidence import attest, bundle, catalog, compare, dsse, receipts, statements
-from runner.files import dirhash1, sha256_file
+from runner.files import sha256_file
+from runner.store import trees
 from tests import helpers
 
 # --- the published schema, encoded --------------------------------------------------------------
@@ -193,7 +194,7 @@ def test_subjects_name_each_thing_hashed_and_dirhash_is_the_annotated_recipe(tmp
     (tmp_path / "sglang" / "srt").mkdir(parents=True)
     (tmp_path / "sglang" / "__init__.py").write_text("x = 1\n")
     (tmp_path / "sglang" / "srt" / "a b.py").write_text("y = 2\n")
-    tree = helpers.tree("0.5.21").model_copy(update={"tree_digest": dirhash1(tmp_path), "kind": "git",
+    tree = helpers.tree("0.5.21").model_copy(update={"tree_digest": trees.digest(trees.read_back(tmp_path)), "kind": "git",
                                                      "commit": "f" * 40})
     made = statements.subjects(tree)
     assert [s["digest"] for s in made] == [{"sha256": "c" * 64}, {"gitCommit": "f" * 40}, {"dirHash": made[2]["digest"]["dirHash"]}]

@@ -24,7 +24,8 @@ def _mutant(n: int, status: str, why: str = "prefill-door-rejected: door-not-que
 def _report(baseline=(("prefill-door-rejected", "bug", "clean"), ("prefill-door-valid", "guard", "clean")),
             statuses=("killed", "killed", "survived"), probe_sha256=helpers.PROBE.sha256) -> mutation.Mutation:
     cases = [mutation.BaselineCase(id=i, role=r, state=s) for i, r, s in baseline]
-    mutants = [_mutant(n, s, "" if s == "survived" else "prefill-door-rejected: door-not-queued") for n, s in enumerate(statuses)]
+    mutants = [_mutant(n, s, "" if s in ("survived", "not covered") else "prefill-door-rejected: door-not-queued")
+               for n, s in enumerate(statuses)]
     score = judging.score_of("admission", 38935, [(c.role, c.state) for c in cases], [m.status for m in mutants])
     return mutation.Mutation(source=TREE.source, tree_digest=TREE.tree_digest, probe="admission", probe_sha256=probe_sha256,
                              score=score, baseline=cases, targets=[], missing=[], mutants=mutants)
@@ -91,6 +92,38 @@ def _raw(case_id: str, classification: str) -> dict:
 ])
 def test_only_a_case_that_held_unmutated_can_kill_a_mutant(held, expected):
     mutant = {"function": "sglang.x.Door.add", "operator": "delete", "before": "x()",
+              "reached_by": ["prefill-door-rejected", "prefill-door-valid"],
               "cases": [_raw("prefill-door-rejected", "bug"), _raw("prefill-door-valid", "clean")]}
     status, why = judging.mutant_status("other-probe", mutant, held)
     assert status == expected, why
+
+
+def test_a_mutant_no_case_reaches_is_not_covered_and_counts_against_the_score(capsys):
+    """Every statement of the fix's code is a site: one on a line no case runs is never run, never
+    passes for killed, and is listed first."""
+    mutant = {"function": "sglang.x.Door.add", "operator": "delete", "before": "x()", "reached_by": [], "cases": []}
+    assert judging.mutant_status("other-probe", mutant, {"prefill-door-valid"}) == ("not covered", "")
+    only_failing = dict(mutant, reached_by=["prefill-door-rejected"])
+    assert judging.mutant_status("other-probe", only_failing, {"prefill-door-valid"})[0] == "error"
+    report = _report(statuses=("killed", "killed", "not covered"))
+    assert report.score.not_covered == 1 and report.unexplained() == [report.mutants[2]] and not report.holds()
+    assert report.score.strength() == "2 of 3 mutants of the fix's code paths detected (66.7%), 1 on lines no case runs"
+    from runner.commands import mutate
+
+    mutate.show([_report(statuses=("survived", "killed", "not covered"))])
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if "x() -> pass" in line]
+    assert [r.split()[1] for r in rows] == ["not", "survived"]  # uncovered sites first
+
+
+def test_what_a_tree_with_a_change_reads():
+    """A hunk's reading: its cases judged on the changed tree in place of their unchanged results; a guard
+    the changed tree's own code raised on is a regression, as a mutant it raised on is killed."""
+    baseline = [helpers.case("prefill-door-rejected"), helpers.case("prefill-door-valid", role="guard")]
+    crashed = helpers.case("prefill-door-valid", role="guard", outcome="error").model_dump(mode="json")
+    crashed["error"]["where"] = "sglang"
+    assert judging.status_with("other-probe", baseline, [crashed]) == (
+        "regression", ["prefill-door-valid: the tree's code raised AttributeError"])
+    broken = _raw("prefill-door-rejected", "bug")
+    assert judging.status_with("other-probe", baseline, [broken]) == ("not fixed", ["prefill-door-rejected: door-not-queued"])
+    assert judging.status_with("other-probe", baseline, []) == ("fixed", [])

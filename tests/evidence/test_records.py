@@ -19,7 +19,7 @@ from runner.model.incident import Switches
 from tests.records import KINDS, checked, validator
 
 EVIDENCE = Path(__file__).resolve().parents[2] / "evidence"
-SCORE = {"fix": 38935, "probe": "admission", "mutants": 10, "killed": 8, "survived": 1, "equivalent": 1, "error": 0,
+SCORE = {"fix": 38935, "probe": "admission", "mutants": 10, "killed": 8, "survived": 1, "equivalent": 1, "not_covered": 0, "error": 0,
          "baseline": "fixed", "source": "pypi:sglang==0.5.21"}
 
 

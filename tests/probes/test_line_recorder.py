@@ -130,3 +130,14 @@ def test_a_tracer_turned_off_and_on_again_leaves_no_record(tree):
     module.door(True)
     sys.settrace(mine)
     assert recorder.stop() is None
+
+
+def test_a_module_the_case_imports_records_its_lines_and_no_line_0(tree):
+    """A module's code object starts at line 0 on 3.11 (it is reported when the module runs)."""
+    root, _, _ = tree
+    path = root / "sglang" / "late.py"
+    path.write_text("X = 1\nY = X + 1\n")
+    recorder = coverage.Recorder(str(root)).start()
+    spec = importlib.util.spec_from_file_location("fake_tree_late", path)
+    spec.loader.exec_module(importlib.util.module_from_spec(spec))
+    assert recorder.stop() == {"sglang/late.py": [[1, 2]]}

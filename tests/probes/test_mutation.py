@@ -57,8 +57,7 @@ def door(tmp_path, monkeypatch):
 
 def _mutants(code):
     targets, missing = mutation.find(code)
-    executed = {t.path: set(t.lines) for t in targets}
-    return targets, missing, mutation.generate(targets, executed)
+    return targets, missing, mutation.generate(targets)
 
 
 def test_operators_of_a_function(door):
@@ -113,8 +112,39 @@ def test_a_slice_keeps_the_statements_naming_its_names_and_their_exits(door):
     assert not any("queue.append" in b or "sender" in b for b in befores)
 
 
-def test_only_executed_lines_are_mutated(door):
+def test_every_statement_is_a_site_with_the_lines_it_spans(door):
+    """Whether a case runs it or not: a site no case reaches is reported, never left out."""
+    from probes import fixcode
+
+    targets, _, mutants = _mutants({"fake_door.Door.add": ()})
+    node = targets[0].node
+    statements = fixcode.statements(node)
+    deleted = {m.line for _, m in mutants if m.operator == "delete"}
+    assert deleted == {s.lineno for s in statements if not mutation._telemetry(s)}
+    guard = next(m for _, m in mutants if m.operator == "delete" and m.before.startswith("if req.get"))
+    assert guard.spans == ((node.body[1].lineno, node.body[1].end_lineno),)  # the whole ``if``, its body included
+    assert fixcode.reached(guard.spans[0], {guard.spans[0][1]}) and not fixcode.reached(guard.spans[0], {guard.spans[0][1] + 1})
+    operand = next(m for _, m in mutants if m.operator == "true" and m.before == "not req.get('held')")
+    assert operand.spans == guard.spans  # a condition's operand: the statement that evaluates it
+
+
+def _hunk(door, old, new):
     targets, _ = mutation.find({"fake_door.Door.add": ()})
-    first = targets[0].node.body[1].lineno  # the ``if``
-    mutants = mutation.generate(targets, {targets[0].path: {first}})
-    assert {m.line for _, m in mutants} == {first}
+    [(target, mutant)] = mutation.hunk_mutants(targets, [{"id": "h", "function": "fake_door.Door.add", "old": old, "new": new}])
+    return target.node, mutant
+
+
+def test_a_hunk_is_judged_by_the_cases_that_ran_what_it_touches(door):
+    node, mutant = _hunk(door, "            req[\"sender\"] = None\n", "            raise\n")
+    handler = node.body[3].handlers[0].body[0]
+    assert mutant.unappliable is None and mutant.spans == ((handler.lineno, handler.end_lineno),)
+    node, header = _hunk(door, "        if req.get(\"rejected\")", "        if req.get(\"bad\")")
+    assert header.spans == ((node.body[1].lineno, node.body[1].end_lineno),)  # the ``if`` whole
+
+
+def test_a_hunk_that_reaches_further_is_judged_by_every_case_of_the_function(door):
+    """A name assigned anywhere in a function is its own everywhere: such a change is not local."""
+    node, scoped = _hunk(door, "        queue.append(req)\n", "        queue.append(req)\n        logger = None\n")
+    assert scoped.spans == ((node.lineno, node.end_lineno),)
+    node, twice = _hunk(door, "req", "request")
+    assert twice.unappliable and "times" in twice.unappliable

@@ -15,7 +15,8 @@ import pytest
 
 from runner import cli
 from runner.evidence import bundle
-from runner.store import envs, procs, sources, specs
+from runner.sandbox import execute
+from runner.store import envs, procs, sources, specs, torch_source
 from tests.helpers import ROOT
 
 # --- an environment build that fails ------------------------------------------------------------
@@ -27,6 +28,10 @@ def test_a_failing_layer_build_exits_3_naming_the_step_with_the_tail_of_its_outp
     torch = next(line for line in envs.LOCK.read_text().splitlines() if line.startswith("torch=="))
     lock.write_text(f"{torch}\ndiffprobe-no-such-package==0.0.0\n")  # torch installs; the rest of the lock fails
     monkeypatch.setattr(envs, "LOCK", lock)
+    # torch "installs" as recorded (installing the real 800 MiB wheel proves nothing here): the lock's step fails
+    record = torch_source.TorchRecord(requirement=torch, version=torch.split("==")[1], url="file:///torch.whl", sha256="0" * 64,
+                                      source=torch_source.candidates(environ={})[0])
+    monkeypatch.setattr(torch_source, "install", lambda *a, **k: record)
     tree = tmp_path / "tree"
     (tree / "sglang").mkdir(parents=True)
     (tree / "sglang" / "__init__.py").write_text("")
@@ -58,7 +63,7 @@ def test_an_interrupted_tool_is_stopped_not_left_writing_into_a_discarded_entry(
 
 def _harness_groups(pid: int) -> list[int]:
     """Process groups of the probe harnesses that ``pid`` started (each runs in its own session)."""
-    out = subprocess.run(["pgrep", "-P", str(pid), "-f", "probes/harness.py"], capture_output=True, text=True).stdout
+    out = subprocess.run(["pgrep", "-P", str(pid), "-f", f"{execute.CODE_DIR}/harness.py"], capture_output=True, text=True).stdout
     return [os.getpgid(int(p)) for p in out.split()]
 
 

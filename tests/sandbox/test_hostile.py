@@ -79,7 +79,7 @@ def test_the_receipt_is_the_hosts_own(audited):
     assert cases["decode-door-rejected"].outcome == "error" and cases["decode-door-rejected"].error.message == hostile.ESCAPES
     assert cases["prefill-door-valid"].outcome == "error" and cases["prefill-door-valid"].error.type == "Misjudged"
     run = execute.run_probes(audited["genuine_env"], ["admission"])["admission"]
-    genuine = pipeline.receipt_of(pipeline.probe_ref("admission", 38935), audited["genuine"].identity, audited["genuine_env"], run)
+    genuine = pipeline.receipt_of(pipeline.probe_ref("admission", 38935), audited["genuine"], audited["genuine_env"], run)
     for case in genuine.cases:
         if case.id not in HOSTILE_CASES:
             assert (cases[case.id].outcome, cases[case.id].classification) == (case.outcome, case.classification), case.id

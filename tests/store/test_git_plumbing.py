@@ -1,6 +1,7 @@
 """git sources against a repository served like upstream (partial clones allowed) whose history is
 larger than one tree: real release trees at python/sglang, large assets and wide directories
-outside it, and a vendor branch the mirror's first clone does not fetch."""
+outside it, and a vendor branch the mirror's first clone does not fetch. Served by ``git daemon``
+it is remote (a blobless mirror clone, as upstream); named by its path it is read in place."""
 
 from __future__ import annotations
 
@@ -36,8 +37,15 @@ def history(tmp_path_factory, release_tree) -> dict:
         steps.append(Step(f"vendor{i}", branch="refs/vendor/side", parent="r20" if i == 0 else None,
                           files={"python/sglang/srt/vendor_patch.py": f"PATCH = {i}\n".encode(),
                                  "assets/vendor.bin": gitrepo.noise(f"v{i}", 1 << 20)}))
-    path = tmp_path_factory.mktemp("history")
+    path = tmp_path_factory.mktemp("history") / "repo"
     return {"path": path, "commits": gitrepo.build(path, steps)}
+
+
+@pytest.fixture(scope="module")
+def remote(history) -> str:
+    """The history's URL over git:// (loopback): a remote repository, mirrored as upstream is."""
+    with gitrepo.served(history["path"].parent) as base:
+        yield f"{base}/{history['path'].name}"
 
 
 def _git(repo: Path, *args: str, stdin: bytes | None = None) -> bytes:
@@ -71,15 +79,15 @@ def _objects(repo: Path, *args: str) -> set[str]:
     return {line.split()[0] for line in _git(repo, "rev-list", "--objects", *args).decode().splitlines()}
 
 
-def test_mirror_after_k_commits_holds_their_package_blobs_and_history_only(history, tmp_path):
-    """Probing k commits (one of them a vendor commit the first clone never saw) costs the package
-    blobs of those k trees plus commits and trees, +10%: no lazy fetch resending the history, no
-    blob outside python/sglang, no object stored twice."""
+def test_mirror_after_k_commits_holds_their_package_blobs_and_history_only(history, remote, tmp_path):
+    """Probing k commits of a remote repository (one of them a vendor commit the first clone never
+    saw) costs the package blobs of those k trees plus commits and trees, +10%: no lazy fetch
+    resending the history, no blob outside python/sglang, no object stored twice."""
     cache = Store.at(tmp_path / "cache")
     upstream = history["path"] / ".git"
     probed = [history["commits"][c] for c in ("r19", "r21", "vendor2")]
     for sha in probed:
-        sources.resolve(specs.parse(f"git+{history['path']}@{sha}"), cache)
+        sources.resolve(specs.parse(f"git+{remote}@{sha}"), cache)
     [mirror] = _mirror_dirs(cache)
     refs = _git(mirror, "for-each-ref", "--format=%(objectname)").decode().split()
     history_objects = _objects(upstream, "--filter=blob:none", *refs)
@@ -105,19 +113,22 @@ def test_materialised_tree_is_the_commits_package(history, cache, release_tree):
     assert (vendor.root / "sglang/srt/vendor_patch.py").read_bytes() == b"PATCH = 1\n"
 
 
-def test_a_commit_only_under_a_ref_outside_heads_and_tags_resolves_through_the_sources_ref(history, tmp_path):
+def test_a_commit_only_under_a_ref_outside_heads_and_tags_resolves_through_the_sources_ref(history, remote, tmp_path):
     """A squash-merged PR's head lives only under refs/pull/N/head: named by a short SHA (resolved
     after a fetch of the remote's refs) it is found only when the source names that ref
-    (``#ref=``); a source whose ref is gone from the remote still resolves what heads and tags hold."""
+    (``#ref=``); a source whose ref is gone from the remote still resolves what heads and tags
+    hold. (A local repository is read in place: every ref and object of it is there.)"""
     cache = Store.at(tmp_path / "cache")
     vendor = history["commits"]["vendor1"]
     with pytest.raises(BadInput, match="does not resolve"):
-        sources.resolve(specs.parse(f"git+{history['path']}@{vendor[:10]}"), cache)
-    tree = sources.resolve(specs.parse(f"git+{history['path']}@{vendor[:10]}#ref=refs/vendor/side"), cache)
+        sources.resolve(specs.parse(f"git+{remote}@{vendor[:10]}"), cache)
+    tree = sources.resolve(specs.parse(f"git+{remote}@{vendor[:10]}#ref=refs/vendor/side"), cache)
     assert tree.identity.commit == vendor and tree.identity.source.endswith("#ref=refs/vendor/side")
     assert (tree.root / "sglang/srt/vendor_patch.py").read_bytes() == b"PATCH = 1\n"
-    gone = sources.resolve(specs.parse(f"git+{history['path']}@v0.5.20#ref=refs/pull/404/head"), cache)
+    gone = sources.resolve(specs.parse(f"git+{remote}@v0.5.20#ref=refs/pull/404/head"), cache)
     assert gone.identity.commit == history["commits"]["r20"]
+    local = sources.resolve(specs.parse(f"git+{history['path']}@{vendor[:10]}"), cache)
+    assert local.identity.commit == vendor and local.identity.tree_digest == tree.identity.tree_digest
 
 
 def test_a_range_whose_base_is_not_an_ancestor_is_refused(history, tmp_path):

@@ -46,7 +46,8 @@ def test_short_sha_is_recorded_in_full(upstream_repo, cache):
 
 @pytest.mark.slow
 def test_mirror_is_a_partial_clone(upstream_repo, tmp_path):
-    """Served over file:// with uploadpack.allowFilter, the mirror fetches blobs only on demand."""
+    """A local repository is read in place: the cache's repository for it is partial and holds
+    none of its blobs (tests/store/test_git_partial.py: the clones users keep)."""
     cache = Store.at(tmp_path / "cache")
     path, commits = upstream_repo["path"], upstream_repo["commits"]
     total = _blobs(path / ".git")
@@ -68,7 +69,7 @@ def test_unknown_revision_is_bad_input(upstream_repo, cache):
 
 
 def test_missing_repository_is_bad_input(tmp_path, cache):
-    with pytest.raises(BadInput, match="cannot clone"):
+    with pytest.raises(BadInput, match="no git repository there"):
         sources.resolve(specs.parse(f"git+{tmp_path / 'nothing'}@HEAD"), cache)
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.standins import diffprobe_standins as standins
+from runner.standins import cpu_standins as standins
 
 STANDINS_DIR = Path(standins.__file__).parent
 
@@ -22,7 +22,7 @@ def run(code: str, *extra_path: Path) -> dict:
         "import json, sys\n"
         f"sys.path[:0] = {[str(p) for p in extra_path]!r}\n"
         f"sys.path.append({str(STANDINS_DIR)!r})\n"
-        "import diffprobe_standins; diffprobe_standins.install()\n"
+        "import cpu_standins; cpu_standins.install()\n"
         "out = {}\n"
     )
     proc = subprocess.run([sys.executable, "-I", "-c", prelude + code + "\nprint(json.dumps(out))"],
@@ -46,7 +46,7 @@ def test_triton_answers_like_a_machine_without_gpu():
         "except BaseException as e:\n"
         "    out['properties'] = type(e).__name__\n"
         "out['runtime_is_module'] = type(triton.runtime).__name__\n"
-        "out['marked'] = sorted(diffprobe_standins.loaded())\n"
+        "out['marked'] = sorted(cpu_standins.loaded())\n"
     )
     assert out["device"] == "cpu" and out["raised"] == "RuntimeError"
     assert out["properties"] == "RuntimeError"
@@ -71,7 +71,7 @@ def test_triton_decorators_and_classes_answer_isinstance_like_triton():
         "out['wrapped'] = k.fn.__name__\n"
         "try:\n"
         "    k[(1,)](0)\n"
-        "except diffprobe_standins.Unavailable:\n"
+        "except cpu_standins.Unavailable:\n"
         "    out['launch'] = 'unavailable'\n"
         "out['cdiv'] = triton.cdiv(7, 2)\n"
     )
@@ -94,7 +94,7 @@ def test_gpu_kernel_libraries_import_but_every_kernel_raises(statement, call):
         f"{statement}\n"
         "try:\n"
         f"    out['value'] = repr({call})\n"
-        "except diffprobe_standins.Unavailable as e:\n"
+        "except cpu_standins.Unavailable as e:\n"
         "    out['raised'] = str(e)\n"
     )
     assert "value" not in out, f"a stand-in kernel returned {out['value']} instead of raising"
@@ -112,7 +112,7 @@ def test_gpu_kernel_libraries_import_but_every_kernel_raises(statement, call):
 def test_an_import_ready_for_absence_gets_absence_as_on_a_cpu_machine(guarded):
     # sgl-kernel's CUDA build fails to import beside CPU torch and vLLM is not installed there:
     # code that catches the ImportError must take its own fallback, not a stand-in.
-    out = run(guarded + "out['marked'] = diffprobe_standins.loaded()\n")
+    out = run(guarded + "out['marked'] = cpu_standins.loaded()\n")
     assert out == {"absent": True, "marked": []}
 
 
@@ -125,7 +125,7 @@ def test_an_unguarded_import_is_served_and_later_guarded_submodules_stay_absent(
         "from vllm._custom_ops import scaled_fp8_quant\n"
         "try:\n    from vllm.model_executor.layers.linear import LinearBase\n    out['after'] = True\n"
         "except ImportError:\n    out['after'] = False\n"
-        "out['marked'] = diffprobe_standins.loaded()\n"
+        "out['marked'] = cpu_standins.loaded()\n"
     )
     assert out == {"first": False, "after": False, "marked": ["vllm", "vllm._custom_ops"]}
 
@@ -138,7 +138,7 @@ def test_every_declared_standin_is_served_and_marked(tmp_path):
         "import importlib\n"
         f"for name in {sorted(standins.STANDINS)!r}:\n"
         "    importlib.import_module(name)\n"
-        "out['marked'] = diffprobe_standins.loaded()\n",
+        "out['marked'] = cpu_standins.loaded()\n",
         tmp_path,
     )
     assert set(standins.STANDINS) <= set(out["marked"])
@@ -150,7 +150,7 @@ def test_a_real_module_always_wins(tmp_path):
     out = run(
         "import sgl_kernel\n"
         "out['real'] = getattr(sgl_kernel, 'REAL', False) is True\n"
-        "out['marked'] = diffprobe_standins.loaded()\n",
+        "out['marked'] = cpu_standins.loaded()\n",
         tmp_path,
     )
     assert out == {"real": True, "marked": []}

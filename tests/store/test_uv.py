@@ -23,12 +23,13 @@ def test_pip_settings_become_uv_options(tmp_path):
 
 
 def test_uv_is_told_the_lock_alone_and_ignores_its_own_configuration():
-    argv, env = uv.install_command(Path("/layer/bin/python"), Path("/lock.txt"), {"find-links": "/w"},
+    argv, env = uv.install_command(Path("/layer/bin/python"), Path("/lock.txt"), {"find-links": "/w"}, Path("/layer/.uv"),
                                    environ={"UV_INDEX_URL": "https://elsewhere.example", "UV_CACHE_DIR": "/c", "HOME": "/h"})
-    assert argv[1:3] == ["pip", "install"] and "--no-config" in argv and "--no-deps" in argv
-    assert argv[argv.index("--link-mode") + 1] == "copy" and "--compile-bytecode" in argv  # nothing shared with uv's cache
+    assert argv[1:3] == ["pip", "install"] and "--no-config" in argv and "--no-deps" in argv and "--compile-bytecode" in argv
+    # unpacked once into a cache of its own beside the layer (removed by the caller), linked from there
+    assert argv[argv.index("--cache-dir") + 1] == "/layer/.uv" and argv[argv.index("--link-mode") + 1] == "hardlink"
     assert argv[-2:] == ["-r", "/lock.txt"] and argv[argv.index("--python") + 1] == "/layer/bin/python"
-    assert env == {"UV_CACHE_DIR": "/c", "HOME": "/h"}
+    assert env == {"HOME": "/h"}
 
 
 def test_pip_settings_read_from_pip_itself(tmp_path, monkeypatch):

@@ -22,6 +22,7 @@ a { color: #0550ae; }
 .verdict.fix-not-observed, .verdict.regression, .st.not-fixed, .st.regression,
 .st.bug, .st.bug-observed, .tr.bug-bug, .tr.clean-bug { background: #ffebe9; color: var(--bad); }
 .verdict.inconclusive, .st.inconclusive, .tr.inconclusive, .tr.not-comparable { background: #fff8c5; color: var(--warn); }
+.st[class*="fixed-with-"] { background: #fff8c5; color: var(--warn); }
 .verdict.accepted, .st.passed, .st.held { background: #dafbe1; color: var(--ok); }
 .verdict.not-accepted, .st.failed, .st.not-held { background: #ffebe9; color: var(--bad); }
 .st.not-run, .st.error, .st.timeout { background: #fff8c5; color: var(--warn); }
@@ -43,6 +44,10 @@ a { color: #0550ae; }
 a.file { font-size: .82em; }
 .line { overflow-x: auto; } .line svg { max-width: 100%; height: auto; } .key { margin-right: 10px; white-space: nowrap; }
 .limits li { font-weight: 600; }
+details.departures { margin: .4em 0; } details.departures > summary { cursor: pointer; font-weight: 600; }
+details.departures details { margin: .2em 0 .2em 1.2em; } details.departures details > summary { cursor: pointer; }
+.ran { color: var(--warn); } .aware { color: var(--bad); font-weight: 700; }
+.hunk { background: #f6f8fa; padding: 6px; font-size: .8em; overflow-x: auto; }
 @page { margin: 12mm; }
 @media print {
   body { font-size: 10pt; } main { max-width: none; padding: 0; }

@@ -19,7 +19,7 @@ from runner.evidence.receipts import Differential, Receipt
 from runner.evidence.upstream import Grading
 from runner.files import write_atomic
 from runner.views import grading, timeline
-from runner.views.report import gates
+from runner.views.report import departures, gates
 from runner.views.report.css import CSS
 from runner.views.report.effects import EffectRow, effect_columns, effect_label, effect_row, effect_rows, failed_duties
 from runner.views.report.incident import LEVEL_CLASS, STEPS, Finding, arrow, assess
@@ -80,7 +80,7 @@ class Page:
         body = [
             el("header", el("h1", esc(title)), el("p", esc(f"{ev.root.name} · SHA256SUMS sha256 {ev.manifest_sha256}"),
                                                   class_="sub")),
-            self.glance(), self.line(), self.steps(), self.gates(), *[self.fix(f) for f in ev.fixes], self.status_matrix(), self.limits(),
+            self.glance(), self.line(), self.steps(), self.gates(), *[self.fix(f) for f in ev.fixes], self.status_matrix(), self.departures(), self.limits(),
             self.digests(), self.appendix(),
         ]
         head = el("head", '<meta charset="utf-8">', '<meta name="viewport" content="width=device-width, initial-scale=1">',
@@ -275,6 +275,35 @@ class Page:
             class_="note")
         return el("section", el("h2", "Status by source"), note,
                   table(["source", "what", *[esc(c.label) for c in columns]], rows, class_="matrix"), id="matrix")
+
+    def departures(self) -> str:
+        """Each tree against its baseline, folded: a summary line a reader opens into the changed
+        places (each folded again over its lines), those that can tell they are probed first."""
+        trees = departures.of(self.ev.departures)
+        if not trees:
+            return ""
+
+        def place(p: departures.Place) -> str:
+            h = p.hunk
+            head = [el("code", esc(h.place)), " ", el("span", esc(p.changed), class_="note"), " ",
+                    el("span", esc(p.ran), class_="ran" if h.ran else "note")]
+            if p.aware:
+                head += [" ", el("span", esc(p.aware), class_="aware")]
+            lines = "\n".join(h.diff) + (f"\n… {h.diff_more} more line(s)" if h.diff_more else "")
+            return el("details", el("summary", *head), el("pre", esc(lines), class_="hunk"))
+
+        items = []
+        for tree in trees:
+            body = [place(p) for p in tree.first + tree.others]
+            body.append(el("p", esc(f"{tree.more} more changed place(s) neither run nor able to tell, and {tree.unimported} "
+                                    f"changed file(s) no probe run imported: "), el("a", esc(tree.name), href=self.file(tree.name)),
+                           class_="note"))
+            items.append(el("details", el("summary", esc(tree.line)), *body, class_="departures"))
+        return el("section", el("h2", "Where the trees depart from their baselines"), el("p", esc(
+            "Each tree compared with its upstream baseline (the release its own sglang/version.py declares, or --against). "
+            "Changed places in modules a probe run imported, each with the cases whose recorded lines touch it; places "
+            "that read the interpreter's or process's state can tell they are being probed. Folded: open to read."),
+            class_="note"), *items, id="departures")
 
     def limits(self) -> str:
         return el("section", el("h2", "What this bundle does not test"),

@@ -105,6 +105,9 @@ def cell_at(ev: Evidence, cells: dict[tuple[str, Column], str], source: Source, 
     st = judged([c for c in cases if c.id not in skip])
     if unused := sum(c.id in skip for c in cases):
         st = Cell(st.word, f"{st.detail}, {unused} not used")
+    missed = ev.receipts[name].fix_code.not_covered() if name and ev.receipts[name].fix_code else []
+    if missed and st.word == "fixed":  # a fixed that rests on fewer than all statements of the fix's code
+        st = Cell(judging.covered(st.word, missed), f"{st.detail}; not covered: {', '.join(missed)}")
     failed = ev.receipts[name].import_result.error if name else None
     if failed is not None:  # every case errored for one reason: say it, not only how many
         st = Cell(st.word, f"the tree did not import: {failed.type}: {failed.message}"

@@ -23,13 +23,20 @@ def describe(source: Source) -> str:
     return source.source
 
 
+def left_out(names: tuple[str, ...]) -> str:
+    """What the source held that was not probed (byte-code, empty directories, a wheel's other members)."""
+    if not names:
+        return ""
+    return f"{len(names)}: " + ", ".join(names[:3]) + (", …" if len(names) > 3 else "")
+
+
 def identity(source: Source) -> list[tuple[str, str]]:
     """Every field that pins down what was observed, as (label, value)."""
     if isinstance(source, TreeIdentity):
         fields = [("kind", source.kind), ("source", source.source), ("version", source.version),
                   ("commit", source.commit), ("rev", source.rev), ("artifact", source.artifact),
                   ("artifact sha256", source.artifact_sha256), ("tree digest", source.tree_digest),
-                  ("files", str(source.files))]
+                  ("files", str(source.files)), ("left out of the tree", left_out(source.left_out))]
     elif source.kind == "server":
         fields = [("kind", "server (live gate)"), ("source", source.source), ("url", source.url),
                   ("reported", ", ".join(f"{k}={v}" for k, v in sorted(source.reported.items())))]

@@ -12,7 +12,7 @@ from runner import errors, ui
 from runner.evidence import judging
 from runner.store.sources import TreeIdentity
 from runner.views import grading, styles, timeline
-from runner.views.report import gates
+from runner.views.report import departures, gates
 from runner.views.report.effects import effect_rows, failed_duties
 from runner.views.report.incident import STEPS, Level, arrow, assess
 from runner.views.report.matrix import cell_at, matrix
@@ -27,7 +27,8 @@ def _t(text: object) -> str:
     return rich_escape(errors.printable(str(text)))
 
 
-def show(ev: Evidence) -> None:
+def show(ev: Evidence, diffs: bool = False) -> None:
+    """The report; ``diffs``: with each changed place's lines (departures are folded to places otherwise)."""
     o = ui.out
     o.print(f"[bold]{_t(ev.index.kind)} bundle[/] {_t(ev.root)}  created {_t(ev.index.created_at)}  "
             f"[green]✓ verified[/] ({len(ev.receipts)} receipts, {len(ev.fixes)} differentials)")
@@ -50,6 +51,7 @@ def show(ev: Evidence) -> None:
     if acceptance := gates.of(ev):
         _show_gates(acceptance)
     _show_matrix(ev)
+    _show_departures(ev, diffs)
     if record := timeline.of_bundle(ev.index.kind, ev.index.extra):
         o.print("[bold]the line, oldest first[/] (one mark per tree)")
         for text in timeline.strip(record, fix_titles(ev)):
@@ -98,6 +100,31 @@ def _show_fix(ev: Evidence, fix: Fix) -> None:
         o.print(f"  [red]the stored differential says {_t(fix.stored.verdict)}; its receipts say {d.verdict}[/]")
 
 
+def _show_departures(ev: Evidence, diffs: bool) -> None:
+    """Each tree against its baseline: one line, then the places to read first (folded: no diffs
+    unless asked for), the rest counted."""
+    trees = departures.of(ev.departures)
+    if not trees:
+        return
+    o = ui.out
+    o.print("[bold]where the trees depart from their baselines[/]" + ("" if diffs else " [dim](report --departures for the lines)[/]"))
+    for tree in trees:
+        o.print(f"  {_t(tree.line)}  [dim]{_t(tree.name)}[/]")
+        for place in tree.first + (tree.others if diffs else []):
+            aware = f"  [bold red]{_t(place.aware)}[/]" if place.aware else ""
+            style = "yellow" if place.hunk.ran else "dim"
+            o.print(f"    {_t(place.hunk.place)} [dim]{_t(place.changed)}[/]  [{style}]{_t(place.ran_in(3))}[/]{aware}")
+            if diffs:
+                for text in place.hunk.diff:
+                    o.print(f"      {_t(text)}", style="red" if text.startswith("-") else "green")
+                if place.hunk.diff_more:
+                    o.print(f"      … {place.hunk.diff_more} more line(s) in {_t(tree.name)}", style="dim")
+        hidden = len(tree.others) + tree.more if not diffs else tree.more
+        if hidden or tree.unimported:
+            o.print(f"    [dim]{hidden} other changed place(s) neither run nor able to tell; {tree.unimported} changed file(s) "
+                    f"no probe run imported ({_t(tree.name)} lists them)[/]")
+
+
 def _show_gates(a: gates.Gates) -> None:
     """Each gate's word beside the receipts behind it: whose (worker, tree, tree digest) and every case and check."""
     table = Table(title="The four acceptance gates", title_justify="left")
@@ -140,7 +167,7 @@ def _show_matrix(ev: Evidence) -> None:
         source, row = mrow.source, []
         for col in columns:
             _, st = cell_at(ev, cells, source, col)
-            row.append(f"[{styles.STATUS.get(st.word, 'red')}]{_t(st.word)}[/] [dim]{_t(st.detail)}[/]")
+            row.append(f"[{styles.status(st.word)}]{_t(st.word)}[/] [dim]{_t(st.detail)}[/]")
         kind = what_it_is(source, short=True)
         name = _t(mrow.name) + (f" [dim]({_t(mrow.note)})[/]" if mrow.note else "")
         table.add_row(name, kind if source.kind in TREE_KINDS else f"[yellow]{_t(kind)}[/]", *row)

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runner import errors
-from runner.evidence import bundle, catalog, receipts
+from runner.evidence import bundle, catalog, departures, receipts
+from runner.evidence.departures import Departures
 from runner.evidence.observations import Case
 from runner.evidence.receipts import CaseTransition, Differential, Receipt
 from runner.files import sha256_file
@@ -46,6 +47,7 @@ class Evidence:
     receipts: dict[str, Receipt]
     fixes: list[Fix]
     manifest_sha256: str
+    departures: dict[str, Departures]  # each tree's departures from its baseline (departures/<label>.json)
 
     def side(self, fix: Fix, transition: CaseTransition, head: bool) -> str | None:
         """The receipt file that observed this case on one side of a fix."""
@@ -70,7 +72,7 @@ def gather(root: Path) -> Evidence:
                        f"run `diffprobe verify {root}` for all")
     index, rs, ds = bundle.contents(root)
     fixes = [Fix(name, d, _rejudge(d, rs)) for name, d in sorted(ds.items(), key=lambda kv: kv[1].fix)]
-    return Evidence(root, index, rs, fixes, sha256_file(root / bundle.MANIFEST))
+    return Evidence(root, index, rs, fixes, sha256_file(root / bundle.MANIFEST), departures.in_bundle(root))
 
 
 def _rejudge(d: Differential, rs: dict[str, Receipt]) -> Differential:

@@ -2,7 +2,7 @@
 
 Installed into every probe environment and activated by a ``.pth`` line. The finder sits at the
 *end* of ``sys.meta_path``, so a real module always wins; a stand-in is served only when nothing
-else can be imported under that name. Every module it serves carries ``DIFFPROBE_STANDIN = True``
+else can be imported under that name. Every module it serves carries ``CPU_STANDIN = True``
 so the probe harness can report exactly which stand-ins a run touched.
 
 Names are declared in ``STANDINS`` (top-level package -> why); ``runner.envs`` records the same
@@ -62,7 +62,7 @@ class Unavailable(RuntimeError):
 
 def _unavailable(name: str):
     def call(*_args, **_kwargs):
-        raise Unavailable(f"{name} is a diffprobe stand-in and cannot run")
+        raise Unavailable(f"{name} is a CPU stand-in and cannot run")
 
     return call
 
@@ -99,7 +99,7 @@ class _Value:
         return _Value(f"{self._name}.{attr}")
 
     def __repr__(self):
-        return f"<diffprobe stand-in {self._name}>"
+        return f"<CPU stand-in {self._name}>"
 
 
 class _Op:
@@ -109,7 +109,7 @@ class _Op:
         self._name = name
 
     def __call__(self, *_args, **_kwargs):
-        raise Unavailable(f"{self._name} is a diffprobe stand-in kernel and cannot run on CPU")
+        raise Unavailable(f"{self._name} is a CPU stand-in kernel and cannot run on CPU")
 
     def __getattr__(self, attr):
         if attr.startswith("__"):
@@ -117,7 +117,7 @@ class _Op:
         return _Op(f"{self._name}.{attr}")
 
     def __repr__(self):
-        return f"<diffprobe stand-in kernel {self._name}>"
+        return f"<CPU stand-in kernel {self._name}>"
 
 
 class _NoDriver:
@@ -179,7 +179,7 @@ _KERNELS = {"jit": jit, "autotune": autotune, "heuristics": heuristics, "JITFunc
 # Attributes that must be more specific than the generic fallback.
 _SPECIFIC = {
     "triton": {
-        "__version__": "0.0.0+diffprobe.standin",
+        "__version__": "0.0.0+cpu.standin",
         **_KERNELS,
         "Config": _Config,
         "cdiv": lambda a, b: -(-a // b),
@@ -189,7 +189,7 @@ _SPECIFIC = {
     "triton.runtime.jit": {name: _KERNELS[name] for name in ("jit", "JITFunction", "KernelInterface")},
     "triton.runtime.autotuner": {name: _KERNELS[name] for name in ("autotune", "heuristics", "Autotuner", "Heuristics", "Config")},
     "triton.runtime.driver": {"active": property(lambda self: _NoDriver().active)},
-    "torchvision": {"__version__": "0.0.0+diffprobe.standin"},
+    "torchvision": {"__version__": "0.0.0+cpu.standin"},
 }
 
 
@@ -227,7 +227,7 @@ class _Loader(importlib.abc.Loader):
         return module
 
     def exec_module(self, module):
-        module.DIFFPROBE_STANDIN = True
+        module.CPU_STANDIN = True
         module.__dict__.update(_SPECIFIC.get(module.__name__, {}))
 
 
@@ -322,5 +322,5 @@ def install() -> None:
 def loaded() -> list[str]:
     """Names of stand-in modules this interpreter actually imported, and moved torch queries it called."""
     # vars(), not getattr(): a lazy module (transformers) would import itself on attribute access
-    modules = {n for n, m in list(sys.modules.items()) if vars(m).get("DIFFPROBE_STANDIN", False) is True}
+    modules = {n for n, m in list(sys.modules.items()) if vars(m).get("CPU_STANDIN", False) is True}
     return sorted(modules | _moved_called)

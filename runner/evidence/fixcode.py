@@ -1,0 +1,94 @@
+"""Coverage of the fix's code: which statements of each function a fix changed (``duties.FIX_CODE``) a receipt's
+cases ran, and which none did.
+
+The statements are read on the host from the stored tree (``probes/fixcode.py``: the same reading the
+harness makes for mutation sites), never from what the tree's process said; what each case ran comes from
+its recorded ``lines`` (``runner/evidence/coverage.py``). A statement of the fix's code no case ran is named:
+a "fixed" that rests on fewer than all of them says how many it does not rest on.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from probes import fixcode
+from probes.duties import FIX_CODE
+from runner.evidence import coverage
+from runner.evidence.observations import Case
+from runner.files import tree_files
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class FixFunction(_Model):
+    function: str = Field(description="qualified name, as duties.FIX_CODE names it")
+    file: str | None = Field(None, description="where the stored tree defines it (relative to the directory holding "
+                                               "sglang/); null: not where FIX_CODE names it (the tree lacks it)")
+    statements: list[tuple[int, int]] = Field([], description="each statement of the fix's code: [first line, last line]")
+    not_covered: list[int] = Field([], description="the first line of each statement no case ran")
+
+
+class FixCoverage(_Model):
+    """One receipt's cases against one fix's code."""
+
+    fix: int
+    functions: list[FixFunction]
+    unrecorded: list[str] = Field([], description="cases that ran the tree but whose lines are unknown (what they ran "
+                                                  "cannot count either way)")
+
+    def not_covered(self) -> list[str]:
+        """``file:line`` of each statement of the fix's code no case ran."""
+        return [f"{f.file}:{line}" for f in self.functions for line in f.not_covered]
+
+
+def reader(tree_root: Path) -> Callable[[str], str | None]:
+    """Read a file of the stored tree by its name (None: not a regular file of the tree)."""
+    known = set(tree_files(tree_root))
+
+    def read(name: str) -> str | None:
+        path = tree_root / name
+        if name not in known or not stat.S_ISREG(os.lstat(path).st_mode):
+            return None
+        return path.read_text(encoding="utf-8", errors="replace")
+
+    return read
+
+
+def measure(fix: int, read: Callable[[str], str | None], cases: Iterable[Case]) -> FixCoverage | None:
+    """The coverage of ``fix``'s code by ``cases`` (None for a fix whose code is not declared)."""
+    if fix not in FIX_CODE:
+        return None
+    cases = list(cases)
+    functions = []
+    for qualified, names in FIX_CODE[fix].items():
+        try:
+            found = fixcode.locate(read, qualified)
+        except (SyntaxError, ValueError, RecursionError):  # a file of the tree that does not parse defines nothing
+            found = None
+        if found is None:
+            functions.append(FixFunction(function=qualified))
+            continue
+        name, node = found
+        spans = [fixcode.span(s) for s in fixcode.statements(node, names)]
+        functions.append(FixFunction(function=qualified, file=name, statements=spans, not_covered=[]))
+    return judged(FixCoverage(fix=fix, functions=functions), cases)
+
+
+def judged(cov: FixCoverage, cases: Iterable[Case]) -> FixCoverage:
+    """``cov`` with ``not_covered`` and ``unrecorded`` as the cases' recorded lines give them: what ``verify``
+    derives again from a receipt."""
+    cases = list(cases)
+    functions = []
+    for f in cov.functions:
+        run = [c for c in cases if c.lines and f.file in c.lines]
+        missed = [start for start, end in f.statements
+                  if not any(coverage.overlaps(c.lines[f.file], [(start, end)]) for c in run)]
+        functions.append(f.model_copy(update={"not_covered": missed}))
+    return cov.model_copy(update={"functions": functions, "unrecorded": coverage.unrecorded(cases)})
