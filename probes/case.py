@@ -51,7 +51,7 @@ class Case:
     requires: tuple[str, ...]
 
     def __post_init__(self) -> None:
-        assert self.site in SITES and self.role in ROLES, self.id
+        assert self.site in SITES + duty_table.CONFIGURATIONS and self.role in ROLES, self.id
         assert self.duties and all(d in duty_table.DUTIES for d in self.duties), self.id
 
     @property

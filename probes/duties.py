@@ -832,3 +832,604 @@ def judge_duties(duties: tuple[str, ...], effects: Effects) -> dict[str, bool]:
 def classify(duties: Mapping[str, bool]) -> str:
     """``bug`` when any duty failed (for a guard case: the regression), else ``clean``."""
     return "clean" if all(duties.values()) else "bug"
+
+
+# --- gates 3 and 4: the handoff and the lifetime of its pages (#39500, #40645, #41402, #41404, #41023) ---
+# Self-contained: the effects are the page-ownership model's (probes/pages.py) and the wire's
+# (probes/lifetime.py). "The subject" is the request whose transfer the case aborts or fails.
+
+# The later defences' cases are grouped by the configuration they run under (their site): the tree's
+# defaults, or a defence's option switched on. A defence off by default is in force only where its
+# "with-" configuration is fixed; the host keeps one bug window per configuration (judging.window).
+CONFIGURATIONS = ("default", "with-deferred-release", "with-kv-checksum")
+
+
+def _subject(effects: Effects) -> str:
+    return effects["subject"]
+
+
+def _started(effects: Effects) -> dict[str, Any]:
+    """The step at which the subject took the room (bootstrapped on every rank)."""
+    return next(s for s in effects["steps"] if s["step"] == "bootstrapped" and s.get("rid") == _subject(effects))
+
+
+def _timeout_at(effects: Effects) -> int:
+    """When the tree's stated release timeout, counted from the subject's start, is reached."""
+    return _started(effects)["t"] + effects["timeout"]
+
+
+def _frees(rank: Mapping[str, Any], rid: str) -> list[Mapping[str, Any]]:
+    return [e for e in rank["events"] if e["event"] == "free" and e["rid"] == rid]
+
+
+def _no_early_release(effects: Effects) -> bool:
+    """No page of the subject went back to the allocator while a prefill write could still land in
+    it, unless the tree's stated release timeout had passed (a release by the timeout is recorded as
+    such in the events, and allowed)."""
+    return not any(f["rid"] == _subject(effects) and f["t"] < _timeout_at(effects)
+                   for rank in effects["decode"] for f in rank["freed_while_writable"])
+
+
+def _freed_once(effects: Effects) -> bool:
+    """By the last step, each page of the subject went back exactly once (its KV, written or not, not
+    kept in the prefix cache for later requests), its metadata row was freed exactly once, no page was
+    freed twice or by a request that did not own it, nothing is still held."""
+    rid = _subject(effects)
+    for rank in effects["decode"]:
+        request = rank["requests"][rid]
+        freed = [p for f in _frees(rank, rid) for p in f["pages"]]
+        if any(f.get("cached") for f in _frees(rank, rid)):
+            return False
+        if sorted(freed) != sorted(request["pages"]) or rank["double_frees"] or rank["held"]:
+            return False
+        if rank["metadata_frees"].count(request["metadata_index"]) != 1:
+            return False
+    return True
+
+
+def _acks(effects: Effects, prefill: int, decode: int) -> list[Mapping[str, Any]]:
+    """Acknowledgements prefill rank ``prefill`` sent decode rank ``decode`` since the subject started."""
+    return [m for m in effects["wire"] if m["kind"] == "ABORT_ACK" and m["seq"] > _started(effects)["seq"]
+            and m["from"] == f"prefill{prefill}" and m["to"].endswith(f":{17000 + decode}")]
+
+
+def _drained(effects: Effects, prefill: int) -> int:
+    """The sequence number at which prefill rank ``prefill``'s last write of the subject landed or failed (0: none)."""
+    ends = [e["seq"] for rank in effects["decode"] for e in rank["events"]
+            if e["event"] in ("write lands", "write fails") and e.get("rank") == prefill and e["rid"] == _subject(effects)]
+    return max(ends, default=0)
+
+
+def _acked_after_drain(effects: Effects, ranks: list[int]) -> bool:
+    """Each of decode ``ranks`` got exactly one acknowledgement from every prefill rank, sent after
+    that prefill rank's writes of the subject stopped."""
+    prefills = range(len(effects["outstanding"]))
+    for d in ranks:
+        for p in prefills:
+            acks = _acks(effects, p, d)
+            if len(acks) != 1 or acks[0]["seq"] < _drained(effects, p):
+                return False
+    return True
+
+
+def _aborting(effects: Effects) -> list[int]:
+    """Decode ranks that told prefill the subject was aborted."""
+    return [r["rank"] for r in effects["decode"] if r["requests"][_subject(effects)]["notified"]]
+
+
+def _aborted_after_clear(effects: Effects) -> list[int]:
+    """Decode ranks whose ABORT reached prefill only after the prefill scheduler had cleared the room."""
+    cleared = [s["seq"] for s in effects["steps"] if s["step"] == "prefill concludes" and s.get("rid") == _subject(effects)]
+    if not cleared:
+        return []
+    return sorted({int(m["frames"][3]) - 17000 for m in effects["wire"] if m["kind"] == "ABORT"
+                   and m.get("delivered", 0) > min(cleared) and len(m["frames"]) >= 4})
+
+
+def _released_before_timeout(effects: Effects) -> bool:
+    """With every acknowledgement delivered, the subject's pages went back before the timeout."""
+    rid = _subject(effects)
+    return all(_frees(rank, rid) and all(f["t"] < _timeout_at(effects) for f in _frees(rank, rid))
+               for rank in effects["decode"])
+
+
+def _timeout_recorded(effects: Effects) -> bool:
+    """The subject's pages went back by the release timeout exactly when the tree logged a release by timeout
+    after the subject started: a timeout release is recorded as such, a release on acknowledgement is not."""
+    rid = _subject(effects)
+    by_timeout = any(f["t"] >= _timeout_at(effects) for rank in effects["decode"] for f in _frees(rank, rid))
+    logged = any(r["seq"] > _started(effects)["seq"] and "timed out" in r["message"] and "release" in r["message"].lower()
+                 for r in effects["log"])
+    return by_timeout == logged
+
+
+def _not_held_forever(effects: Effects) -> bool:
+    rid = _subject(effects)
+    return all(not rank["held"] and _frees(rank, rid) for rank in effects["decode"])
+
+
+def _committed(effects: Effects) -> bool:
+    """Committed on every rank, read only where its own write landed, its pages kept, nothing held, and its
+    metadata row handed back once (the commit is done with it)."""
+    rid = _subject(effects)
+    return all(rid in rank["committed"] and not rank["unwritten_reads"] and not _frees(rank, rid) and not rank["held"]
+               and rank["metadata_frees"].count(rank["requests"][rid]["metadata_index"]) == 1
+               for rank in effects["decode"])
+
+
+LIFETIME_DUTIES = (
+    Duty("lifetime-no-early-release", 41023,
+         "no page went back to the allocator while a prefill write could still land in it, except at the tree's "
+         "stated release timeout (recorded as such)", _no_early_release),
+    Duty("lifetime-no-foreign-write", 41023, "no write landed in a page another request owned",
+         lambda e: not any(rank["foreign_writes"] for rank in e["decode"])),
+    Duty("lifetime-freed-once", 41023,
+         "each page and the metadata row of the aborted request went back exactly once (its KV not kept in the prefix "
+         "cache), and nothing is held at the end",
+         _freed_once),
+    Duty("lifetime-acked-after-drain", 40645,
+         "every aborting decode rank got exactly one acknowledgement from each prefill rank, sent after its writes stopped",
+         lambda e: bool(_aborting(e)) and _acked_after_drain(e, _aborting(e))),
+    Duty("lifetime-late-abort-acked", 40645,
+         "a decode rank whose ABORT reached prefill after the room was cleared, a write still outstanding, was "
+         "acknowledged exactly once after the drain",
+         lambda e: bool(_aborted_after_clear(e)) and _acked_after_drain(e, _aborted_after_clear(e))),
+    Duty("lifetime-released-on-ack", 40645,
+         "with every acknowledgement delivered, the pages went back before the release timeout, not by it",
+         _released_before_timeout),
+    Duty("lifetime-released-at-once", 41404,
+         "nothing could write the pages (no prefill rank ever learned them): they went back at once, not held to the "
+         "release timeout", _released_before_timeout),
+    Duty("lifetime-timeout-recorded", 41023,
+         "pages went back at the release timeout exactly when the tree logged a release by timeout (a timeout "
+         "release is recorded as such, a release on the acknowledgements is not)", _timeout_recorded),
+    Duty("lifetime-not-held-forever", 41023,
+         "the pages went back by the end (by acknowledgement or the stated timeout), nothing held forever (a guard)",
+         _not_held_forever),
+    Duty("lifetime-committed", 41023,
+         "a healthy transfer was committed at once: its pages held, read only where its own write landed, its "
+         "metadata row handed back once (a guard)",
+         _committed),
+)
+
+DUTIES.update({duty.id: duty for duty in LIFETIME_DUTIES})
+
+_HELD = ("lifetime-no-early-release", "lifetime-no-foreign-write", "lifetime-freed-once", "lifetime-timeout-recorded")
+_ACKED = ("lifetime-acked-after-drain", "lifetime-released-on-ack")
+_GUARD_ABORT = ("lifetime-not-held-forever", "lifetime-freed-once", "lifetime-timeout-recorded")
+_ON_ACK = ("lifetime-released-on-ack", "lifetime-freed-once")
+# with nothing in flight at the abort, the request's chunk, finished after it, must be refused: nothing lands
+_ON_ACK_IDLE = ("lifetime-acked-after-drain", "lifetime-released-on-ack", "lifetime-no-foreign-write", "lifetime-freed-once")
+
+# Every lifetime case runs in the tree's default configuration and with the deferred release switched on
+# (a tree where it is off by default is probed with it on as well); the configuration is the case's site.
+DEFERRED_CONFIG = space.Dimension("config", (
+    space.Value("default", "the tree's own defaults: nothing set", label=""),
+    space.Value("with-deferred-release", "SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE=true in the ranks' "
+                "environment", says="deferred release switched on"),
+), core=True, reads=("enable_deferred_decode_kv_release", "enable_deferred_kv_release"))
+_IN_FLIGHT = space.Dimension("in_flight", (
+    space.Value("yes", "prefill's write of the request is inside the engine when it happens", label="in-flight",
+                says="while prefill's write is in flight"),
+    space.Value("no", "before prefill wrote anything", label="nothing-in-flight", says="before prefill wrote anything"),
+), reads=("_staging_outstanding",))
+_ACKS = space.Dimension("acks", (
+    space.Value("delivered", "the drain acknowledgements reach decode", label=""),
+    space.Value("lost", "every drain acknowledgement is lost on the wire", label="acks-lost",
+                says="every drain acknowledgement lost"),
+    space.Value("late", "the acknowledgement arrives after the release timeout", label="acks-late",
+                says="the acknowledgement arriving after the release timeout"),
+), reads=("is_abort_release_safe", "note_abort_ack"))
+
+
+def _site(point: Mapping[str, str]) -> str:
+    return point["config"]
+
+
+LIFETIME_DEFAULT = space.Space(
+    probe="lifetime-default",
+    dimensions=(
+        space.Dimension("failure", (
+            space.Value("decode-abort", "a client abort reaches decode's scheduler (its abort_request)", label="abort",
+                        says="a client abort at decode"),
+            space.Value("none", "a healthy transfer", label="healthy-transfer", says="a healthy transfer, committed to decode"),
+        ), core=True, reads=("abort_notified",)),
+        space.Dimension(_IN_FLIGHT.name, _IN_FLIGHT.values, over={"failure": ("decode-abort",)}, reads=_IN_FLIGHT.reads),
+        space.Dimension(_ACKS.name, _ACKS.values, over={"failure": ("decode-abort",)}, reads=_ACKS.reads),
+        DEFERRED_CONFIG,
+    ),
+    # with nothing in flight the abort must still stop the request's later chunk (trees without an ABORT message
+    # to prefill, 0.5.12 and earlier, let it write into pages decode already gave away): a bug case, not a guard
+    bug=({"failure": ("decode-abort",), "in_flight": ("yes",), "acks": ("delivered",)}, {"in_flight": ("no",)}),
+    duties_by=(
+        space.Rule({"failure": ("decode-abort",), "in_flight": ("yes",), "acks": ("delivered",)}, _HELD),
+        space.Rule({"acks": ("lost", "late")}, _GUARD_ABORT),
+        space.Rule({"in_flight": ("no",)}, _ON_ACK_IDLE),
+        space.Rule({"failure": ("none",)}, ("lifetime-committed",)),
+    ),
+    aliases={f"{old}{suffix}": f"{new}{suffix}" for suffix in ("", "-with-deferred-release") for old, new in (
+        ("abort-in-flight-acks-lost", "abort-acks-lost"), ("abort-in-flight-acks-late", "abort-acks-late"),
+        ("healthy-transfer-in-flight", "healthy-transfer"))},
+    site=_site,
+)
+
+LIFETIME_DRAIN = space.Space(
+    probe="lifetime-drain",
+    dimensions=(
+        space.Dimension(_IN_FLIGHT.name, _IN_FLIGHT.values, core=True, reads=_IN_FLIGHT.reads),
+        space.Dimension("clears", (
+            space.Value("no", "the prefill scheduler concludes the failed sender after the write drained", label=""),
+            space.Value("yes", "the prefill scheduler polls Failed and concludes the sender (clearing the room) while the "
+                        "write is still in flight", label="prefill-clears-before-drain",
+                        says="the prefill scheduler clearing the room before the write drains"),
+            space.Value("late", "the prefill scheduler, busy, concludes the sender only after decode's release timeout",
+                        label="prefill-concludes-late", says="the prefill scheduler concluding only after the timeout"),
+        ), core=True, reads=("_deferred_ack_targets", "transfer_infos", "request_status")),
+        space.Dimension("decode_ranks", (
+            space.Value("one", "one decode rank holds the room", label=""),
+            space.Value("two", "two decode ranks hold the room (prefill TP < decode TP); the second's ABORT reaches "
+                        "prefill after the room was cleared", label="second-rank", says="a second decode rank's ABORT "
+                        "arriving after the clear"),
+        ), over={"in_flight": ("yes",), "clears": ("yes",)}, reads=("room_active",)),
+        space.Dimension(_ACKS.name, _ACKS.values, over={"in_flight": ("yes",), "clears": ("no",)}, reads=_ACKS.reads),
+        DEFERRED_CONFIG,
+    ),
+    unreachable=(space.Unreachable("with nothing sent, prefill has no write to clear the room under",
+                                   {"in_flight": ("no",), "clears": ("yes",)}),),
+    bug=({"in_flight": ("yes",), "acks": ("delivered",), "clears": ("no", "yes")}, {"in_flight": ("no",)}),
+    duties_by=(
+        space.Rule({"in_flight": ("yes",), "acks": ("delivered",), "decode_ranks": ("one",), "clears": ("no", "yes")},
+                   (*_ACKED, *_HELD)),
+        space.Rule({"decode_ranks": ("two",)}, ("lifetime-late-abort-acked", *_HELD)),
+        space.Rule({"acks": ("lost", "late")}, _GUARD_ABORT),
+        space.Rule({"in_flight": ("no",)}, _ON_ACK_IDLE),
+        space.Rule({"clears": ("late",)}, _ON_ACK),
+    ),
+    aliases={f"{old}{suffix}": f"{new}{suffix}" for suffix in ("", "-with-deferred-release") for old, new in (
+        ("in-flight", "abort-in-flight"), ("in-flight-prefill-clears-before-drain", "prefill-clears-before-drain"),
+        ("in-flight-prefill-clears-before-drain-second-rank", "abort-after-room-cleared"),
+        ("in-flight-acks-lost", "acks-lost"), ("in-flight-acks-late", "acks-late"),
+        ("nothing-in-flight", "abort-nothing-in-flight"),
+        ("in-flight-prefill-concludes-late", "prefill-concludes-late"),
+        ("nothing-in-flight-prefill-concludes-late", "nothing-in-flight-prefill-concludes-late"))},
+    site=_site,
+)
+
+LIFETIME_PEERS = space.Space(
+    probe="lifetime-peers",
+    dimensions=(
+        space.Dimension("peers", (
+            space.Value("one", "one decode rank paired with one prefill rank", label="one-rank"),
+            space.Value("two-decode", "two decode ranks hold the room (prefill TP < decode TP), each sending its own ABORT",
+                        label="two-decode-ranks-abort", says="two decode ranks aborting one room"),
+            space.Value("two-prefill", "one decode rank paired with two prefill ranks, each of which must acknowledge",
+                        label="two-prefill-ranks-abort", says="one decode rank paired with two prefill ranks"),
+        ), core=True, reads=("_deferred_ack_targets", "_deferred_ack_fanout_snapshots", "required_acks")),
+        space.Dimension("clears", (
+            space.Value("no", "both ABORTs reach prefill while the room is active", label=""),
+            space.Value("yes", "prefill clears the room between the two ABORTs", label="room-cleared-between",
+                        says="prefill clearing the room between their ABORTs"),
+        ), over={"peers": ("two-decode",)}, reads=("transfer_infos", "request_status")),
+        space.Dimension("acks", (_ACKS.values[0], _ACKS.values[2], space.Value(
+            "reset", "the acknowledgement's send fails at prefill (a connection reset): it never leaves",
+            label="ack-send-fails", says="the acknowledgement's send failing at prefill")),
+            over={"peers": ("one",)}, reads=("note_abort_ack", "_send_abort_ack")),
+        space.Dimension("stale", (
+            space.Value("no", "no acknowledgement of another request is on the wire", label=""),
+            space.Value("yes", "the room's previous request was aborted; its acknowledgement, held back on the wire, "
+                        "arrives while this request's write is in flight", label="stale-ack-of-previous-request",
+                        says="the previous request's late acknowledgement arriving mid-transfer"),
+        ), over={"peers": ("one",)}, reads=("generation",)),
+        DEFERRED_CONFIG,
+    ),
+    bug=({"acks": ("delivered",)},),
+    duties_by=(
+        space.Rule({"stale": ("no",), "acks": ("delivered",)}, (*_ACKED, *_HELD)),
+        space.Rule({"stale": ("yes",)}, _HELD),
+        space.Rule({"acks": ("late", "reset")}, _GUARD_ABORT),
+    ),
+    aliases={f"{old}{suffix}": f"{new}{suffix}" for suffix in ("", "-with-deferred-release") for old, new in (
+        ("one-rank", "abort-in-flight"), ("one-rank-stale-ack-of-previous-request", "stale-ack-of-previous-request"),
+        ("two-decode-ranks-abort-room-cleared-between", "two-decode-ranks-room-cleared-between"))},
+    site=_site,
+)
+
+LIFETIME_FAILURES = space.Space(
+    probe="lifetime-failures",
+    dimensions=(
+        space.Dimension("failure", (
+            space.Value("write-fails", "prefill rank 0's write fails; decode learns it from the failure status",
+                        label=""),
+            space.Value("metadata-send-fails", "decode's destinations reached prefill rank 0, which writes, but the "
+                        "send to prefill rank 1 failed (a connection reset): decode marks the room failed itself, "
+                        "with rank 0's write in flight", label="metadata-send-fails",
+                        says="decode's metadata reaching prefill rank 0 but not rank 1"),
+            space.Value("bootstrap-fails", "decode never learned its prefill ranks: no prefill rank knows its pages",
+                        label="bootstrap-fails", says="decode never learning its prefill ranks"),
+        ), core=True, reads=("send_metadata", "init_time", "force_arm", "ensure_abort_notified")),
+        space.Dimension("prefill_ranks", (
+            space.Value("one", "one prefill rank, whose write fails", label=""),
+            space.Value("two", "two prefill ranks: rank 0's write fails while rank 1's write is in flight",
+                        label="other-rank-fails-while-writing", says="another prefill rank's write still in flight"),
+        ), over={"failure": ("write-fails",)}, reads=("bootstrap_infos", "required_acks")),
+        space.Dimension("failed_write", (
+            space.Value("stops", "the failed write stopped: nothing of it lands later", label=""),
+            space.Value("keeps-writing", "the engine reported it failed while it still runs (its wall-clock timeout); it "
+                        "lands after decode learned of the failure", label="failed-write-keeps-landing",
+                        says="the failed write still landing"),
+        ), over={"failure": ("write-fails",)}, reads=("_poison_unsettled_send", "_deferred_ack_poisoned_rooms")),
+        DEFERRED_CONFIG,
+    ),
+    bug=({"prefill_ranks": ("two",)}, {"failed_write": ("keeps-writing",)}, {"failure": ("metadata-send-fails",)}),
+    duties_by=(
+        space.Rule({"prefill_ranks": ("two",)}, (*_HELD, "lifetime-not-held-forever")),
+        space.Rule({"failed_write": ("keeps-writing",)}, (*_HELD, "lifetime-not-held-forever")),
+        space.Rule({"failure": ("write-fails",), "prefill_ranks": ("one",), "failed_write": ("stops",)}, _GUARD_ABORT),
+        # decode's own failure: the rank that took the destinations is told, drains, acknowledges; no timeout needed
+        space.Rule({"failure": ("metadata-send-fails",)}, (*_HELD, *_ACKED, "lifetime-not-held-forever")),
+        space.Rule({"failure": ("bootstrap-fails",)}, ("lifetime-released-at-once", *_GUARD_ABORT)),
+    ),
+    aliases={"": "failure-nothing-else-in-flight", "with-deferred-release": "failure-nothing-else-in-flight-with-deferred-"
+             "release", **{f"other-rank-fails-while-writing-failed-write-keeps-landing{suffix}":
+                           f"other-rank-fails-failed-write-keeps-landing{suffix}"
+                           for suffix in ("", "-with-deferred-release")}},
+    site=_site,
+)
+
+LIFETIME_SPACES = (LIFETIME_DEFAULT, LIFETIME_DRAIN, LIFETIME_PEERS, LIFETIME_FAILURES)
+
+
+def _handoff_rank(effects: Effects) -> Mapping[str, Any]:
+    return effects["decode"][0]
+
+
+def _ran(effects: Effects) -> bool:
+    return any(_subject(effects) in batch["runs"] for batch in effects["batches"])
+
+
+def _caught(effects: Effects) -> bool:
+    """A handoff not read ended as an error: finished with an abort, streamed once, its pages back once,
+    their KV not kept in the prefix cache."""
+    if _ran(effects):
+        return True
+    rank, rid = _handoff_rank(effects), _subject(effects)
+    freed = [p for f in _frees(rank, rid) for p in f["pages"]]
+    return (_streamed_once_with({"streamed": rank["streamed"], "request": effects["request"]}, None)
+            and effects["request"]["finished"] and sorted(freed) == sorted(rank["requests"][rid]["pages"])
+            and not rank["double_frees"] and not any(f.get("cached") for f in _frees(rank, rid)))
+
+
+def _declared_unverified(effects: Effects) -> bool:
+    """Pages read that the request's own write did not reach were read only after the tree logged
+    that it admitted the handoff unverified."""
+    if not _handoff_rank(effects)["unwritten_reads"]:
+        return True
+    return any("checksum skipped" in r["message"].lower() or "unverified" in r["message"].lower()
+               for r in effects["log"])
+
+
+HANDOFF_DUTIES = (
+    Duty("handoff-no-unwritten-read", 39500,
+         "decode read no page that the request's own write did not reach (transfer-complete is not proof)",
+         lambda e: not _handoff_rank(e)["unwritten_reads"]),
+    Duty("handoff-caught-released", 39500,
+         "a handoff decode did not read ended as an error: finished with an abort, streamed once, its pages given back "
+         "once, their KV not kept in the prefix cache", 
+         _caught),
+    Duty("handoff-unverified-declared", 39500,
+         "where the checksum cannot compare the two layouts, a short handoff was caught or the tree logged that it "
+         "admitted it unverified", _declared_unverified),
+    Duty("handoff-full-accepted", 39500,
+         "a full handoff was committed and read, only its own KV, and not aborted or released (a guard)",
+         lambda e: _ran(e) and not _handoff_rank(e)["unwritten_reads"] and not e["request"]["finished"]
+         and not _frees(_handoff_rank(e), _subject(e))),
+)
+DUTIES.update({duty.id: duty for duty in HANDOFF_DUTIES})
+_SHORT = ("handoff-no-unwritten-read", "handoff-caught-released")
+_UNCOMPARABLE = ("handoff-unverified-declared", "handoff-caught-released")
+
+HANDOFF = space.Space(
+    probe="handoff",
+    dimensions=(
+        space.Dimension("transfer", (
+            space.Value("short", "the prefill request was cut to its 1-token placeholder (the incident's rejected "
+                        "request): its last chunk sends 1 page of the 4 decode reserved", label="short-handoff",
+                        says="prefill sends 1 page of the 4 decode reserved"),
+            space.Value("partial", "the engine lands 2 of the 4 pages sent, then reports success", label="partial-write",
+                        says="the engine landing 2 of the 4 pages sent"),
+            space.Value("early", "prefill reports success while its write is still in flight", label="early-success",
+                        says="success reported while the write is still in flight"),
+            space.Value("full", "all 4 pages written", label="full-handoff", says="a full handoff of all 4 pages"),
+        ), core=True, reads=("expected_kv_checksum", "kv_checksum_computer")),
+        space.Dimension("layout", (
+            space.Value("comparable", "prefill and decode hold the KV in the same layout", label=""),
+            space.Value("incomparable", "prefill of another TP width: each side digests other bytes",
+                        label="incomparable-layout", says="prefill of another KV layout"),
+        ), over={"config": ("with-kv-checksum",), "transfer": ("short", "partial", "early")},
+            reads=("kv_checksum_signature", "should_verify_kv_checksum")),
+        space.Dimension("prefill", (
+            space.Value("same", "prefill runs with the option as decode does", label=""),
+            space.Value("without", "decode runs with the option, prefill not yet (a rolling restart): prefill sends "
+                        "no digest", label="prefill-without-checksum", says="prefill not yet running the checksum"),
+        ), over={"config": ("with-kv-checksum",), "transfer": ("full",)}, reads=("expected_kv_checksum",)),
+        space.Dimension("config", (
+            space.Value("default", "the stock server: the checksum off", label=""),
+            space.Value("with-kv-checksum", "--disaggregation-enable-kv-checksum on both sides",
+                        says="kv checksum on"),
+        ), core=True, reads=("disaggregation_enable_kv_checksum",)),
+    ),
+    bug=({"transfer": ("short", "partial", "early")},),
+    duties_by=(
+        space.Rule({"transfer": ("short", "partial", "early"), "layout": ("comparable",)}, _SHORT),
+        space.Rule({"layout": ("incomparable",)}, _UNCOMPARABLE),
+        space.Rule({"transfer": ("full",)}, ("handoff-full-accepted",)),
+    ),
+    site=_site,
+)
+
+SPACES.update({s.probe: s for s in (*LIFETIME_SPACES, HANDOFF)})
+CASES.update({s.probe: s.duty_table() for s in (*LIFETIME_SPACES, HANDOFF)})
+
+# The code each later defence relies on, in the release that first carries it (pins.toml), by qualified name
+# (whole functions, or the slice of a long one naming these): what ``diffprobe mutate`` changes, one statement
+# at a time, on the lines the defence's cases run. The configuration gates themselves (an environ default, a
+# backend's ``supports_deferred_decode_kv_release`` flag) are not functions: the cases read them as the
+# tree's own ``__init__`` expressions compute them, and no mutant of them is counted.
+_C, _M, _D = ("sglang.srt.disaggregation.common.conn", "sglang.srt.disaggregation.mooncake.conn",
+              "sglang.srt.disaggregation.decode")
+FIX_CODE.update({
+    41023: {  # the hold and its release: what the default turns on
+        f"{_D}.DecodeTransferQueue.pop_transferred": ("_defer_release", "deferred_indices"),
+        f"{_D}.DecodeTransferQueue._defer_release": (),
+        f"{_D}.DecodeTransferQueue.resolve_deferred_releases": ("is_abort_release_safe", "drained", "deadline", "still_held",
+                                                                "to_release", "_do_release"),
+        f"{_D}.DecodeTransferQueue._do_release": ("_release_request", "req_to_metadata_buffer_idx_allocator"),
+        f"{_C}.CommonKVManager.is_abort_release_safe": (),
+        f"{_C}.CommonKVManager.note_abort_ack": (),
+        f"{_C}.CommonKVManager.register_deferred_abort_room": (),
+    },
+    40645: {  # the drain acknowledgement kept through clear(), and the ABORT for a cleared room still outstanding
+        f"{_C}.CommonKVSender.clear": ("_deferred_ack_targets", "_staging_outstanding", "_maybe_ack_drained_abort"),
+        f"{_C}.CommonKVManager._maybe_ack_drained_abort": ("_staging_outstanding", "_deferred_ack_targets",
+                                                           "_send_abort_ack", "target"),
+        f"{_C}.CommonKVManager.register_deferred_ack_target": ("_deferred_ack_targets",),
+        f"{_M}.MooncakeKVManager.transfer_worker": ("_maybe_ack_drained_abort",),
+        f"{_M}.MooncakeKVManager.start_prefill_thread": ("room_active", "register_deferred_ack_target",
+                                                         "_maybe_ack_drained_abort", "_send_abort_ack"),
+    },
+    41402: {  # an acknowledgement per aborting decode endpoint, for its own generation of the room
+        f"{_C}.CommonKVManager.register_deferred_ack_target": ("targets",),
+        f"{_C}.CommonKVManager._maybe_ack_drained_abort": ("_send_abort_acks",),
+        f"{_C}.CommonKVManager._send_abort_acks": (),
+        f"{_C}.CommonKVManager._send_abort_ack": (),
+        f"{_C}.CommonKVManager.note_abort_ack": (),
+        f"{_C}.CommonKVManager.register_deferred_abort_room": (),
+        f"{_C}.CommonKVManager.handle_abort_ack_message": ("note_abort_ack", "generation"),
+        f"{_C}.AbortNotification.deferred_ack_target": ("AckTarget",),
+        f"{_M}.MooncakeKVManager._handle_deferred_abort_notification": ("register_deferred_ack_target",),
+    },
+    41404: {  # failures decode did not initiate: notify and hold; a failed send that may still write: poisoned
+        f"{_D}.DecodeTransferQueue.pop_transferred": ("ensure_abort_notified",),
+        # the notification itself; the guards around it (a receiver never initialised, or one already notified)
+        # are the decode abort's, which calls it too: no failure decode did not initiate reaches them
+        f"{_C}.CommonKVReceiver.ensure_abort_notified": ("_send_abort_notification",),
+        f"{_M}.MooncakeKVManager._poison_unsettled_send": (),
+        f"{_C}.CommonKVManager.poison_deferred_ack_room": (),
+        f"{_C}.CommonKVManager._maybe_ack_drained_abort": ("_deferred_ack_poisoned_rooms",),
+        f"{_M}.MooncakeKVManager.transfer_worker": ("_poison_unsettled_send", "poison_deferred_ack_room"),
+    },
+    39500: {
+        f"{_D}.SchedulerDisaggregationDecodeMixin._verify_kv_checksums": (),
+        f"{_D}.SchedulerDisaggregationDecodeMixin._handle_kv_checksum_mismatch": (),
+        f"{_D}.SchedulerDisaggregationDecodeMixin.get_new_prebuilt_batch": (),
+        f"{_D}.DecodeTransferQueue._commit_transfer_to_req": ("kv_checksum_computer", "expected_kv_checksum",
+                                                              "get_kv_checksum"),
+        "sglang.srt.disaggregation.prefill.SchedulerDisaggregationPrefillMixin.send_kv_chunk": (),
+        "sglang.srt.disaggregation.utils.MetadataBuffers.set_kv_checksum": (),
+        "sglang.srt.disaggregation.utils.MetadataBuffers.get_kv_checksum": (),
+        "sglang.srt.disaggregation.checksum.page_indices_for_request": (),
+    },
+})
+
+EXPLAINED.update({
+    ("DecodeTransferQueue.resolve_deferred_releases", "return", "still_held.append((decode_req, deadline, idx, required_acks))"):
+        "returning while the first entry is still held skips the entries after it: every case holds one request per "
+        "decode rank at a time, so no case has a later entry to skip",
+    ("SchedulerDisaggregationDecodeMixin._verify_kv_checksums", "return", "verified.append(i)"):
+        "returning after the first request verified leaves the batch's later requests unverified: every handoff case "
+        "admits one request per batch, so no case has a later request to miss",
+    ("SchedulerDisaggregationDecodeMixin.get_new_prebuilt_batch", "delete",
+     "self.ngram_embedding_manager.prepare_for_forward(batch, chunked_req=self.chunked_req)"):
+        "the n-gram embedding's preparation of the batch: no case runs a model with n-gram embeddings, and they hold "
+        "no page",
+})
+
+# Later defences' mutants that behave as the tree does on every input the tree can be given (see the rule above).
+EQUIVALENT.update({
+    # #39500 (0.5.21)
+    ("SchedulerDisaggregationDecodeMixin._verify_kv_checksums", "delete", "if computer is None:"):
+        "without a computer the commit records no expected digest (_commit_transfer_to_req sets it only when "
+        "kv_checksum_computer is set), so each request carries Req's default 0 and the expected == 0 check verifies it",
+    ("SchedulerDisaggregationDecodeMixin._verify_kv_checksums", "false", "computer is None"):
+        "as its deletion: with no computer every expected digest is the default 0, verified by the next check",
+    ("SchedulerDisaggregationDecodeMixin._verify_kv_checksums", "delete", "return"):
+        "as the deletion of its guard: with no computer every expected digest is 0 and verified without computing",
+    ("SchedulerDisaggregationDecodeMixin._verify_kv_checksums", "delete", "if is_health_check_req(req):"):
+        "prefill digests a health check as 0 (send_kv_chunk), so its expected digest is 0 and the next check verifies it",
+    ("SchedulerDisaggregationDecodeMixin._verify_kv_checksums", "false", "is_health_check_req(req)"):
+        "as its deletion: a health check's expected digest is 0, verified by the next check",
+    ("SchedulerDisaggregationDecodeMixin._verify_kv_checksums", "true", "len(verified) != len(batch.reqs)"):
+        "filtering a batch by the indices of all its requests keeps every request, in order",
+    ("SchedulerDisaggregationDecodeMixin._handle_kv_checksum_mismatch", "delete", "if is_in_ci():"):
+        "is_in_ci() reads SGLang's own test-suite switch, off wherever a server runs: the raise is the test suite's, "
+        "the abort below it is serving's",
+    ("SchedulerDisaggregationDecodeMixin._handle_kv_checksum_mismatch", "false", "is_in_ci()"):
+        "as its deletion: the test suite's switch is off wherever a server runs",
+    ("SchedulerDisaggregationDecodeMixin._handle_kv_checksum_mismatch", "delete", "if self.metrics_reporter.enable_metrics:"):
+        "the guard of a metrics-only block: telemetry (mutation.TELEMETRY), which no duty reads",
+    ("SchedulerDisaggregationDecodeMixin._handle_kv_checksum_mismatch", "true", "self.metrics_reporter.enable_metrics"):
+        "the guard of a metrics-only block: telemetry (mutation.TELEMETRY), which no duty reads",
+    ("SchedulerDisaggregationDecodeMixin._handle_kv_checksum_mismatch", "false", "self.metrics_reporter.enable_metrics"):
+        "the guard of a metrics-only block: telemetry (mutation.TELEMETRY), which no duty reads",
+    ("SchedulerDisaggregationDecodeMixin.get_new_prebuilt_batch", "delete", "if batch.is_empty():"):
+        "a batch left empty by the verification is handed on instead of None, and its caller "
+        "(get_next_disagg_decode_batch_to_run) merges or runs a prebuilt batch only when it is not empty",
+    ("SchedulerDisaggregationDecodeMixin.get_new_prebuilt_batch", "false", "batch.is_empty()"):
+        "as its deletion: the caller drops an empty prebuilt batch",
+    ("SchedulerDisaggregationDecodeMixin.get_new_prebuilt_batch", "delete", "return None"):
+        "as the deletion of its guard: the caller drops an empty prebuilt batch",
+    ("SchedulerDisaggregationPrefillMixin.send_kv_chunk", "true", "last_chunk"):
+        "a digest written for an earlier chunk is overwritten by the last chunk's before the metadata row is sent, "
+        "which goes with the last chunk only",
+    ("SchedulerDisaggregationPrefillMixin.send_kv_chunk", "false", "is_health_check_req(req)"):
+        "decode never compares a health check's digest (it verifies health checks without computing)",
+    ("SchedulerDisaggregationPrefillMixin.send_kv_chunk", "true", "end_idx is None"):
+        "every last-chunk call gives no end (the scheduler's calls), so the end is computed either way",
+    # #41402 (0.5.22)
+    ("CommonKVManager.handle_abort_ack_message", "delete", "if ack.generation is None:"):
+        "a generation-less acknowledgement passed on is compared with the room's generation, an int, and never "
+        "matches: note_abort_ack records it no more than the early return does",
+    ("CommonKVManager.handle_abort_ack_message", "false", "ack.generation is None"):
+        "as its deletion: None never matches the room's generation",
+    ("CommonKVManager.handle_abort_ack_message", "delete", "return True"):
+        "the acknowledgement is already recorded; the frames then go to parse_kv_status_message, which returns None "
+        "for them (the tag is no room number) and the thread moves on",
+    ("CommonKVManager.handle_abort_ack_message", "flip", "return True"):
+        "as its deletion: the acknowledgement is recorded, and the status parser rejects its frames",
+    # #41404 (0.5.22)
+    ("MooncakeKVManager._poison_unsettled_send", "true", "self.enable_deferred_decode_kv_release"):
+        "a manager without the deferred release never registers an acknowledgement target "
+        "(register_deferred_ack_target is called only by the deferred ABORT handler), so a poisoned room has no "
+        "acknowledgement to withhold, and a new lifecycle of the room clears the mark (update_status)",
+    ("CommonKVManager.poison_deferred_ack_room", "delete", "self._deferred_ack_targets.pop(room, None)"):
+        "a target left beside the poison is dropped, unsent, by _maybe_ack_drained_abort's poisoned check at the drain, "
+        "and a new lifecycle of the room pops it (update_status)",
+    ("CommonKVManager._maybe_ack_drained_abort", "delete", "if room in self._deferred_ack_poisoned_rooms:"):
+        "poison_deferred_ack_room pops the room's targets and register_deferred_ack_target refuses a poisoned room, so "
+        "a poisoned room has no target to send to at the drain: the check guards only a registration racing the "
+        "poison from another thread",
+    ("CommonKVManager._maybe_ack_drained_abort", "false", "room in self._deferred_ack_poisoned_rooms"):
+        "as its deletion: a poisoned room has no target left to send to",
+    ("MooncakeKVManager.transfer_worker", "delete", "break"):
+        "after conclude_failure the room carries a failure record, so conclude_transfer turns the loop's later "
+        "Success into Failed; the failed destination's further aux write lands in its own metadata row, held "
+        "(poisoned) with its pages",
+})
+
+EQUIVALENT.update({
+    ("CommonKVSender.clear", "delete", "self.kv_mgr._maybe_ack_drained_abort(self.bootstrap_room)"):
+        "every path that brings a room's outstanding writes to zero (the worker after a write, and its skip of a "
+        "failed room's chunk) tries the acknowledgement, and the ABORT handler tries it right after registering: "
+        "clear() finds the target gone or a write still outstanding in every interleaving of those (0.5.21)",
+    ("CommonKVSender.clear", "return", "self.kv_mgr._maybe_ack_drained_abort(self.bootstrap_room)"):
+        "the same redundant try as its deletion: returning before it only skips it",
+    ("MooncakeKVManager.start_prefill_thread", "true",
+     "room_active or self._staging_outstanding.get(room_to_be_aborted, 0) > 0"):
+        "an inactive room with nothing outstanding is then registered and acknowledged by the handler's own immediate "
+        "try, as the else branch acknowledges it; marking a cleared room Failed is a no-op (update_status refuses "
+        "to resurrect it)",
+    ("MooncakeKVManager.start_prefill_thread", "true", "room_active"):
+        "the same as above: an inactive room is registered and acknowledged at once; a cleared room is not resurrected",
+    ("MooncakeKVManager.start_prefill_thread", "true", "self._staging_outstanding.get(room_to_be_aborted, 0) > 0"):
+        "the same as above, for an inactive room with nothing outstanding",
+})

@@ -34,7 +34,10 @@ SCHEMA = "diffprobe.observations/3"
 # Run as a script (in a tree's sandbox) the package is loaded under a name that says nothing of
 # what runs it: a tree must not find a harness by its module names. Imported, it is what it is.
 PACKAGE = "_job" if __name__ == "__main__" else (__name__.rpartition(".")[0] or "probes")
-PROBE_MODULES = {"admission": f"{PACKAGE}.admission", "prefill-cleanup": f"{PACKAGE}.prefill_cleanup"}
+PROBE_MODULES = {name: f"{PACKAGE}.{module}" for name, module in (
+    ("admission", "admission"), ("prefill-cleanup", "prefill_cleanup"),
+    ("lifetime-default", "lifetime_default"), ("lifetime-drain", "lifetime_drain"), ("lifetime-peers", "lifetime_peers"),
+    ("lifetime-failures", "lifetime_failures"), ("handoff", "handoff"))}
 HERE = os.path.dirname(os.path.abspath(__file__))
 RECORD_LINES = True  # per-case coverage (probes/coverage.py); --no-lines exists to measure its cost
 

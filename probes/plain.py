@@ -60,7 +60,9 @@ def plain(value: Any) -> JSON:
 
 
 def _tensor(value: Any) -> JSON:
-    if value.numel() > _SMALL_TENSOR:
+    """A torch tensor or a numpy array (the transfer code keeps page indices in numpy)."""
+    count = value.numel() if callable(getattr(value, "numel", None)) else value.size
+    if count > _SMALL_TENSOR:
         return {"tensor": list(value.shape)}
     return {"tensor": plain(value.tolist())}
 

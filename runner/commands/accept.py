@@ -29,7 +29,7 @@ from runner import errors, ui
 from runner.commands import gate, options, pipeline, survey
 from runner.commands.fleet import (BATCH_LIMIT, DEFERRED, DEFERRED_TIMEOUT, Fleet, Worker, ask_trees, declarations, env_read,
                                    env_setting, layout, past, read_fleet, server_arg, tree_version, trees_for)
-from runner.evidence import bundle, pins, static
+from runner.evidence import bundle, judging, pins, static
 from runner.evidence.observations import Case
 from runner.evidence.receipts import Receipt, ServerIdentity, host_environment, host_probe, make
 from runner.evidence.records import Acceptance, GateResult
@@ -259,19 +259,46 @@ def negative_case(args, pool: int, context: int, ends: float) -> Case | None:
                           "answered, or refused without a 4xx status", not refused, effects, reply.ms)
 
 
+def running_configuration(fix: int, w: Worker, fleet: Fleet) -> tuple[str | None, str]:
+    """Which configuration of a later defence's probe cases (their site: judging.CONFIGURATIONS) worker ``w``
+    runs, read on every rank, and why; None: no probed configuration is the one it runs."""
+    if GATE_OF_FIX[fix] == 3:
+        on = all(server_arg(w, r, "disaggregation_enable_kv_checksum", fleet.of(w)).value is True for r in w.ranks())
+        return ("with-kv-checksum", "the checksum on") if on else (None, "the checksum off (the canary must cover the handoff)")
+    reads = [env_read(w, r, DEFERRED, fleet.declared[w.url]) for r in w.ranks()]
+    if all(read.raw is None for read in reads):
+        return "default", f"{DEFERRED} as the tree defaults it"
+    values = [fleet.of(w).env_of(DEFERRED, read.raw) for read in reads]
+    if all(v is not None and v.value is True for v in values):
+        return "with-deferred-release", f"{DEFERRED} switched on"
+    return None, f"{DEFERRED} not on on every rank: no probed configuration is the one it runs"
+
+
 def audit_gates(probed: dict, fleet: Fleet) -> dict[int, tuple[list[Receipt], list[str]]]:
     """The tree audit's receipts and its not-fixed fixes, by the gate each fix backs; every reason names
-    the workers that run the tree."""
+    the workers that run the tree. A later defence (gates 3 and 4) is judged in the configuration each
+    worker runs (its cases' site), never by its status over configurations the deployment does not use."""
     out: dict[int, tuple[list[Receipt], list[str]]] = {n: ([], []) for n in (2, 3, 4)}
     for source, p in probed.items():
-        runs = ", ".join(w.name() for w in fleet.workers if fleet.tree_of[w.url] == source)
+        mine = [w for w in fleet.workers if fleet.tree_of[w.url] == source]
+        runs = ", ".join(w.name() for w in mine)
         for r in p.receipts:
             out[GATE_OF_FIX.get(r.probe.fix, 2)][0].append(r)
         for f in p.row.fixes:
-            if f.status != "fixed":
-                out[GATE_OF_FIX.get(f.fix, 2)][1].append(
-                    f"{source} (run by {runs}): #{f.fix} {f.status}" + "".join(f" ({x.site} {x.status})" for x in f.sites
-                                                                              if x.status != "fixed"))
+            if f.fix not in GATE_OF_FIX:
+                if f.status != "fixed":
+                    out[2][1].append(f"{source} (run by {runs}): #{f.fix} {f.status}" + "".join(
+                        f" ({x.site} {x.status})" for x in f.sites if x.status != "fixed"))
+                continue
+            for w in mine:
+                site, why = running_configuration(f.fix, w, fleet)
+                if site is None and GATE_OF_FIX[f.fix] == 3:
+                    continue  # gate 3 asks for the checksum or the canary; without the checksum this fix is not used
+                shown = judging.at_site(f, site) if site else None
+                if shown is None or shown.status != "fixed":
+                    out[GATE_OF_FIX[f.fix]][1].append(
+                        f"{source} (run by {w.name()}, {why}): #{f.fix} " + (f"{shown.status} in that configuration"
+                        if shown else "not probed in that configuration: failing closed"))
     return out
 
 

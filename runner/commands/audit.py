@@ -13,16 +13,20 @@ from runner.views import status
 def cmd_audit(args) -> int:
     signers = options.signers(args)
     baseline.check_against(args.against)
-    opts = pipeline.options(args, pins.load(options.path(args.pins)), options.probe(args))
+    pinned = pins.load(options.path(args.pins))
+    opts = pipeline.options(args, pinned, options.probe(args))
     target = bundle.out_path(args.out, "audit")
     started = execute.now()
     probed, runs = survey.counted([args.source], opts, against=args.against)
     rows = [p.row for p in probed]
     record = SweepRecord(order=[args.source], shard=None, rows=rows, first_fixed=survey.first_fixed(rows), probe_runs=runs)
     out = survey.write(target, "audit", started, probed, record, signers=signers)
-    status.print_audit(rows[0])
+    in_force = {f.fix: survey.pinned_status(f, pinned) for f in rows[0].fixes}
+    status.print_audit(rows[0], {n: (", ".join(pinned.fixes[n].sites), word) for n, word in in_force.items()
+                                 if n in pinned.fixes and pinned.fixes[n].sites})
     ui.out.print(f"bundle: {out}")
-    fixed = all(f.status == "fixed" for f in rows[0].fixes)
+    # exit 0: every fix in force in the configuration its pin names (each configuration is printed)
+    fixed = all(word == "fixed" for word in in_force.values())
     return errors.OK if fixed and not (args.strict and judging.strict_fails(rows[0].fixes)) else errors.DIFFERS
 
 

@@ -185,6 +185,9 @@ def cmd_backport(args) -> int:
     opts = pipeline.options(args, p, options.probe(args))
     out = bundle.out_path(args.out, f"backport-{args.pr}")
     started = execute.now()
+    if not fix.has_commits and not (args.head and (args.patch or args.applied)):
+        raise errors.BadInput(f"#{args.pr} is pinned by release bracket only (no PR commits): give --head and --patch "
+                              "(or --applied)")
     head_text = args.head or f"git+{repo}@{fix.head}"
     head_spec = specs.parse(head_text)
     if isinstance(head_spec, specs.GitSpec) and head_spec.ref is None:  # the PR's head may live only under its ref
@@ -232,7 +235,8 @@ def cmd_backport(args) -> int:
     if args.onto in plan and target_text != args.onto:
         before = [(bundle.receipt_name(got[(args.onto, pr)]), got[(args.onto, pr)]) for pr in fix.probes]
         after = [(bundle.receipt_name(mine[pr]), mine[pr]) for pr in fix.probes]
-        diffs.append(receipts.differential(args.pr, f"{fix.title} (backport onto {args.onto})", fix.probes, before, after, None))
+        diffs.append(receipts.differential(args.pr, f"{fix.title} (backport onto {args.onto})", fix.probes, before, after,
+                                           None, fix.sites))
     out = bundle.write(out, kind="backport", created_at=started, receipts=list({bundle.receipt_name(r): r for r in got.values()}.values()),
                        differentials=diffs, pins_sha256=None, extra=record.model_dump(mode="json"),
                        files={departures.file_name(bundle.label(trees[target_text].identity)): bundle.dump(departed)},

@@ -45,9 +45,10 @@ class _Run(BaseModel):
     import_: ImportResult
 
 
-def judge(source: str, tree_digest: str, raw: _Run) -> mutation.Mutation:
+def judge(source: str, tree_digest: str, raw: _Run, sites: list[str] | None = None) -> mutation.Mutation:
     """The report, judged here from the recorded effects: the cases unmutated first, then each mutant
-    by the cases that held on them."""
+    by the cases that held on them. ``sites``: the configurations the fix is pinned in, whose cases
+    say whether the tree unmutated is fixed (a defence off by default is measured with its option on)."""
     baseline = [judging.rejudge(raw.probe, c) for c in raw.baseline]
     held = {c.id for c in baseline if judging.state(c) == "clean"}
     mutants = []
@@ -60,10 +61,11 @@ def judge(source: str, tree_digest: str, raw: _Run) -> mutation.Mutation:
         mutants.append(mutation.Mutant(id=m["id"], function=m["function"], file=m["file"], line=m["line"],
                                        operator=m["operator"], before=m["before"], after=m["after"], status=status, why=why,
                                        reached_by=len(m.get("reached_by", [])), reads=reads))
-    cases = [mutation.BaselineCase(id=c.id, role=c.role, state=judging.state(c)) for c in baseline]
-    score = judging.score_of(raw.probe, raw.fix, [(c.role, c.state) for c in cases], [m.status for m in mutants])
-    return mutation.Mutation(source=source, tree_digest=tree_digest, probe=raw.probe, probe_sha256=catalog.probe_digest(raw.probe),
-                             score=score, baseline=cases, targets=raw.targets, missing=raw.missing, mutants=mutants)
+    cases = [mutation.BaselineCase(id=c.id, role=c.role, state=judging.state(c), site=c.site) for c in baseline]
+    report = mutation.Mutation(source=source, tree_digest=tree_digest, probe=raw.probe,
+                               probe_sha256=catalog.probe_digest(raw.probe), score=judging.score_of(raw.probe, raw.fix, [], []),
+                               baseline=cases, targets=raw.targets, missing=raw.missing, mutants=mutants, sites=sites or [])
+    return report.model_copy(update={"score": mutation.counted(report)})
 
 
 def run_mutants(environment: envs.Env, probe: str, case_timeout: int, sandboxed: bool,
@@ -96,7 +98,7 @@ def measure(plan: list[tuple[str, int]], p: pins.Pins, opts: pipeline.Options, i
             raw = run_mutants(environment, probe, case_timeout, sandboxed, hunks)
             if raw.import_.outcome != "ok":
                 raise errors.Infrastructure(f"{text}: SGLang did not import ({raw.import_.error.message if raw.import_.error else ''})")
-            found.append((bundle.label(tree.identity), judge(text, tree.identity.tree_digest, raw)))
+            found.append((bundle.label(tree.identity), judge(text, tree.identity.tree_digest, raw, p.fix(n).sites)))
     return found
 
 

@@ -17,8 +17,12 @@ def cmd_run(args) -> int:
     pins_path = options.path(args.pins) or pins.default_path()
     p = pins.load(pins_path)
     out = bundle.out_path(args.out, "run")
-    numbers = args.pr or sorted(p.fixes)
+    numbers = args.pr or sorted(n for n, f in p.fixes.items() if args.via == "releases" or f.has_commits)
     fixes = {n: p.fix(n) for n in numbers}
+    if args.via == "commits":
+        bare = [f"#{n}" for n, f in fixes.items() if not f.has_commits]
+        if bare:
+            raise errors.BadInput(f"{', '.join(bare)}: pinned by release bracket only, no PR commits; use --via releases")
     repo = specs.check_git_url(args.repo) if args.repo else p.upstream
     sides: dict[int, tuple[str, str]] = {}
     for n, fix in fixes.items():
@@ -40,7 +44,7 @@ def cmd_run(args) -> int:
             n, fix.title, fix.probes,
             [(bundle.receipt_name(got[(base, pr)]), got[(base, pr)]) for pr in fix.probes],
             [(bundle.receipt_name(got[(head, pr)]), got[(head, pr)]) for pr in fix.probes],
-            fix.expect,
+            fix.expect, fix.sites,
         ))
     files, scores = {}, []
     if args.mutate:  # the strength of each verdict's evidence, measured at the fix's head

@@ -86,11 +86,25 @@ def same_trees(probed: list[Probed]) -> list[Probed]:
 
 def first_fixed(rows: list[Row]) -> dict[int, str | None]:
     """Per fix, the first fixed row after the first one showing the bug (records.windows)."""
-    return {w.fix: w.first_fixed for w in windows(rows)}
+    return {w.fix: w.first_fixed for w in windows(rows) if w.site is None}
 
 
-def status_of(row: Row, fix: int) -> str:
-    return next((f.status for f in row.fixes if f.fix == fix), "not applicable")
+def pinned_status(fs: judging.FixStatus, p: pins.Pins) -> str:
+    """A fix's status in the configuration its pin names (``sites``: an option off by default, on),
+    else over all its sites: what "the tree carries the fix" means for an audit's verdict. Every
+    configuration's status is still reported beside it."""
+    sites = p.fixes[fs.fix].sites if fs.fix in p.fixes else []
+    if not sites:
+        return fs.status
+    return judging.worst([st.status for st in fs.sites if st.site in sites]) if any(
+        st.site in sites for st in fs.sites) else "not probed"
+
+
+def status_of(row: Row, fix: int, site: str | None = None) -> str:
+    found = next((f for f in row.fixes if f.fix == fix), None)
+    if site is not None:
+        found = judging.at_site(found, site)
+    return found.status if found else "not applicable"
 
 
 def exit_code(rows: list[Row], strict: bool = False) -> int:
@@ -110,17 +124,21 @@ def differentials(probed: list[Probed], p: pins.Pins) -> list[Differential]:
     by_source = {r.source: r for r in rows}
     out = []
     for w in windows(rows):
-        if not w.first_fixed or w.fix not in p.fixes:
+        if w.fix not in p.fixes:
+            continue
+        # a fix pinned on one configuration (an option off by default, on) is compared on its window
+        sites = p.fix(w.fix).sites
+        if not w.first_fixed or w.site != (sites[0] if len(sites) == 1 else None):
             continue
         i = rows.index(by_source[w.first_fixed])
-        before = [by_source[w.last_bug]] if w.last_bug else [r for r in rows[:i] if status_of(r, w.fix) != "fixed"]
+        before = [by_source[w.last_bug]] if w.last_bug else [r for r in rows[:i] if status_of(r, w.fix, w.site) != "fixed"]
         if not before:
             continue
         pinned = p.fix(w.fix)
         base, head = ([(bundle.receipt_name(r), r) for r in by_tree[row.tree_digest] if r.probe.id in pinned.probes]
                       for row in (before[-1], rows[i]))
         title = f"{pinned.title} (sweep: {before[-1].label} -> {rows[i].label})"
-        out.append(receipts.differential(w.fix, title, pinned.probes, base, head, None))
+        out.append(receipts.differential(w.fix, title, pinned.probes, base, head, None, pinned.sites))
     return out
 
 

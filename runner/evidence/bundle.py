@@ -329,7 +329,7 @@ def _rederive_differential(d: Differential, receipts: dict[str, Receipt]) -> lis
     """A differential judged again from the receipts it names: its transitions and verdict must follow."""
     sides = [[(side.receipt, receipts[side.receipt]) for side in group if side.receipt in receipts]
              for group in (d.base, d.head)]
-    again = differential(d.fix, d.title, d.probes, sides[0], sides[1], d.expected)
+    again = differential(d.fix, d.title, d.probes, sides[0], sides[1], d.expected, d.sites)
     return [f"{what} does not follow from its receipts" for what in ("cases", "verdict", "reasons", "as_expected")
             if getattr(again, what) != getattr(d, what)]
 

@@ -12,7 +12,15 @@ from pathlib import Path
 from runner.files import sha256_bytes, sha256_file
 
 # probe id -> module file inside probes/
-PROBES: dict[str, str] = {"admission": "admission.py", "prefill-cleanup": "prefill_cleanup.py"}
+PROBES: dict[str, str] = {
+    "admission": "admission.py",
+    "prefill-cleanup": "prefill_cleanup.py",
+    "lifetime-default": "lifetime_default.py",
+    "lifetime-drain": "lifetime_drain.py",
+    "lifetime-peers": "lifetime_peers.py",
+    "lifetime-failures": "lifetime_failures.py",
+    "handoff": "handoff.py",
+}
 HARNESS = "harness.py"
 # ``diffprobe upstream-tests``' entry point: not a tree probe (no fix of its own), and not part of theirs.
 UPSTREAM_TESTS = ("upstream-tests", "pytest_outcomes.py")

@@ -222,9 +222,11 @@ class Window(BaseModel):
     not including, the first tree after it where the fix's status is "fixed"; a tree after that
     which shows the bug again is named, never folded into the window. With no tree showing the bug,
     ``first_fixed`` is the first fixed tree and the window is unknown (the bug, if any, lies
-    earlier than the line)."""
+    earlier than the line). ``site``: a configuration the later defences are probed under (the
+    tree's defaults, or an option on), whose window this is; None: the fix's over all its sites."""
 
     fix: int
+    site: str | None = None
     first_bug: str | None
     last_bug: str | None  # the last tree showing the bug before first_fixed (the window's last tree)
     first_fixed: str | None
@@ -235,8 +237,12 @@ class Window(BaseModel):
 Phase = Literal["before", "window", "fixed"]
 
 
-def window(fix: int, line: list[tuple[str, FixStatus | None]]) -> Window:
-    """The bug window of ``fix`` over ``line``: (source, that tree's status of the fix) in line order."""
+def window(fix: int, line: list[tuple[str, FixStatus | None]], site: str | None = None) -> Window:
+    """The bug window of ``fix`` over ``line``: (source, that tree's status of the fix) in line order;
+    with ``site``, of that site (a configuration) alone."""
+    if site is not None:
+        line = [(src, at_site(fs, site)) for src, fs in line]
+        return window(fix, line).model_copy(update={"site": site})
     shows = [src for src, fs in line if fs is not None and fs.bug_at]
     first_bug = shows[0] if shows else None
     start = next((i for i, (src, _) in enumerate(line) if src == first_bug), 0)
@@ -247,6 +253,21 @@ def window(fix: int, line: list[tuple[str, FixStatus | None]]) -> Window:
                   recurred=[src for src, _ in line[end:] if src in shows],
                   unjudged=[src for src, fs in line[start:] if first_bug and src not in shows
                             and (fs is None or fs.status != "fixed")])
+
+
+def at_site(fs: FixStatus | None, site: str) -> FixStatus | None:
+    """``fs`` as one of its sites alone would read (None where the tree has no case there)."""
+    found = next((s for s in fs.sites if s.site == site), None) if fs is not None else None
+    if found is None:
+        return None
+    return FixStatus(fix=fs.fix, status=found.status, sites=[found], bug_at=[site] if site in fs.bug_at else [])
+
+
+def configured_sites(statuses: Iterable[FixStatus]) -> list[str]:
+    """The configurations a fix's cases ran under on some tree, in the duty table's order: each has a
+    bug window of its own (a defence off by default is in force only where its option is on)."""
+    seen = {s.site for fs in statuses for s in fs.sites}
+    return [c for c in CONFIGURATIONS if c in seen]
 
 
 def phase(w: Window, order: list[str], source: str) -> Phase:
@@ -278,6 +299,8 @@ def source_status(st: Status, tree: bool) -> str:
 # (probes/duties.py: standard library only, it never imports SGLang).
 
 from probes import duties as probe_duties  # noqa: E402
+
+CONFIGURATIONS = probe_duties.CONFIGURATIONS
 
 
 def case_ids(probe: str) -> list[str]:

@@ -61,6 +61,7 @@ class BaselineCase(_Model):
     id: str
     role: str
     state: judging.State
+    site: str | None = None  # the case's site (for the later defences, the configuration it ran under)
 
 
 class Mutation(_Model):
@@ -75,6 +76,10 @@ class Mutation(_Model):
     targets: list[dict]
     missing: list[str]
     mutants: list[Mutant]
+    sites: list[str] = []  # the configurations the fix is pinned in (pins.toml): the baseline status is theirs; empty: all
+
+    def counted_baseline(self) -> list[tuple[str, judging.State]]:
+        return [(c.role, c.state) for c in self.baseline if not self.sites or c.site in self.sites]
 
     def unexplained(self) -> list[Mutant]:
         """Survivors and mutants no case reaches that nobody said why: a gap in the probes no one has
@@ -92,8 +97,7 @@ def file_name(label: str, m: Mutation) -> str:
 
 def counted(m: Mutation) -> judging.MutationScore:
     """The score as the report's own mutants and baseline give it."""
-    return judging.score_of(m.score.probe, m.score.fix, [(c.role, c.state) for c in m.baseline],
-                            [x.status for x in m.mutants])
+    return judging.score_of(m.score.probe, m.score.fix, m.counted_baseline(), [x.status for x in m.mutants])
 
 
 def rederive(reports: dict[str, Mutation], extra: dict, receipts: dict[str, Receipt]) -> list[str]:

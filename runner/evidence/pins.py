@@ -33,12 +33,26 @@ class Bracket(_Strict):
 class Fix(_Strict):
     title: str = Field(min_length=1)
     summary: str = Field(min_length=1, description="one line on what it fixes")
-    base: str = Field(description="PR base commit (full SHA, or a short one resolved when used)")
-    head: str = Field(description="PR head commit")
+    base: str | None = Field(None, description="PR base commit (full SHA, or a short one resolved when used); "
+                             "absent for a defence pinned by its release bracket alone (found by sweeping releases)")
+    head: str | None = Field(None, description="PR head commit (absent with base)")
     merge: str | None = Field(None, description="merge commit on the upstream branch")
     releases: Bracket
     probes: list[str] = Field(min_length=1, description="probe ids that witness the fix")
+    sites: list[str] = Field(default_factory=list, description="the sites (for the later defences: configurations, "
+                             "e.g. with-kv-checksum for an option off by default) whose cases the differential "
+                             "compares; empty: every case")
     expect: Verdict = "fix observed"
+
+    @model_validator(mode="after")
+    def _commits_together(self) -> "Fix":
+        if (self.base is None) != (self.head is None):
+            raise ValueError("base and head are pinned together, or neither")
+        return self
+
+    @property
+    def has_commits(self) -> bool:
+        return self.base is not None
 
     @field_validator("base", "head", "merge")
     @classmethod

@@ -262,14 +262,16 @@ class Differential(_Model):
     reasons: list[str]
     expected: Verdict | None
     as_expected: bool | None
+    sites: list[str] = Field(default_factory=list, description="the only sites (configurations) compared; empty: all")
     digest: str
 
 
 def differential(
     fix: int, title: str, probes: list[str], base: list[tuple[str, Receipt]], head: list[tuple[str, Receipt]],
-    expected: Verdict | None,
+    expected: Verdict | None, sites: list[str] | None = None,
 ) -> Differential:
-    """Compare base and head receipts of the same probes, case by case."""
+    """Compare base and head receipts of the same probes, case by case; with ``sites``, only the cases
+    of those sites (a defence off by default is compared with its option on)."""
     by_probe_base = {r.probe.id: r for _, r in base}
     by_probe_head = {r.probe.id: r for _, r in head}
     not_comparable = None
@@ -285,6 +287,8 @@ def differential(
         for case_id in ids:
             bc, hc = (b.case(case_id) if b else None), (h.case(case_id) if h else None)
             ref = bc or hc
+            if sites and ref.site not in sites:
+                continue
             rows.append(CaseTransition(probe=probe, case=case_id, site=ref.site, role=ref.role,
                                        base=state(bc), head=state(hc), transition=transition(bc, hc)))
     judged, reasons = verdict(rows, not_comparable)
@@ -300,6 +304,7 @@ def differential(
         "reasons": reasons,
         "expected": expected,
         "as_expected": None if expected is None else judged == expected,
+        "sites": list(sites or []),
     }
     body["digest"] = seal(body)
     return Differential.model_validate(body)

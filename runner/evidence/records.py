@@ -44,10 +44,14 @@ def inconclusive_sites(rows: list[Row]) -> list[str]:
 
 
 def windows(rows: list[Row]) -> list[judging.Window]:
-    """Each fix's bug window over the rows, in their order."""
-    fixes = sorted({f.fix for r in rows for f in r.fixes})
-    return [judging.window(fix, [(r.source, next((f for f in r.fixes if f.fix == fix), None)) for r in rows])
-            for fix in fixes]
+    """Each fix's bug window over the rows, in their order, and, for a fix probed under configurations
+    (the later defences: defaults, option on), one window per configuration after it."""
+    out = []
+    for fix in sorted({f.fix for r in rows for f in r.fixes}):
+        line = [(r.source, next((f for f in r.fixes if f.fix == fix), None)) for r in rows]
+        out.append(judging.window(fix, line))
+        out += [judging.window(fix, line, site) for site in judging.configured_sites(fs for _, fs in line if fs)]
+    return out
 
 
 # --- the other kinds: strict, so a schema says exactly what a bundle of that kind holds -----------

@@ -54,13 +54,17 @@ def print_matrix(record: SweepRecord) -> None:
         ui.out.print(f"[yellow]inconclusive ({len(gaps)}): {escape(', '.join(gaps))}[/]")
 
 
-def print_audit(row: Row) -> None:
+def print_audit(row: Row, pinned: dict[int, tuple[str, str]] | None = None) -> None:
+    """``pinned``: fix -> (the configuration its pin names, its status there), for a defence whose
+    verdict is read in one configuration (an option off by default, on)."""
     ui.out.print(f"[bold]audit[/] {escape(row.source)}  {row.tree_digest}")
     if row.departures:
         ui.out.print(f"baseline: {escape(row.departures)}")
     for fs in row.fixes:
         word = judging.shown(fs)
-        ui.out.print(f"#{fs.fix}: [{styles.status(word)}]{escape(word)}[/]")
+        config = (pinned or {}).get(fs.fix)
+        said = f"  (pinned configuration {escape(config[0])}: [{styles.status(config[1])}]{config[1]}[/])" if config else ""
+        ui.out.print(f"#{fs.fix}: [{styles.status(word)}]{escape(word)}[/]{said}")
         for place in fs.departed.places if fs.departed else ():
             ui.out.print(f"  ran on changed code: {escape(place)}")
         for place in fs.departed.aware if fs.departed else ():
@@ -69,7 +73,7 @@ def print_audit(row: Row) -> None:
             ui.out.print(f"  not covered (statements of the fix's code no case ran): {escape(', '.join(fs.not_covered))}")
         for site in fs.sites:
             cases = ", ".join(f"{k}={v}" for k, v in site.cases.items())
-            ui.out.print(f"  {site.site}: [{styles.STATUS[site.status]}]{site.status}[/]  ({escape(cases)})")
+            ui.out.print(f"  {site.site}: [{styles.status(site.status)}]{site.status}[/]  ({escape(cases)})")
     ui.out.print("static findings (code or option present; not behaviour observed):")
     for f in row.static:
         state = ("present" + (f", default {f.default}" if f.default else "")) if f.present else "absent"
@@ -77,5 +81,10 @@ def print_audit(row: Row) -> None:
         ui.out.print(f"  {f.id} ({prs}): {state}. {escape(f.what)}")
         for line in f.evidence[:2]:
             ui.out.print(f"      {escape(line)}", style="dim")
+        seen = [fs for fs in row.fixes if fs.fix in f.prs]
+        if seen:  # the cross-check: what the behaviour of the same defences showed
+            said = "; ".join(f"#{fs.fix} {fs.status} (" + ", ".join(f"{s.site} {s.status}" for s in fs.sites) + ")"
+                             for fs in seen)
+            ui.out.print(f"      behaviour: {escape(said)}", style="dim")
         if f.present and f.caveat:
             ui.out.print(f"      caveat: {escape(f.caveat)}", style="dim")

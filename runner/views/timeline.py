@@ -47,6 +47,8 @@ def lanes(record: SweepRecord, receipt_of: Callable[[str, int], str | None]) -> 
         cells = []
         for row in record.rows:
             fs = next((f for f in row.fixes if f.fix == w.fix), None)
+            if w.site is not None:  # a configuration's own lane: that site's status alone
+                fs = judging.at_site(fs, w.site)
             where = judging.phase(w, order, row.source)
             word = judging.line_status(fs.status, where) if fs else "not probed"
             detail = ", ".join(f"{s.site} {s.status}" for s in fs.sites) if fs else ""
@@ -68,6 +70,11 @@ def receipt_finder(named: dict[str, receipts.Receipt]) -> Callable[[str, int], s
     """``receipt_of`` over a bundle's receipts (bundle path -> receipt): by tree and fix."""
     index = {(receipts.source_key(r.source), r.probe.fix): name for name, r in named.items()}
     return lambda digest, fix: index.get((digest, fix))
+
+
+def lane_name(w: judging.Window) -> str:
+    """What follows the fix's number in a lane's name: its configuration, when the lane is one."""
+    return f" {w.site}" if w.site else ""
 
 
 def short(label: str) -> str:
@@ -107,7 +114,7 @@ def strip(record: SweepRecord, titles: dict[int, str] | None = None) -> list[str
             if i is not None:
                 under[i] = "^"
         title = escape((titles or {}).get(w.fix, ""))
-        out += [f"[bold]#{w.fix}[/] {title}".rstrip(), f"  {marks}", f"  {''.join(under)}  {escape(window_text(lane))}"]
+        out += [f"[bold]#{w.fix}[/]{escape(lane_name(w))} {title}".rstrip(), f"  {marks}", f"  {''.join(under)}  {escape(window_text(lane))}"]
     if ls:
         first, last = short(ls[0].cells[0].label), short(ls[0].cells[-1].label)
         out.append(f"  [dim]{escape(first)} → {escape(last)}: █ red not fixed, █ green fixed, ░ no bug observed "
@@ -143,7 +150,8 @@ def svg(record: SweepRecord, receipt_of: Callable[[str, int], str | None], href:
     for k, lane in enumerate(ls):
         w, y = lane.window, TOP + k * LANE
         parts.append(f'<text x="4" y="{y + 22}" font-weight="600" font-size="12">#{w.fix}</text>')
-        parts.append(f'<text x="4" y="{y + 36}" fill="#57606a" font-size="9">{_e(_clip((titles or {}).get(w.fix, ""), 26))}</text>')
+        under_name = w.site if w.site else (titles or {}).get(w.fix, "")  # a configuration's lane names it
+        parts.append(f'<text x="4" y="{y + 36}" fill="#57606a" font-size="9">{_e(_clip(under_name, 26))}</text>')
         lo, hi = lane.index(w.first_bug), lane.index(w.first_fixed)
         if lo is not None:  # the bug window: a band behind its cells and a bracket above
             end = (hi if hi is not None else n) * step + LEFT - GAP
@@ -155,7 +163,7 @@ def svg(record: SweepRecord, receipt_of: Callable[[str, int], str | None], href:
             parts.append(f'<text x="{tx:.0f}" y="{y + 2}" fill="#82071e" font-size="10">{_e(said)}</text>')
         for i, c in enumerate(lane.cells):
             x = LEFT + i * step
-            tip = f"{short(c.label)} · #{w.fix}: {c.word}" + (f" ({c.detail})" if c.detail else "") + (
+            tip = f"{short(c.label)} · #{w.fix}{lane_name(w)}: {c.word}" + (f" ({c.detail})" if c.detail else "") + (
                 " · after the first fixed tree: shows the bug again" if c.recurred else "")
             rect = (f'<rect class="cell {_cls(c.word)}" x="{x}" y="{y + 10}" width="{CELL}" height="{CELL}" rx="2" '
                     f'fill="{styles.FILL.get(c.word, styles.FILL["not fixed"])}" stroke="{"#1f2328" if c.recurred else "#8c959f"}" '

@@ -213,13 +213,38 @@ def test_the_audit_backs_each_gate_with_its_fixes_and_names_the_workers_running_
     not_fixed = FixStatus(fix=38935, status="not fixed", sites=[
         SiteStatus(fix=38935, site="prefill-door", status="not fixed", cases={}),
         SiteStatus(fix=38935, site="decode-door", status="fixed", cases={})])
-    later = FixStatus(fix=41023, status="not fixed", sites=[])
+    later = FixStatus(fix=41023, status="not fixed", sites=[  # the later defences' sites are configurations
+        SiteStatus(fix=41023, site="default", status="not fixed", cases={}),
+        SiteStatus(fix=41023, site="with-deferred-release", status="fixed", cases={})])
     receipts = [NS(probe=NS(fix=fix)) for fix in (36988, 38935, 41023, 39500)]
     probed = {TREE: NS(receipts=receipts, row=NS(fixes=[FixStatus(fix=36988, status="fixed", sites=[]), not_fixed, later]))}
     audit = accept.audit_gates(probed, fleet)
     assert [len(audit[n][0]) for n in (2, 3, 4)] == [2, 1, 1]
     assert audit[2][1] == [f"{TREE} (run by prefill {P}, decode {D}, decode {D2}): #38935 not fixed (prefill-door not fixed)"]
-    assert audit[4][1] == [f"{TREE} (run by prefill {P}, decode {D}, decode {D2}): #41023 not fixed"] and audit[3][1] == []
+    # judged per worker in the configuration it runs (here the tree's default: no worker reports or declares it)
+    assert audit[4][1] == [f"{TREE} (run by {w}, SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE as the tree defaults "
+                           f"it): #41023 not fixed in that configuration" for w in (f"prefill {P}", f"decode {D}", f"decode {D2}")]
+    assert audit[3][1] == []
+
+
+def test_a_later_defence_is_judged_in_the_configuration_each_worker_runs():
+    from types import SimpleNamespace as NS
+
+    from runner.evidence.judging import FixStatus, SiteStatus
+
+    ws = [worker("prefill", P), worker("decode", D)]
+    fleet = fleet_of(ws)
+    off_by_default = FixStatus(fix=39500, status="not fixed", sites=[
+        SiteStatus(fix=39500, site="default", status="not fixed", cases={}),
+        SiteStatus(fix=39500, site="with-kv-checksum", status="fixed", cases={})])
+    probed = {TREE: NS(receipts=[], row=NS(fixes=[off_by_default]))}
+    # the checksum is off: gate 3 rests on the canary; the checksum's default-configuration status is not its verdict
+    assert accept.audit_gates(probed, fleet)[3][1] == []
+    # a fix never probed in the configuration a worker runs fails closed
+    bare = FixStatus(fix=41404, status="fixed", sites=[SiteStatus(fix=41404, site="with-deferred-release", status="fixed",
+                                                                   cases={})])
+    reasons = accept.audit_gates({TREE: NS(receipts=[], row=NS(fixes=[bare]))}, fleet)[4][1]
+    assert len(reasons) == 2 and all("not probed in that configuration: failing closed" in r for r in reasons)
 
 
 # --- gate 3: the pair rule is the tree's -------------------------------------------------------------

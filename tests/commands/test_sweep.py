@@ -11,14 +11,22 @@ from runner.evidence.records import SweepRecord
 from tests import forks
 from tests.conftest import git
 
-# ../shared/CPU-FEASIBILITY.md: which fix each release carries, by behaviour
-EXPECTED = {
-    "sglang-0.5.19": {36988: "not fixed", 38935: "not fixed"},
-    "sglang-0.5.20": {36988: "fixed", 38935: "not fixed"},
-    "sglang-0.5.21": {36988: "fixed", 38935: "fixed"},
-    "sglang-0.5.22": {36988: "fixed", 38935: "fixed"},
-    "sglang-0.5.23": {36988: "fixed", 38935: "fixed"},
+# ../shared/CPU-FEASIBILITY.md: which fix each release carries, by behaviour; the later defences' statuses
+# over all their configurations (#39500's default configuration never checks the handoff)
+_LATER = {
+    "0.5.19": ("not fixed",) * 5,
+    "0.5.20": ("not fixed",) * 5,
+    "0.5.21": ("not fixed", "fixed", "fixed", "not fixed", "not fixed"),
+    "0.5.22": ("not fixed", "fixed", "fixed", "fixed", "fixed"),
+    "0.5.23": ("not fixed", "fixed", "fixed", "fixed", "fixed"),
 }
+EXPECTED = {
+    f"sglang-{v}": {36988: "not fixed" if v == "0.5.19" else "fixed", 38935: "fixed" if v >= "0.5.21" else "not fixed",
+                    **dict(zip((39500, 40645, 41023, 41402, 41404), later))}
+    for v, later in _LATER.items()
+}
+FIRST_FIXED = {36988: "0.5.20", 38935: "0.5.21", 39500: None, 40645: "0.5.21", 41023: "0.5.21", 41402: "0.5.22",
+               41404: "0.5.22"}
 
 
 def _record(out: Path) -> SweepRecord:
@@ -46,7 +54,12 @@ def test_sweep_releases_in_two_shards_then_merge(tmp_path, cache):
     assert cli.main(["merge", str(tmp_path / "1of2"), str(tmp_path / "2of2"), "--out", str(merged)]) == 0
     record = _record(merged)
     assert _matrix(record) == EXPECTED
-    assert record.first_fixed == {36988: "pypi:sglang==0.5.20", 38935: "pypi:sglang==0.5.21"}
+    assert record.first_fixed == {n: v and f"pypi:sglang=={v}" for n, v in FIRST_FIXED.items()}
+    # a defence off by default has a window of its own with its option on; on by default from 0.5.21
+    by_config = {(w.fix, w.site): w.first_fixed for w in record.windows if w.site}
+    assert by_config[(39500, "with-kv-checksum")] == "pypi:sglang==0.5.21"
+    assert by_config[(39500, "default")] is None
+    assert by_config[(41023, "default")] == "pypi:sglang==0.5.21"
     assert bundle.verify(merged) == []
     static = {row.label: {f.id: (f.present, f.default) for f in row.static} for row in record.rows}
     assert static["sglang-0.5.19"]["kv-checksum"] == (False, None)
@@ -79,7 +92,8 @@ def test_bisect_finds_first_commits_in_fewer_runs(upstream_repo, cache, tmp_path
     assert code == 0
     record = _record(out)
     assert len(record.order) == 9
-    assert record.first_fixed == {36988: f"git+{repo}@{chain[4]}", 38935: f"git+{repo}@{chain[8]}"}
+    assert {n: record.first_fixed[n] for n in (36988, 38935)} == {36988: f"git+{repo}@{chain[4]}",
+                                                                  38935: f"git+{repo}@{chain[8]}"}
     assert record.probe_runs <= 3  # bisection over the 3 distinct trees: ceil(log2 3) + 1, not log2 of 9 commits
 
 
@@ -101,7 +115,7 @@ def test_audit_of_a_fork_reports_exactly_the_removed_part(tmp_path, cache, relea
     code = cli.main(["audit", f"path:{root}", "--out", str(out), "--cache-dir", str(cache.root)])
     assert code == 1
     (row,) = _record(out).rows
-    sites = {s.site: s for f in row.fixes for s in f.sites}
+    sites = {s.site: s for f in row.fixes for s in f.sites if f.fix in (36988, 38935)}
     assert {site: sites[site].status for site in expected} == expected
     assert sorted(c for s in sites.values() for c, shown in s.cases.items() if shown == "bug") == sorted(bugs)
 

@@ -10,13 +10,26 @@ PROJECT_PINS = Path(__file__).resolve().parents[2] / "pins.toml"
 
 def test_project_pins_are_valid_and_complete():
     p = pins.load(PROJECT_PINS)
-    assert set(p.fixes) == {36988, 38935}
+    assert set(p.fixes) == {36988, 38935, 39500, 40645, 41023, 41402, 41404}
     assert (p.fixes[36988].releases.without, p.fixes[36988].releases.with_) == ("0.5.19", "0.5.20")
     assert (p.fixes[38935].releases.without, p.fixes[38935].releases.with_) == ("0.5.20", "0.5.21")
     assert p.fixes[38935].base == "17ba2c2e7c7b81f31a8a9e693e7435ab262c16b4"
     assert p.fixes[36988].head == "2ee5742a"  # short form allowed; resolved when used
     assert p.fixes[38935].probes == ["admission"] and p.fixes[36988].probes == ["prefill-cleanup"]
     assert all(len(r.sha256) == 64 for r in p.releases.values())
+    # the later defences: pinned by the release brackets their probes' sweep found, no PR commits
+    later = {n: f for n, f in p.fixes.items() if n not in (36988, 38935)}
+    assert all(not f.has_commits for f in later.values()) and p.fixes[38935].has_commits
+    assert {n: (f.releases.without, f.releases.with_) for n, f in later.items()} == {
+        39500: ("0.5.20", "0.5.21"), 40645: ("0.5.20", "0.5.21"), 41023: ("0.5.20", "0.5.21"),
+        41402: ("0.5.21", "0.5.22"), 41404: ("0.5.21", "0.5.22")}
+    assert p.fixes[39500].sites == ["with-kv-checksum"] and p.fixes[41023].sites == ["default"]
+
+
+def test_base_and_head_are_pinned_together(tmp_path):
+    text = _mutate('head = "8f3d6944b76c428d884582cb6c82a39db1465360"\n', "")
+    with pytest.raises(BadInput, match="base and head are pinned together"):
+        pins.load(_write(tmp_path, text))
 
 
 def _write(tmp_path, text):
@@ -63,5 +76,5 @@ def test_missing_pins_file(tmp_path):
 
 
 def test_unknown_fix_number():
-    with pytest.raises(BadInput, match=r"unknown fix #12345 \(pinned: #36988, #38935\)"):
+    with pytest.raises(BadInput, match=r"unknown fix #12345 \(pinned: #36988, #38935, #39500, #40645, #41023, #41402, #41404\)"):
         pins.load(PROJECT_PINS).fix(12345)

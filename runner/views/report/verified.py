@@ -80,7 +80,7 @@ def _rejudge(d: Differential, rs: dict[str, Receipt]) -> Differential:
         if side.receipt not in rs:
             raise errors.BadInput(f"differential #{d.fix} names {side.receipt}, which is not a receipt of this bundle")
     base, head = ([(s.receipt, rs[s.receipt]) for s in sides] for sides in (d.base, d.head))
-    return receipts.differential(d.fix, d.title, d.probes, base, head, d.expected)
+    return receipts.differential(d.fix, d.title, d.probes, base, head, d.expected, d.sites)
 
 
 def fix_titles(ev: Evidence) -> dict[int, str]:

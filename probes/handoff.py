@@ -1,0 +1,390 @@
+"""Probe for #39500 (gate 3, transfer/read): does decode go on to read pages the handoff never wrote?
+
+Decode reserved the pages of a 4-token prompt; the handoff writes fewer: the prefill request was
+cut to its 1-token placeholder (the incident's rejected request), the engine lands only part of
+what was sent, or prefill reports success before its write lands. Transfer-complete is not proof:
+the case follows the request through the tree's own code, the prefill's last-chunk send (which
+digests the KV it sends where the tree has the checksum), the transfer worker, the decode manager's
+status handling, the decode transfer queue's poll and commit, and the admission of the committed
+request into the batch that runs (where the tree verifies the digest), and observes which pages
+the batch would read. The pages were used before by another request, so an unwritten page holds
+that request's KV.
+
+Run in the default configuration and with ``--disaggregation-enable-kv-checksum`` on, with
+prefill and decode KV layouts that the checksum can compare and, with it on, ones it cannot (a
+prefill of another TP width: each side digests other bytes). The checksum kernel is a GPU kernel;
+here a digest over the page-ownership model's contents (which request's KV, at which position, in
+which layout) stands in for it, computed over exactly the pages the tree asks for. Guard: a full
+handoff is committed and read, only its own KV.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+from . import tree
+from .case import Case, Probe
+from .doubles import Double, Journal, strict_subject
+from .lifetime import COMMON, DECODE, IMPORTS, PAGES, PREFILL_MIXIN, RID, SCHEDULER, Scene, Shape, metadata_buffers
+from .pages import PagePool
+from .plain import JSON
+
+EARLIER_TENANT = "req-X"  # whose KV the reserved pages held before
+PROMPT = PAGES  # decode reserved one page per token of a 4-token prompt (page size 1)
+OUTPUT_TOKEN = 7
+ROW = 2 * PROMPT  # a request's row in req_to_token spans its context, longer than its prompt (slots past it unset)
+LAYOUTS = {"comparable": [64], "incomparable": [32]}  # prefill's per-page KV item lengths; decode's are [64]
+CHECKSUM = "disaggregation_enable_kv_checksum"
+
+
+@dataclass(frozen=True)
+class HandoffShape:
+    """``sent``: tokens (= pages) of the prefill request, so pages its last chunk sends; ``lands``:
+    of those, how many the engine writes before reporting success (None: all); ``early``: prefill
+    reports success while its write is still in flight (it lands after decode admitted the request);
+    ``layout``: whether prefill's KV layout is one decode's checksum can compare with;
+    ``prefill_checksum``: with the option on, whether prefill runs with it too (off: a prefill not yet
+    restarted with it, while decode is)."""
+
+    config: str = "default"
+    prefill_checksum: bool = True
+    sent: int = PROMPT
+    lands: int | None = None
+    early: bool = False
+    layout: str = "comparable"
+
+
+class Digest:
+    """Stands in for the checksum kernel: a digest of what the given pages hold in the pool (which
+    request's KV, at which position) and of the layout the side digests, so that the same KV compares
+    equal across prefill and decode only when the layouts agree."""
+
+    def __init__(self, pool: PagePool, layout: list[int], journal: Journal, name: str) -> None:
+        self.pool, self.layout, self.journal, self.name = pool, layout, journal, name
+        self.computed: list[dict[str, JSON]] = []
+
+    def compute(self, page_indices: Any, state_indices: Any = None, *args: Any, **kwargs: Any) -> int:
+        # the kernel takes the tree's page-index tensor as its own helper shapes it (what it was given
+        # fails there as it would fail the kernel's wrapper: in the tree's code)
+        shape = getattr(tree.module("sglang.srt.disaggregation.checksum"), "_to_page_indices_gpu", None)
+        if shape is not None:
+            page_indices = shape(page_indices, 1)
+        pages = [int(p) for p in page_indices.tolist()]
+        held = self.pool.holds(pages)
+        value = int.from_bytes(hashlib.sha256(repr((self.layout, held)).encode()).digest()[:7], "big") | 1
+        if self.journal.live:
+            self.computed.append({"side": self.name, "pages": pages, "holds": [list(h) if h else None for h in held]})
+        return value
+
+
+class HandoffScene(Scene):
+    commit_stand_in = False
+
+    def __init__(self, journal: Journal, shape: HandoffShape) -> None:
+        self.handoff = shape
+        self.option = self._publish(shape.config == "with-kv-checksum")
+        self.batches: list[dict[str, JSON]] = []
+        self.digests: list[Digest] = []
+        super().__init__(journal, Shape(config=shape.config))
+        decode = self.decode[0]
+        self._earlier_tenant(decode.pool)
+        self.prefill_pool = PagePool(PAGES, self.clock)
+        self.prefill_req = self._prefill_request()
+
+    # --- configuration ---------------------------------------------------------------------------
+
+    @staticmethod
+    def _publish(on: bool) -> str:
+        """Publish the server configuration the case runs under: the stock one, or with the checksum
+        option on where the tree's ServerArgs has it ("absent" otherwise: the tree has no checksum)."""
+        if not on:
+            return "off"
+        if not tree.accepts(tree.resolve("sglang.srt.server_args.ServerArgs"), CHECKSUM):
+            return "absent"
+        context = tree.module("sglang.srt.runtime_context")
+        server_args = tree.resolve("sglang.srt.server_args.ServerArgs")
+        if hasattr(context, "reset_context"):
+            context.reset_context()
+        context.publish(server_args(model_path="dummy", **{CHECKSUM: True}), role="scheduler")
+        return "on"
+
+    def _checksum_on(self) -> bool:
+        """The tree's own gate: what its queues read at start-up (``get_disagg()``'s option)."""
+        try:
+            context = tree.module("sglang.srt.runtime_context")
+        except ImportError:
+            return False
+        disagg = getattr(context, "get_disagg", None)
+        return bool(disagg is not None and getattr(disagg(), CHECKSUM, False))
+
+    def _signature(self, layout: list[int], side: str = "decode") -> int:
+        """The layout signature the tree ships beside a digest, where it has one (0: none)."""
+        if not (self._checksum_on() if side == "decode" else self._prefill_checksum_on()):
+            return 0
+        try:
+            signature = tree.resolve("sglang.srt.disaggregation.utils.kv_layout_signature")
+        except tree.Missing:
+            return 0
+        return signature(self._kv_args(layout))
+
+    def _kv_args(self, layout: list[int]) -> Double:
+        return Double(self.journal, f"kv_args{layout}", page_size=1, kv_cache_dtype_str="auto", kv_layout=None,
+                      swa_kv_cache_layout=None, state_types=[], kv_item_lens=list(layout), state_item_lens=[],
+                      kv_data_ptrs=[0x10000], aux_data_ptrs=[0x20000], state_data_ptrs=[])
+
+    def metadata_flags(self) -> dict[str, Any]:
+        return {"kv_checksum_enabled": self._checksum_on()}
+
+    def _prefill_checksum_on(self) -> bool:
+        return self._checksum_on() and self.handoff.prefill_checksum
+
+    def _digest(self, pool: PagePool, layout: list[int], side: str) -> Digest | None:
+        if not (self._checksum_on() if side == "decode" else self._prefill_checksum_on()):
+            return None
+        digest = Digest(pool, layout, self.journal, side)
+        self.digests.append(digest)
+        return digest
+
+    def decode_queue_state(self, rank: Any) -> dict[str, Any]:
+        return {"_skipped_checksum_signatures": set()}
+
+    def decode_scheduler_state(self, rank: Any) -> dict[str, Any]:
+        journal, torch = self.journal, tree.torch()
+        pool = rank.pool
+        self.decode_row = torch.zeros((4, ROW), dtype=torch.int64)
+        kv_manager = strict_subject(tree.resolve(f"{COMMON}.CommonKVManager"), journal, "decode0.prealloc_kv_manager")
+        import random
+
+        return {
+            "disagg_decode_prealloc_queue": Double(
+                journal, "decode0.prealloc_queue", queue=[], retracted_queue=[], kv_manager=kv_manager,
+                kv_checksum_signature=self._signature(LAYOUTS["comparable"]),
+                kv_checksum_mismatch_injector=random.Random(0)),
+            "kv_checksum_computer": self._digest(pool, LAYOUTS["comparable"], "decode"),
+            "req_to_token_pool": Double(journal, "decode0.req_to_token_pool", req_to_token=self.decode_row),
+            "token_to_kv_pool_allocator": Double(journal, "decode0.token_to_kv_pool_allocator", page_size=1,
+                                                 get_kvcache=lambda: Double(journal, "decode0.kv_pool")),
+            "tree_cache": Double(journal, "decode0.tree_cache",
+                                 cache_finished_req=lambda req, *args, **flags: self._release(req, None, *args, **flags)),
+            "metrics_collector": Double(journal, "decode0.metrics_collector", recorded=("increment_transfer_failed_reqs",)),
+            "batch_result_processor": Double(journal, "decode0.batch_result_processor",
+                                             recorded=("_maybe_update_reasoning_tokens",)),
+            "waiting_queue": [], "chunked_req": None, "future_map": Double(journal, "future_map"),
+            "ngram_embedding_manager": Double(journal, "ngram_embedding_manager", recorded=("prepare_for_forward",)),
+            "attn_tp_cpu_group": Double(journal, "attn_tp_cpu_group"),
+            "_get_new_prebuilt_batch": self._batch_of_waiting,
+        }
+
+    # --- the two sides' KV before the handoff ------------------------------------------------------
+
+    def _earlier_tenant(self, pool: PagePool) -> None:
+        """The pages decode reserves were another request's before: its KV is still in them."""
+        pages = pool.alloc(EARLIER_TENANT, PAGES)
+        pool.land(pool.begin(EARLIER_TENANT, -1, pages))
+        pool.free(EARLIER_TENANT, pages, "finished")
+
+    def _prefill_request(self) -> Any:
+        """The request on prefill after its forward: ``sent`` tokens of KV in its row (its own, positions 0..)."""
+        torch = tree.torch()
+        pages = self.prefill_pool.alloc(RID, self.handoff.sent)
+        self.prefill_pool.land(self.prefill_pool.begin(RID, -1, pages))
+        req = tree.make_req(RID, self.handoff.sent, "PREFILL")
+        tree.give_kv(req, self.handoff.sent)
+        req.metadata_buffer_index = 3
+        req.output_ids = [OUTPUT_TOKEN]
+        self.prefill_row = torch.zeros((4, ROW), dtype=torch.int64)
+        self.prefill_row[1, : len(pages)] = torch.tensor(pages)
+        self.prefill_pages = pages
+        return req
+
+    # --- prefill: the last chunk ------------------------------------------------------------------
+
+    def send(self) -> None:
+        """The prefill scheduler sends the request's last chunk: the tree's ``send_kv_chunk``, whose
+        later form digests the KV it sends before handing the chunk to the sender."""
+        journal = self.journal
+        prefill = self.prefill[0]
+        self.prefill_metadata = metadata_buffers(kv_checksum_enabled=self._prefill_checksum_on())
+        scheduler = strict_subject(
+            tree.resolve(SCHEDULER), journal, "prefill0.scheduler",
+            kv_checksum_computer=self._digest(self.prefill_pool, LAYOUTS[self.handoff.layout], "prefill"),
+            token_to_kv_pool_allocator=Double(journal, "prefill0.token_to_kv_pool_allocator", page_size=1,
+                                              get_kvcache=lambda: Double(journal, "prefill0.kv_pool")),
+            req_to_token_pool=Double(journal, "prefill0.req_to_token_pool", req_to_token=self.prefill_row),
+            disagg_metadata_buffers=self.prefill_metadata,
+            disagg_prefill_bootstrap_queue=Double(journal, "prefill0.bootstrap_queue",
+                                                  kv_checksum_signature=self._signature(LAYOUTS[self.handoff.layout],
+                                                                                        "prefill")),
+            _send_kv_chunk=self._chunk_to_sender,
+        )
+        self._chunk: dict[str, Any] | None = None
+        if hasattr(tree.resolve(PREFILL_MIXIN), "_send_kv_chunk"):
+            # as the scheduler sends a finished request's last chunk: no end given, the tree's own
+            # send path takes it from the request's extend range
+            if hasattr(self.prefill_req, "set_extend_range"):
+                self.prefill_req.set_extend_range(0, self.handoff.sent)
+            elif hasattr(self.prefill_req, "extend_end"):  # later trees keep only the range's end
+                self.prefill_req.extend_end = self.handoff.sent
+            scheduler.send_kv_chunk(self.prefill_req, last_chunk=True)
+        else:  # the tree sends straight from send_kv_chunk: nothing of it digests or checks the chunk
+            self._chunk_to_sender(self.prefill_req, last_chunk=True, end_idx=self.handoff.sent)
+        if self._chunk is None:  # the tree's send path handed nothing to the sender
+            self.note("prefill sends nothing")
+            return
+        self.note("prefill sends its last chunk", pages=self._chunk["num_kv_tokens"])
+        prefill.manager.add_transfer_request(**{
+            k: v for k, v in self._chunk.items() if tree.accepts(prefill.manager.add_transfer_request, k)})
+
+    def _chunk_to_sender(self, req: Any, last_chunk: bool = False, end_idx: Any = None, **kwargs: Any) -> None:
+        """What the sender is handed: the request's metadata row (as the tree's send path fills it on
+        the last chunk) and its KV pages up to ``end_idx``."""
+        import numpy as np
+
+        self.prefill_metadata.set_buf(req)
+        count = int(end_idx if end_idx is not None else self.handoff.sent)
+        self._chunk = {"bootstrap_room": tree.BOOTSTRAP_ROOM,
+                       "kv_indices": np.array(self.prefill_pages[:count], dtype=np.int32),
+                       "index_slice": slice(0, count), "is_last_chunk": True, "aux_index": 3,
+                       "state_indices": None, "num_kv_tokens": count}
+
+    # --- the engine, for this probe: what lands of the sent pages, and when ---------------------------
+
+    def write(self, prefill: Any, decode: Any, pages: list[int], sources: list[int] | None = None) -> int:
+        held = self.prefill_pool.holds(self.prefill_pages[: len(pages)])
+        transfer = decode.pool.begin(RID, prefill.rank, pages, [h for h in held if h is not None])
+        if self.handoff.early:
+            self.late.append(transfer)  # reported done; lands after decode admitted the request
+            return 0
+        decode.pool.land(transfer, self.handoff.lands)
+        return 0
+
+    def aux(self, decode: Any, index: int) -> None:
+        """The aux transfer: prefill's metadata row lands in decode's (what RDMA copies, byte for byte)."""
+        torch = tree.torch()
+        for name, value in vars(self.prefill_metadata).items():
+            if isinstance(value, torch.Tensor) and value.dim() >= 1 and value.shape[0] == 16:
+                getattr(decode.metadata, name)[index] = value[self.prefill_req.metadata_buffer_index]
+
+    # --- decode: the batch that runs -----------------------------------------------------------------
+
+    def _batch_of_waiting(self, running_batch: Any = None) -> Any:
+        """What the tree's batch builder hands its admission checks: the committed requests waiting, in
+        one batch (``process_prebuilt`` prepares it: recorded; ``run`` is its forward)."""
+        decode = self.decode[0]
+        waiting = list(decode.scheduler.waiting_queue)
+        decode.scheduler.waiting_queue = []
+        if not waiting:
+            return None
+        reqs = list(waiting)
+
+        def filter_batch(keep_indices: Any = None, **kwargs: Any) -> None:
+            reqs[:] = [r for i, r in enumerate(reqs) if keep_indices is None or i in keep_indices]
+
+        prepared: list[bool] = []
+        return Double(self.journal, "decode0.batch", reqs=reqs, filter_batch=filter_batch,
+                      is_empty=lambda: not reqs, batch_size=lambda: len(reqs), prepared=prepared,
+                      process_prebuilt=lambda *args, **kwargs: prepared.append(True))
+
+    def run(self, batch: Any) -> None:
+        """The batch the scheduler got back runs, as its caller runs a prebuilt batch: only when it holds
+        a request; a batch never prepared (``process_prebuilt``) has nothing to run on; the forward
+        reads every page of each request's prompt."""
+        decode = self.decode[0]
+        if batch.is_empty():
+            return
+        if not batch.prepared:
+            self.batches.append({"runs": [], "unprepared": [r.rid for r in batch.reqs]})
+            return
+        for req in batch.reqs:
+            decode.pool.read(req.rid, [int(p) for p in self.decode_row[1, : len(req.origin_input_ids)].tolist()])
+        self.batches.append({"runs": [r.rid for r in batch.reqs]})
+
+    def admit_decode(self) -> None:
+        decode = self.decode[0]
+        decode.admit(RID)
+        torch = tree.torch()
+        self.decode_row[1, :PROMPT] = torch.tensor(decode.requests[RID].pages)
+
+    def decode_step(self) -> None:
+        """The decode event loop: the transfer queue hands over what completed, then the batch is built."""
+        decode = self.decode[0]
+        for req in decode.queue.pop_transferred():
+            decode.committed.append(req.rid)
+            decode.scheduler.waiting_queue.append(req)
+        if hasattr(decode.queue, "resolve_deferred_releases"):
+            decode.queue.resolve_deferred_releases()
+        get = getattr(decode.scheduler, "get_new_prebuilt_batch")
+        running = Double(self.journal, "decode0.running_batch", batch_size=lambda: 0, reqs=[])
+        if hasattr(tree.resolve(f"{DECODE}.SchedulerDisaggregationDecodeMixin"), "_get_new_prebuilt_batch"):
+            batch = get(running)
+        else:  # the tree builds and runs the batch in one method: nothing of it checks the KV first
+            batch = self._batch_of_waiting(running)
+            if batch is not None:
+                batch.process_prebuilt(None)
+        if batch is not None:
+            self.run(batch)
+        self.note("decode step")
+
+    def effects(self) -> dict[str, JSON]:
+        decode = self.decode[0]
+        request = decode.requests[RID]
+        out = super().effects()
+        out.update({
+            "handoff": {"sent": self.handoff.sent, "lands": self.handoff.lands, "early": self.handoff.early,
+                        "layout": self.handoff.layout, "reserved": PROMPT},
+            "checksum": {"option": self.option, "on": self._checksum_on(),
+                         "digests": [c for d in self.digests for c in d.computed]},
+            "batches": list(self.batches),
+            "request": tree.request_state(request.req),
+        })
+        return out
+
+
+def script(scene: HandoffScene) -> None:
+    scene.admit_decode()
+    for p in scene.prefill:
+        p.bootstrap(RID)
+    scene.note("bootstrapped", rid=RID)
+    scene.send()
+    scene.prefill[0].work()
+    scene.deliver("status")
+    scene.decode_step()
+    scene.land_late()
+    scene.decode_step()
+
+
+class Handoff:
+    def __init__(self, journal: Journal, shape: HandoffShape) -> None:
+        self.scene = HandoffScene(journal, shape)
+
+    def drive(self) -> None:
+        script(self.scene)
+
+    def effects(self) -> dict[str, JSON]:
+        return self.scene.effects()
+
+
+REQUIRES = (f"{DECODE}.DecodeTransferQueue.pop_transferred", f"{DECODE}.DecodeTransferQueue._commit_transfer_to_req",
+            f"{DECODE}.SchedulerDisaggregationDecodeMixin.get_new_prebuilt_batch", f"{PREFILL_MIXIN}.send_kv_chunk",
+            "sglang.srt.disaggregation.mooncake.conn.MooncakeKVManager.transfer_worker")
+
+
+def shape_of(point: dict[str, str]) -> HandoffShape:
+    transfer = point["transfer"]
+    return HandoffShape(config=point["config"], prefill_checksum=point["prefill"] != "without",
+                        sent=1 if transfer == "short" else PROMPT,
+                        lands=2 if transfer == "partial" else None, early=transfer == "early", layout=point["layout"])
+
+
+def _cases() -> tuple[Case, ...]:
+    from . import duties
+
+    space = duties.HANDOFF
+    return tuple(Case(id=space.case_id(p), site=space.site_of(p), role=space.role(p), title=space.title(p),
+                      duties=space.duties(p), build=lambda journal, shape=shape_of(p): Handoff(journal, shape),
+                      requires=REQUIRES) for p in space.points())
+
+
+PROBE = Probe(id="handoff", fix=39500, imports=IMPORTS, cases=_cases())

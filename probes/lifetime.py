@@ -1,0 +1,1032 @@
+"""The lifetime scene: one bootstrap room handed from prefill to decode over the tree's own code.
+
+What runs is the tree's: the prefill Mooncake KV manager's ABORT handling and transfer worker
+(its outstanding-chunk count, its drain acknowledgements), the prefill KV sender's ``poll`` and
+``clear``, the decode KV manager's message handling (status and ``ABORT_ACK``), the decode KV
+receiver's ``abort``, the decode scheduler's ``abort_request``, and the decode transfer queue's
+``pop_transferred`` and deferred releases. Each rank's message loop is the tree's own thread body,
+captured instead of started and run once per message delivered.
+
+What stands in (``probes/pages.py``): the decode KV pool and its allocator (``release_kv_cache``
+gives the request's pages back to it), the RDMA engine (``send_kvcache`` begins a write into the
+decode pages, which lands, fails or lands partly when the case says), the wire (every multipart
+message is logged and delivered, dropped or held back by the case), and the clock (the tree's
+``time`` reads a logical clock only the case advances). The tree's configuration gates
+(``enable_deferred_decode_kv_release``, the release timeout) are evaluated from the tree's own
+``__init__`` expressions, under the environment of the case's configuration.
+
+A case is a script of steps in the order the ranks' threads could interleave them; a step held
+"in flight" runs inside the engine's write, before it lands.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import logging
+import math
+import os
+import textwrap
+import threading
+from collections import defaultdict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields, is_dataclass
+from types import SimpleNamespace
+from typing import Any
+
+from . import tree
+from .case import Case
+from .doubles import Double, Journal, output_streamer, strict_subject
+from .pages import Clock, PagePool, Transfer
+from .plain import JSON, plain
+
+COMMON = "sglang.srt.disaggregation.common.conn"
+MOONCAKE = "sglang.srt.disaggregation.mooncake.conn"
+DECODE = "sglang.srt.disaggregation.decode"
+PREFILL = "sglang.srt.disaggregation.prefill"
+PREFILL_MIXIN = f"{PREFILL}.SchedulerDisaggregationPrefillMixin"
+UTILS = "sglang.srt.disaggregation.utils"
+SCHEDULER = "sglang.srt.managers.scheduler.Scheduler"
+MANAGER = f"{MOONCAKE}.MooncakeKVManager"
+QUEUE = f"{DECODE}.DecodeTransferQueue"
+IMPORTS = (
+    "sglang.srt.managers.schedule_batch",
+    "sglang.srt.sampling.sampling_params",
+    "sglang.srt.server_args",
+    "sglang.srt.runtime_context",
+    UTILS,
+    "sglang.srt.disaggregation.base",
+    COMMON,
+    MOONCAKE,
+    PREFILL,
+    DECODE,
+    "sglang.srt.managers.io_struct",
+    "sglang.srt.managers.scheduler",
+)
+
+ROOM = tree.BOOTSTRAP_ROOM
+PAGES = 4  # pages decode reserved for the request, on each decode rank: the whole pool, so a freed page is reused
+RID = "req-A"
+NEXT_RID = "req-B"  # the request the freed pages go to next
+
+DEFERRED_ENV = "SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE"
+# Configurations: the environment a case runs under. "default" sets nothing: the tree's own defaults.
+CONFIGS: dict[str, dict[str, str]] = {
+    "default": {},
+    "with-deferred-release": {DEFERRED_ENV: "true"},
+}
+
+
+class Stop(BaseException):
+    """Ends a loop of the tree's the scene drives (a thread body, the transfer worker): not an
+    ``Exception``, so the tree's own ``except Exception`` never takes it for a failure."""
+
+
+def prefill_endpoint(rank: int) -> tuple[str, int]:
+    return f"192.0.2.{11 + rank}", 16000 + rank  # TEST-NET-1: never a real peer
+
+
+def decode_endpoint(rank: int) -> tuple[str, int]:
+    return f"192.0.2.{21 + rank}", 17000 + rank
+
+
+def session_of(rank: int) -> str:
+    ip, port = decode_endpoint(rank)
+    return f"{ip}:{port}"
+
+
+# --- the tree's configuration, as its own __init__ computes it --------------------------------
+
+
+def init_value(cls: type, attr: str, subject: Any) -> tuple[bool, Any]:
+    """``self.<attr> = <expr>`` as the first ``__init__`` in ``cls``'s MRO that assigns it computes it,
+    evaluated with ``self`` bound to ``subject`` in that module's globals: the tree's own gate for a
+    configuration, read at the moment the case runs (its environment set). (False, None) when no
+    ``__init__`` assigns it: the tree has no such setting."""
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is None or not inspect.isfunction(init):
+            continue
+        try:
+            source = textwrap.dedent(inspect.getsource(init))
+        except (OSError, TypeError):
+            continue
+        for node in ast.walk(ast.parse(source)):
+            if (isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None
+                    and any(isinstance(t, ast.Attribute) and t.attr == attr and isinstance(t.value, ast.Name)
+                            and t.value.id == "self" for t in (node.targets if isinstance(node, ast.Assign) else [node.target]))):
+                expr = compile(ast.Expression(node.value), f"<{klass.__name__}.__init__: self.{attr}>", "eval")
+                return True, eval(expr, init.__globals__, {"self": subject})  # noqa: S307 - the tree's own expression
+    return False, None
+
+
+def configure(journal: Journal, cls: type, subject: Any, attrs: tuple[str, ...]) -> dict[str, JSON]:
+    """Set each of ``attrs`` on ``subject`` as the tree's ``__init__`` would; what each came to."""
+    seen = {}
+    for attr in attrs:
+        found, value = init_value(cls, attr, subject)
+        if found:
+            object.__setattr__(subject, attr, value)
+        seen[attr] = plain(value) if found else "absent"
+    return seen
+
+
+# --- the wire --------------------------------------------------------------------------------
+
+
+class Wire:
+    """Every multipart message a rank sends, in order. The case delivers, drops (lost) or holds
+    back (late) each; a delivered message runs the receiving rank's own message loop once."""
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self.log: list[dict[str, Any]] = []
+        self.routes: dict[str, Callable[[list[bytes]], None]] = {}
+        # endpoint -> the first frame of the message whose send to it fails once (a connection reset; None: the next)
+        self.resets: dict[str, bytes | None] = {}
+
+    def socket(self, journal: Journal, sender: str, endpoint: str) -> Double:
+        def send_multipart(frames: list[bytes], *args: Any, **kwargs: Any) -> None:
+            if endpoint in self.resets and self.resets[endpoint] in (None, bytes(frames[0])):
+                import zmq
+
+                del self.resets[endpoint]
+                self.log.append({"seq": self.clock.tick(), "t": self.clock.now, "from": sender, "to": endpoint,
+                                 "frames": [bytes(f) for f in frames], "fate": "failed to send"})
+                raise zmq.ZMQError(zmq.ECONNRESET if hasattr(zmq, "ECONNRESET") else 104, "connection reset")
+            self.log.append({"seq": self.clock.tick(), "t": self.clock.now, "from": sender, "to": endpoint,
+                             "frames": [bytes(f) for f in frames], "fate": "pending"})
+
+        return Double(journal, f"socket:{sender}->{endpoint}", send_multipart=send_multipart,
+                      setsockopt=lambda *a, **k: None, close=lambda *a, **k: None)
+
+    def pending(self, kind: str | None = None, to: str | None = None) -> list[dict[str, Any]]:
+        return [m for m in self.log if m["fate"] == "pending" and (kind is None or kind_of(m) == kind)
+                and (to is None or m["to"] == to)]
+
+    def deliver(self, message: dict[str, Any]) -> None:
+        message["fate"] = "delivered"
+        message["delivered"] = self.clock.tick()
+        self.routes[message["to"]](message["frames"])
+
+    def drop(self, message: dict[str, Any]) -> None:
+        message["fate"] = "lost"
+
+    def effects(self) -> list[dict[str, JSON]]:
+        return [{"seq": m["seq"], "t": m["t"], "from": m["from"], "to": m["to"], "kind": kind_of(m),
+                 "frames": [f.decode("ascii", "replace") for f in m["frames"]], "fate": m["fate"],
+                 **({"delivered": m["delivered"]} if "delivered" in m else {})} for m in self.log]
+
+
+def kind_of(message: dict[str, Any]) -> str:
+    head = message["frames"][0] if message["frames"] else b""
+    if head in (b"ABORT", b"ABORT_ACK"):
+        return head.decode()
+    if message.get("kind"):
+        return message["kind"]
+    return "status"
+
+
+def tcp(endpoint: tuple[str, int]) -> str:
+    return f"tcp://{endpoint[0]}:{endpoint[1]}"
+
+
+def threading_capture(captured: list[Callable[[], None]]) -> SimpleNamespace:
+    """The ``threading`` a conn module sees: everything real except ``Thread``, whose target is kept
+    for the scene to run (a message loop runs once per message delivered) instead of started."""
+
+    class Thread:
+        def __init__(self, target: Callable[[], None] | None = None, *args: Any, **kwargs: Any) -> None:
+            self.target = target
+            if target is not None:
+                captured.append(target)
+
+        def start(self) -> None:
+            pass
+
+        def is_alive(self) -> bool:
+            return False
+
+        def join(self, timeout: Any = None) -> None:
+            pass
+
+    return SimpleNamespace(**{**vars(threading), "Thread": Thread})
+
+
+def server_args() -> Any:
+    """The stock server configuration, as the tree's own ``ServerArgs`` holds it."""
+    return tree.resolve("sglang.srt.server_args.ServerArgs")(model_path="dummy")
+
+
+def single_rank_reduce(modules: list[Any], journal: Journal) -> None:
+    """A value all-reduced over a one-rank group is that rank's own (no process group exists on CPU):
+    the tree's reducers (``_all_reduce_polls``, later ``all_reduce_flags``), wherever a module of
+    it looks them up, answer so, recorded. Trees that reduce inline in ``poll_and_all_reduce`` (no
+    reducer of its own) get that function answering with each poller's own poll."""
+    utils = modules[0]
+    if not hasattr(utils, "_all_reduce_polls") and not hasattr(utils, "all_reduce_flags"):
+        for module_ in modules:
+            if hasattr(module_, "poll_and_all_reduce"):
+                module_.poll_and_all_reduce = journal.method(
+                    "collective", "poll_and_all_reduce", lambda pollers, group, *a, **k: [int(p.poll()) for p in pollers])
+    for module_ in modules:
+        if hasattr(module_, "_all_reduce_polls"):
+            module_._all_reduce_polls = journal.method("collective", "_all_reduce_polls",
+                                                       lambda polls, group: list(polls))
+        if hasattr(module_, "all_reduce_flags"):
+            module_.all_reduce_flags = journal.method("collective", "all_reduce_flags",
+                                                      lambda flags, group=None, op=None: list(flags))
+
+
+def clocked_time(clock: Clock) -> SimpleNamespace:
+    """The ``time`` a module of the tree sees: the case's logical clock."""
+    import time as real
+
+    return SimpleNamespace(**{**vars(real), "time": clock.monotonic, "monotonic": clock.monotonic,
+                              "perf_counter": clock.monotonic, "sleep": lambda seconds: None})
+
+
+class TreeLog(logging.Handler):
+    """What the tree's disaggregation code logs during a case: its warnings and errors, and every
+    failure it swallowed (a record with a traceback, or a message saying something failed). A
+    swallowed failure raised in this package's stand-ins is a gap of ours, never a behaviour: the case
+    stops as an error naming it."""
+
+    LOGGER = "sglang.srt.disaggregation"
+
+    def __init__(self, journal: Journal, clock: Clock) -> None:
+        super().__init__(logging.DEBUG)
+        self.journal, self.clock = journal, clock
+        self.records: list[dict[str, JSON]] = []
+        logger = logging.getLogger(self.LOGGER)
+        logger.addHandler(self)
+        logger.setLevel(logging.DEBUG)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage().splitlines()[0][:300] if record.getMessage() else ""
+        failed = record.exc_info is not None or message.lower().startswith("failed")
+        if record.levelno < logging.WARNING and not failed:
+            return
+        if record.exc_info and record.exc_info[2] is not None:
+            here = os.path.dirname(os.path.abspath(__file__))
+            import traceback
+
+            if any(os.path.abspath(f.filename).startswith(here + os.sep) for f in traceback.extract_tb(record.exc_info[2])):
+                self.journal.gap(f"a stand-in that raised {record.exc_info[0].__name__} inside the tree "
+                                 f"({message[:120]})")
+        self.records.append({"seq": self.clock.tick(), "logger": record.name.removeprefix("sglang.srt."),
+                             "level": record.levelname, "message": message})
+
+
+# --- the ranks ---------------------------------------------------------------------------------
+
+
+def keep_flag() -> tuple[str, Any]:
+    """The flag by which the tree's ``release_kv_cache`` keeps a released request's KV in the prefix
+    cache (``is_insert``, later ``checkpoint``) and its default (True where none: a call must say);
+    trees without it give pages back through ``cache_finished_req(req, is_insert=...)``, True by default."""
+    try:
+        release = tree.resolve("sglang.srt.mem_cache.common.release_kv_cache")
+    except tree.Missing:
+        return "is_insert", True
+    params = list(inspect.signature(release).parameters.values())[2:]
+    if not params:
+        return "is_insert", False
+    default = params[0].default
+    return params[0].name, True if default is inspect.Parameter.empty else default
+
+
+def _dataclass(cls: type, **values: Any) -> Any:
+    """An instance of one of the tree's dataclasses with ``values`` for the fields it has; the
+    others keep their defaults, or None when they have none."""
+    names = {f.name for f in fields(cls)} if is_dataclass(cls) else set(inspect.signature(cls).parameters)
+    required = {n for n, p in inspect.signature(cls).parameters.items() if p.default is inspect.Parameter.empty}
+    return cls(**{**{n: None for n in required}, **{k: v for k, v in values.items() if k in names}})
+
+
+def _trace_null() -> Any:
+    """The tree's no-op trace context (where its tracing lives moved between releases)."""
+    for name in ("sglang.srt.observability.trace.TraceNullContext", "sglang.srt.tracing.trace.TraceNullContext",
+                 "sglang.srt.utils.trace.TraceNullContext"):
+        try:
+            return tree.resolve(name)()
+        except tree.Missing:
+            continue
+    return None
+
+
+def metadata_buffers(**flags: Any) -> Any:
+    """The tree's own ``MetadataBuffers`` (CPU tensors), small: what decode's metadata gate, commit and
+    release read and reset. ``flags``: keyword options the tree's constructor takes (others left out)."""
+    cls = tree.resolve(f"{UTILS}.MetadataBuffers")
+    accepted = inspect.signature(cls).parameters
+    wanted = {"size": 16, "hidden_size": 8, "hidden_states_dtype": tree.torch().float32, "max_sampling_mask_tokens": 0,
+              **flags}
+    return cls(**{k: v for k, v in wanted.items() if k in accepted})
+
+
+class Rank:
+    """What a prefill and a decode rank share: the tree's MooncakeKVManager made without its
+    ``__init__`` (no sockets, no threads), with only the state its code reads, and its message loop."""
+
+    role = ""
+
+    def __init__(self, scene: "Scene", rank: int, endpoint: tuple[str, int]) -> None:
+        self.scene, self.rank, self.endpoint = scene, rank, endpoint
+        self.name = f"{self.role}{rank}"
+        self.threads: list[Callable[[], None]] = []
+        self.inbox: list[list[bytes]] = []
+
+    def manager_state(self) -> dict[str, Any]:
+        journal, name = self.scene.journal, self.name
+        return dict(
+            request_status={}, failure_records={}, failure_lock=threading.Lock(),
+            _staging_outstanding=defaultdict(int), _deferred_ack_targets={}, _deferred_ack_fanout_snapshots={},
+            _deferred_ack_poisoned_rooms=set(),
+            _socket_cache={}, _socket_send_locks=defaultdict(threading.Lock), _socket_lock=threading.Lock(),
+            enable_staging=False, enable_trace=False, _stopped=False, _worker_threads=[],
+            is_mla_backend=False, is_hybrid_mla_backend=False, attn_tp_size=1, attn_tp_rank=self.rank,
+            attn_cp_size=1, attn_cp_rank=0, pp_size=1, pp_rank=0, attn_dp_rank=0,
+            server_socket=Double(journal, f"{name}.server_socket", recv_multipart=self._recv),
+            local_ip=self.endpoint[0], rank_port=self.endpoint[1],
+            _connect=lambda endpoint, is_ipv6=False: self.scene.wire.socket(journal, name, endpoint),
+            _make_worker_recv=lambda socket, timeout_ms=500: self._recv,
+            _bind_server_socket=lambda: None,  # earlier trees bind when their threads start: the wire is ours
+        )
+
+    def start(self, start: Callable[[], None]) -> None:
+        """Run the tree's ``start_*_thread``, keeping the thread bodies it starts; route this
+        rank's endpoint to its message loop."""
+        conn = tree.module(MOONCAKE)
+        saved = conn.threading
+        conn.threading = threading_capture(self.threads)
+        try:
+            start()
+        finally:
+            conn.threading = saved
+        self.scene.wire.routes[tcp(self.endpoint)] = self.handle
+
+    def _recv(self, *args: Any, **kwargs: Any) -> list[bytes]:
+        if not self.inbox:
+            raise Stop()
+        return self.inbox.pop(0)
+
+    def handle(self, frames: list[bytes]) -> None:
+        """One message through this rank's own message loop (the first thread body it started)."""
+        self.inbox.append(frames)
+        try:
+            self.threads[0]()
+        except Stop:
+            pass
+
+
+class PrefillRank(Rank):
+    """One prefill rank: its KV manager, and a KV sender per request."""
+
+    role = "prefill"
+
+    def __init__(self, scene: "Scene", rank: int) -> None:
+        super().__init__(scene, rank, prefill_endpoint(rank))
+        journal = scene.journal
+        modes = tree.resolve(f"{UTILS}.DisaggregationMode")
+        self.queue_items: list[Any] = []
+        self.senders: dict[str, Any] = {}
+        self.concluded: set[str] = set()
+        self.manager = strict_subject(
+            tree.resolve(MANAGER), journal, f"{self.name}.kv_manager",
+            **self.manager_state(),
+            disaggregation_mode=modes.PREFILL, transfer_infos={}, decode_kv_args_table={},
+            req_to_decode_prefix_len={},
+            session_lock=threading.Lock(), failed_sessions=set(), session_failures=defaultdict(int),
+            state_layout_rejections={},
+            bootstrap_port=tree.BOOTSTRAP_PORT, bootstrap_timeout=300,
+            pp_group=Double(journal, f"{self.name}.pp_group", is_last_rank=True, is_first_rank=True),
+            kv_args=Double(journal, f"{self.name}.kv_args", kv_data_ptrs=[0x10000], kv_item_lens=[64],
+                           aux_data_ptrs=[0x20000], aux_item_lens=[64], state_data_ptrs=[], state_item_lens=[],
+                           page_size=1),
+            transfer_queues=[self._queue()],
+            send_kvcache=self._send_kvcache, send_aux=self._send_aux,
+        )
+        self.config = configure(journal, tree.module(COMMON).CommonKVManager, self.manager,
+                                ("enable_deferred_decode_kv_release",))
+        self.start(self.manager.start_prefill_thread)
+
+    def bootstrap(self, rid: str) -> None:
+        """Every decode rank's preallocation for ``rid`` reached this rank: its destinations are
+        known and the room waits for input; the scheduler holds a KV sender for it."""
+        import numpy as np
+
+        conn = tree.module(MOONCAKE)
+        scene, journal = self.scene, self.scene.journal
+        infos = {}
+        for d in scene.decode:
+            ip, port = d.endpoint
+            request = d.requests[rid]
+            infos[session_of(d.rank)] = _dataclass(
+                conn.TransferInfo, room=ROOM, endpoint=ip, dst_port=port, mooncake_session_id=session_of(d.rank),
+                dst_kv_indices=np.array(request.pages, dtype=np.int32), dst_aux_index=request.metadata_index,
+                dst_state_indices=[], required_dst_info_num=len(scene.decode), is_dummy=False)
+            self.manager.decode_kv_args_table[session_of(d.rank)] = _dataclass(
+                conn.KVArgsRegisterInfo, room="None", endpoint=ip, dst_port=port,
+                mooncake_session_id=session_of(d.rank), dst_kv_ptrs=[0x30000], dst_aux_ptrs=[0x40000],
+                dst_state_data_ptrs=[], dst_tp_rank=d.rank, dst_attn_tp_size=1, dst_kv_item_len=64,
+                dst_state_item_lens=[], dst_state_dim_per_tensor=[], dst_kv_layer_ids=[0], dst_state_layer_ids=[])
+        self.manager.transfer_infos[ROOM] = infos
+        poll = tree.kv_poll()
+        self.manager.update_status(ROOM, poll.Bootstrapping)
+        self.manager.update_status(ROOM, poll.WaitingForInput)
+        self.senders[rid] = strict_subject(
+            conn.MooncakeKVSender, journal, f"{self.name}.kv_sender.{rid}", kv_mgr=self.manager, bootstrap_room=ROOM,
+            conclude_state=None, init_time=0, aux_index=0, trace_ctx=_trace_null())
+
+    def _queue(self) -> Double:
+        def get(*args: Any, **kwargs: Any) -> Any:
+            if not self.queue_items:
+                raise Stop()
+            return self.queue_items.pop(0)
+
+        return Double(self.scene.journal, f"{self.name}.transfer_queue",
+                      put=lambda item: self.queue_items.append(item), get=get)
+
+    # the engine: what this rank's worker asks the transfer engine to write
+    def _send_kvcache(self, session_id: str, src: Any, dst_ptrs: Any, dst_indices: Any, *args: Any, **kwargs: Any) -> int:
+        decode = next(d for d in self.scene.decode if session_of(d.rank) == session_id)
+        return self.scene.write(self, decode, [int(p) for p in dst_indices])
+
+    def _send_aux(self, req: Any, prefill_aux_index: Any, dst_aux_ptrs: Any, *args: Any, **kwargs: Any) -> int:
+        decode = next(d for d in self.scene.decode if d.endpoint == (req.endpoint, req.dst_port))
+        self.scene.aux(decode, int(req.dst_aux_index))
+        return 0
+
+    def send_last_chunk(self) -> None:
+        """The scheduler hands the request's last chunk to the sender: the tree's ``add_transfer_request``
+        (a rank that never took the request's metadata has no sender for it: nothing to send)."""
+        import numpy as np
+
+        if self.scene.active not in self.senders:
+            return
+        add = self.manager.add_transfer_request
+        wanted = {"bootstrap_room": ROOM, "kv_indices": np.arange(PAGES, dtype=np.int32),
+                  "index_slice": slice(0, PAGES), "is_last_chunk": True, "is_last": True, "aux_index": 0,
+                  "state_indices": None, "num_kv_tokens": PAGES}
+        add(**{k: v for k, v in wanted.items() if tree.accepts(add, k)})
+
+    def work(self) -> None:
+        """The transfer worker takes what is queued, through the tree's own ``transfer_worker``."""
+        try:
+            self.manager.transfer_worker(self.manager.transfer_queues[0],
+                                         Double(self.scene.journal, f"{self.name}.executor"))
+        except Stop:
+            pass
+
+    def poll_and_clear(self, rid: str) -> None:
+        """What the prefill scheduler does with a sender that reports Failed: conclude it (the tree's
+        ``failure_exception``, which clears the room and raises the transfer error it records)."""
+        sender = self.senders.get(rid)
+        if sender is None or rid in self.concluded or sender.poll() != tree.kv_poll().Failed:
+            return  # a concluded sender left the scheduler's queue: it is never polled again
+        self.concluded.add(rid)
+        try:
+            sender.failure_exception()
+        except Exception as exc:
+            if type(exc).__name__ != "KVTransferError":
+                raise
+            self.scene.note("prefill concludes", rank=self.rank, rid=rid)
+
+    def outstanding(self) -> int:
+        return int(self.manager._staging_outstanding.get(ROOM, 0))
+
+
+@dataclass
+class Request:
+    """One request's life on one decode rank: its pages, metadata row, KV receiver, queue entry."""
+
+    rid: str
+    pages: list[int]
+    metadata_index: int
+    req: Any = None
+    receiver: Any = None
+
+
+class DecodeRank(Rank):
+    """One decode rank: its KV pool (the stand-in), its KV manager, the tree's DecodeTransferQueue,
+    and a scheduler whose ``abort_request`` is the tree's."""
+
+    role = "decode"
+
+    def __init__(self, scene: "Scene", rank: int) -> None:
+        super().__init__(scene, rank, decode_endpoint(rank))
+        journal = scene.journal
+        modes = tree.resolve(f"{UTILS}.DisaggregationMode")
+        decode = tree.module(DECODE)
+        self.pool = PagePool(PAGES, scene.clock)
+        self.requests: dict[str, Request] = {}
+        self.next_pages: list[int] | None = None
+        self.committed: list[str] = []
+        self.manager = strict_subject(
+            tree.resolve(MANAGER), journal, f"{self.name}.kv_manager", spies=("note_abort_ack",),
+            **self.manager_state(),
+            disaggregation_mode=modes.DECODE, required_prefill_response_num_table={},
+            prefill_response_tracker=defaultdict(set), addr_to_rooms_tracker=defaultdict(set),
+            _deferred_abort_ack_tracker={}, _deferred_abort_generation=0, _staging_handler=None,
+            # the transfer engine's session id for this rank (what later trees' send_metadata sends)
+            engine=Double(journal, f"{self.name}.engine", get_session_id=lambda: session_of(rank)),
+            waiting_timeout=300, heartbeat_interval=2, max_failures=1,
+            _start_heartbeat_checker_thread=lambda: None,
+        )
+        self.config = configure(journal, tree.module(COMMON).CommonKVManager, self.manager,
+                                ("enable_deferred_decode_kv_release",))
+        streamer, self.streamed = output_streamer(journal)
+        self.metadata = metadata_buffers(**scene.metadata_flags())
+        self.metadata_frees: list[int] = []
+        # one scheduler, as in the server: the transfer queue's and the one the abort reaches
+        self.scheduler = strict_subject(tree.resolve(SCHEDULER), journal, f"{self.name}.scheduler", **{
+            **dict(chunked_req=None, mm_receiver=None, waiting_queue=[], dllm_config=None, enable_hicache_storage=False,
+                   grammar_manager=Double(journal, "grammar_manager", recorded=("abort_requests",)),
+                   disaggregation_mode=modes.DECODE, collect_inflight_reqs=lambda: [],
+                   ps=Double(journal, "parallel_state", pp_size=1), pp_size=1,
+                   enable_decode_hicache=False, enable_hisparse=False, output_streamer=streamer,
+                   metrics_reporter=Double(journal, "metrics_reporter", enable_metrics=False),
+                   # nothing is running yet; earlier trees read the server configuration from the scheduler
+                   running_batch=Double(journal, "running_batch", reqs=[]), last_batch=None, cur_batch=None,
+                   is_generation=True, enable_metrics=False, grammar_queue=[],
+                   stream_output=streamer.stream_output,  # earlier trees stream from the scheduler itself
+                   server_args=server_args()),
+            **scene.decode_scheduler_state(self),
+        })
+        self.queue = strict_subject(
+            tree.resolve(QUEUE), journal, f"{self.name}.transfer_queue",
+            queue=[], gloo_group=Double(journal, "gloo_group"), tp_rank=0, metadata_buffers=self.metadata,
+            req_to_metadata_buffer_idx_allocator=Double(journal, f"{self.name}.metadata_allocator",
+                                                        free=lambda idx: self.metadata_frees.append(int(idx))),
+            # the tree cache gives a failed request's pages back (trees before release_kv_cache call it directly)
+            tree_cache=self.scheduler.tree_cache if "tree_cache" in vars(self.scheduler) else
+            Double(journal, f"{self.name}.tree_cache",
+                   cache_finished_req=lambda req, *args, **flags: scene._release(req, None, *args, **flags)),
+            spec_algorithm=Double(journal, "spec_algorithm", is_none=lambda: True, is_eagle=lambda: False,
+                                  is_standalone=lambda: False, is_ngram=lambda: False),
+            enable_staging=False, staging_handler=None, _deferred_releases=[], enable_host_receive=False,
+            scheduler=self.scheduler,
+            _clean_hicache_prefetch_resources=lambda decode_req: None,
+            # the lifetime cases never look past the commit: it stands for the request starting to decode
+            # (reading its pages); the handoff probe runs the tree's own commit and what follows it
+            **({"_commit_transfer_to_req": self._commit} if scene.commit_stand_in else {}),
+            **scene.decode_queue_state(self),
+        )
+        object.__setattr__(self.scheduler, "disagg_decode_transfer_queue", self.queue)
+        self.config.update(configure(journal, decode.DecodeTransferQueue, self.queue,
+                                     ("enable_deferred_kv_release", "deferred_kv_release_timeout")))
+        self.start(self.manager.start_decode_thread)
+
+    def admit(self, rid: str) -> None:
+        """``rid`` was preallocated here and waits for its KV: its pages, metadata row, KV receiver
+        (bootstrapped with every prefill rank) and transfer-queue entry."""
+        journal, scene = self.scene.journal, self.scene
+        decode, conn = tree.module(DECODE), tree.module(MOONCAKE)
+        request = Request(rid=rid, pages=self.pool.alloc(rid, PAGES), metadata_index=3 + len(self.requests))
+        poll = tree.kv_poll()
+        # what the receiver's constructor registers on its manager (the constructor itself, which opens
+        # connections to the bootstrap server, is not run)
+        bootstrap_addr = f"{tree.BOOTSTRAP_HOST}:{tree.BOOTSTRAP_PORT}"
+        self.manager.required_prefill_response_num_table[ROOM] = len(scene.prefill)
+        self.manager.addr_to_rooms_tracker[bootstrap_addr].add(ROOM)
+        self.manager.prefill_response_tracker.setdefault(ROOM, set())
+        self.manager.update_status(ROOM, poll.Bootstrapping)
+        self.manager.update_status(ROOM, poll.WaitingForInput)
+        infos = [{"rank_ip": p.endpoint[0], "rank_port": p.endpoint[1], "is_dummy": False} for p in scene.prefill]
+        request.receiver = strict_subject(
+            conn.MooncakeKVReceiver, journal, f"{self.name}.kv_receiver.{rid}",
+            kv_mgr=self.manager, bootstrap_room=ROOM, conclude_state=None, abort_notified=False,
+            bootstrap_infos=infos if scene.reached is None or scene.reached else None, init_time=0,
+            bootstrap_addr=bootstrap_addr, session_id=session_of(self.rank), required_dst_info_num=len(scene.decode),
+            _abort_generation=None, require_staging=False,
+            _connect_to_bootstrap_server=lambda info: (
+                scene.wire.socket(journal, self.name, tcp((info["rank_ip"], info["rank_port"]))), threading.Lock()),
+            invalidate_cached_bootstrap_infos=journal.method(f"{self.name}.kv_receiver.{rid}",
+                                                             "invalidate_cached_bootstrap_infos"),
+        )
+        request.req = tree.make_req(rid, PAGES, "DECODE")
+        if getattr(request.req, "vocab_size", 0) is None:  # the model's vocabulary, which the request learns from it
+            request.req.vocab_size = 32000
+        tree.give_kv(request.req, PAGES)
+        request.req.metadata_buffer_index = request.metadata_index
+        if hasattr(self.metadata, "bootstrap_room"):  # the row's room: what later trees' metadata gate reads
+            self.metadata.bootstrap_room[request.metadata_index, 0] = 0
+        self.queue.queue.append(_dataclass(decode.DecodeRequest, req=request.req, kv_receiver=request.receiver,
+                                           metadata_buffer_index=request.metadata_index))
+        self.requests[rid] = request
+
+    def publish(self, rid: str) -> None:
+        """The receiver sends its destinations to its prefill ranks: the tree's ``send_metadata`` (the
+        prefill ranks reached took them in the scene's bootstrap; a send that fails, fails in the tree)."""
+        import numpy as np
+
+        request = self.requests[rid]
+        receiver = request.receiver
+        receiver.init_time = None  # not yet published
+        first = len(self.scene.wire.log)
+        send = receiver.send_metadata
+        wanted = {"kv_indices": np.array(request.pages, dtype=np.int32), "aux_index": request.metadata_index}
+        send(**{k: v for k, v in wanted.items() if tree.accepts(send, k)})
+        for message in self.scene.wire.log[first:]:
+            message["kind"] = "metadata"
+            if message["fate"] == "pending":
+                message["fate"] = "taken by the prefill rank's bootstrap"
+
+    def metadata_written(self, index: int) -> None:
+        """The aux transfer landed: the metadata row names the room (what the decode metadata gate reads,
+        in the trees whose rows carry it)."""
+        if hasattr(self.metadata, "bootstrap_room"):
+            self.metadata.bootstrap_room[index, 0] = ROOM
+
+    def _commit(self, decode_req: Any) -> bool:
+        """The committed request starts decoding: its attention reads every page it reserved. Answers as the
+        tree's own commit answers a commit that went through (trees that read it: leave the queue)."""
+        rid = decode_req.req.rid
+        self.committed.append(rid)
+        self.pool.read(rid, self.requests[rid].pages)
+        return True
+
+    def release(self, req: Any, cached: bool = False) -> None:
+        """``release_kv_cache``: the request's pages go back to the allocator (the stand-in pool);
+        ``cached``: the tree asked the prefix cache to keep their KV first."""
+        self.pool.free(req.rid, self.requests[req.rid].pages, "release_kv_cache", cached=cached)
+        tree.drop_kv(req)
+
+    def abort(self, rid: str) -> None:
+        """A client abort of ``rid`` reaches this decode rank's scheduler: the tree's ``abort_request``."""
+        cls = tree.resolve("sglang.srt.managers.io_struct.AbortReq")
+        accepted = inspect.signature(cls).parameters
+        self.scheduler.abort_request(cls(**{k: v for k, v in (("rid", rid), ("abort_all", False)) if k in accepted}))
+
+    def step(self) -> None:
+        """One pass of the decode event loop over the transfer queue: poll, then the deferred
+        releases; then pages that are free go to the next request. A request handed over starts
+        decoding (trees that commit inline, without ``_commit_transfer_to_req``, never called ours)."""
+        for req in self.queue.pop_transferred() or ():
+            if req.rid not in self.committed:
+                self._commit(SimpleNamespace(req=req))
+        if hasattr(self.queue, "resolve_deferred_releases"):
+            self.queue.resolve_deferred_releases()
+        if self.scene.reuse and self.next_pages is None and len(self.pool.free_list) >= PAGES:
+            self.next_pages = self.pool.alloc(NEXT_RID, PAGES)
+
+    def held(self) -> list[str]:
+        return [entry[0].req.rid for entry in getattr(self.queue, "_deferred_releases", None) or ()]
+
+    def effects(self) -> dict[str, JSON]:
+        return {
+            "rank": self.rank, **plain(self.pool.effects()),
+            "requests": {rid: {"pages": r.pages, "metadata_index": r.metadata_index,
+                               "notified": bool(getattr(r.receiver, "abort_notified", False))}
+                         for rid, r in self.requests.items()},
+            "next": self.next_pages, "committed": list(self.committed), "held": self.held(),
+            "metadata_frees": list(self.metadata_frees),
+            "acks_noted": [e["args"] for e in self.scene.journal.calls(f"{self.name}.kv_manager", "note_abort_ack")],
+            "streamed": [list(c) for c in self.streamed],
+        }
+
+
+class Scene:
+    """The ranks, the wire, the clock; the case's script drives them."""
+
+    commit_stand_in = True
+
+    def metadata_flags(self) -> dict[str, Any]:
+        return {}
+
+    def aux(self, decode: "DecodeRank", index: int) -> None:
+        """The aux transfer lands in decode's metadata row ``index``."""
+        decode.metadata_written(index)
+
+    def decode_queue_state(self, rank: "DecodeRank") -> dict[str, Any]:
+        """What else a decode rank's transfer queue holds in this scene."""
+        return {}
+
+    def decode_scheduler_state(self, rank: "DecodeRank") -> dict[str, Any]:
+        """What else a decode rank's scheduler holds in this scene."""
+        journal = self.journal
+        return {"disagg_decode_prealloc_queue": Double(journal, f"decode{rank.rank}.prealloc_queue", queue=[],
+                                                       retracted_queue=[])}
+
+    def __init__(self, journal: Journal, shape: "Shape") -> None:
+        self.journal, self.shape = journal, shape
+        for name, value in CONFIGS.get(shape.config, {}).items():
+            os.environ[name] = value
+        self.clock = Clock()
+        self.wire = Wire(self.clock)
+        self.log = TreeLog(journal, self.clock)
+        self.steps: list[dict[str, JSON]] = []
+        decode_mod, conn, common, utils = (tree.module(n) for n in (DECODE, MOONCAKE, COMMON, UTILS))
+        time_ = clocked_time(self.clock)
+        for mod in (decode_mod, conn, common):
+            if hasattr(mod, "time"):
+                mod.time = time_
+        single_rank_reduce([utils, decode_mod], journal)
+        self.keep_flag = keep_flag()
+        decode_mod.release_kv_cache = self._release
+        self.decode = [DecodeRank(self, d) for d in range(shape.decode_ranks)]
+        self.prefill = [PrefillRank(self, p) for p in range(shape.prefill_ranks)]
+        self.holds: dict[tuple[int, int], Callable[[], None]] = {}  # (prefill, decode) -> steps run while that write is in flight
+        self.failing: dict[tuple[int, int], str] = {}  # (prefill, decode) -> "stops" | "keeps writing"
+        self.late: list[Transfer] = []  # writes reported failed that are still landing
+        self.active = RID  # the request whose KV the prefill ranks write
+        self.reached: int | None = None  # how many prefill ranks took the request's metadata (None: all)
+        self.reuse = True  # free pages go to the next request as soon as a decode step sees them
+
+    def start_request(self, rid: str, reached: int | None = None) -> None:
+        """``rid`` takes the room: preallocated on every decode rank, bootstrapped on every prefill rank
+        (on the first ``reached`` only: the others never took its metadata; 0: decode never learned
+        its prefill ranks)."""
+        self.active, self.reached = rid, reached
+        for d in self.decode:
+            d.admit(rid)
+        for p in self.prefill[: len(self.prefill) if reached is None else reached]:
+            p.bootstrap(rid)
+        self.note("bootstrapped", rid=rid)
+
+    def _release(self, req: Any, tree_cache: Any = None, *args: Any, **flags: Any) -> None:
+        """The tree's ``release_kv_cache(req, tree_cache, <keep>)`` (or ``cache_finished_req``): which
+        decode rank's request it was, and whether the call asked the prefix cache to keep the KV (the
+        tree's own flag, ``is_insert`` or ``checkpoint``, its default where the call leaves it out)."""
+        name, default = self.keep_flag
+        cached = flags.get(name, args[0] if args else default)
+        rank = next(d for d in self.decode if req.rid in d.requests and d.requests[req.rid].req is req)
+        rank.release(req, cached=bool(cached))
+
+    def write(self, prefill: PrefillRank, decode: DecodeRank, pages: list[int]) -> int:
+        """The engine: the write begins; the steps held for it run while it is in flight; then it
+        lands, or fails."""
+        transfer = decode.pool.begin(self.active, prefill.rank, pages)
+        hold = self.holds.pop((prefill.rank, decode.rank), None)
+        if hold is not None:
+            hold()
+        failing = self.failing.get((prefill.rank, decode.rank))
+        if failing == "stops":
+            decode.pool.fail(transfer)
+        elif failing == "keeps writing":  # the engine gave up waiting; the write itself goes on
+            self.late.append(transfer)
+        else:
+            decode.pool.land(transfer)
+            return 0
+        return -1
+
+    def land_late(self) -> None:
+        """Writes reported failed that were still running land now."""
+        for transfer in self.late:
+            next(d for d in self.decode if transfer in d.pool.transfers).pool.land(transfer)
+        if self.late:
+            self.note("failed writes land", count=len(self.late))
+        self.late = []
+
+    def note(self, step: str, **fields: JSON) -> None:
+        self.steps.append({"seq": self.clock.tick(), "t": self.clock.now, "step": step, **fields})
+
+    def deliver(self, kind: str, fate: str = "delivered") -> None:
+        messages = self.wire.pending(kind)
+        for message in messages:
+            if fate == "lost":
+                self.wire.drop(message)
+            else:
+                self.wire.deliver(message)
+        if messages:
+            self.note(f"{kind} {fate}", count=len(messages))
+
+    def hold_back(self, kind: str) -> list[dict[str, Any]]:
+        """Pending messages of ``kind`` that the case delivers later, in order."""
+        held = self.wire.pending(kind)
+        for message in held:
+            message["fate"] = "held back"
+        return held
+
+    def deliver_held(self, held: list[dict[str, Any]]) -> None:
+        for message in held:
+            self.wire.deliver(message)
+        if held:
+            self.note("late messages delivered", count=len(held))
+
+    def decode_steps(self) -> None:
+        for d in self.decode:
+            d.step()
+        self.note("decode steps")
+
+    def advance(self, seconds: int) -> None:
+        self.clock.advance(seconds)
+        self.note("clock", seconds=seconds)
+
+    def timeout(self) -> int:
+        """The deferred-release timeout the tree configured, in whole seconds (30 where it has none,
+        the first value trees gave it: the case still waits that long before its last step)."""
+        value = getattr(self.decode[0].queue, "deferred_kv_release_timeout", None)
+        return math.ceil(value) if isinstance(value, (int, float)) else 30
+
+    def effects(self) -> dict[str, JSON]:
+        return {
+            "subject": RID,
+            "config": {"name": self.shape.config, "env": dict(CONFIGS.get(self.shape.config, {})),
+                       "prefill": [p.config for p in self.prefill], "decode": [d.config for d in self.decode]},
+            "timeout": self.timeout(),
+            "steps": list(self.steps),
+            "wire": self.wire.effects(),
+            "outstanding": [p.outstanding() for p in self.prefill],
+            "decode": [d.effects() for d in self.decode],
+            "log": list(self.log.records),
+        }
+
+
+EARLIER = "req-A0"  # the request that held the room before RID (a stale acknowledgement's)
+
+
+@dataclass(frozen=True)
+class Shape:
+    """The room's deployment and what happens to its transfer.
+
+    ``failure``: ``decode-abort`` (a client abort at decode), ``prefill-failure`` (prefill rank 0's
+    write fails; decode did not initiate it), ``metadata-send-fails`` (decode's metadata reached
+    prefill rank 0, which writes, but its send to prefill rank 1 failed: decode marks the room failed
+    itself), ``bootstrap-fails`` (decode never learned its prefill ranks: nothing can write its pages)
+    or ``none`` (a healthy transfer). ``in_flight``: prefill
+    rank 0's write to decode rank 0 is inside the engine while it happens (else nothing was sent
+    yet). ``clears``: the prefill scheduler concludes the failed sender, clearing the room, before
+    that write drains (with two decode ranks, between their two ABORTs). ``acks``: the drain
+    acknowledgements are ``delivered``, ``lost``, ``late`` (after the timeout), or ``reset`` (their
+    send fails at prefill). ``stale_ack``: the
+    room's previous request was aborted and its acknowledgement, held back on the wire, arrives
+    while this request's write is in flight. ``failed_write``: the failed write ``stops``, or
+    ``keeps writing`` (the engine reported failure while the write still runs; it lands later).
+    ``late_conclusion``: the prefill scheduler concludes the failed sender only after decode's release
+    timeout (busy with a long batch), so only the worker's and the ABORT handler's own acknowledgements
+    can release the pages in time.
+    """
+
+    config: str = "default"
+    decode_ranks: int = 1
+    prefill_ranks: int = 1
+    failure: str = "decode-abort"
+    in_flight: bool = True
+    clears: bool = False
+    acks: str = "delivered"
+    stale_ack: bool = False
+    failed_write: str = "stops"
+    late_conclusion: bool = False
+
+
+def script(scene: Scene) -> None:
+    """The case's interleaving, step by step (see ``Shape``)."""
+    shape = scene.shape
+    stale: list[dict[str, Any]] = []
+    if shape.stale_ack:
+        scene.reuse = False
+        scene.start_request(EARLIER)
+        for d in scene.decode:
+            d.abort(EARLIER)
+        scene.note("decode aborts", rid=EARLIER)
+        scene.deliver("ABORT")
+        stale = scene.hold_back("ABORT_ACK")
+        scene.decode_steps()
+        scene.advance(scene.timeout() + 1)
+        scene.decode_steps()
+        for p in scene.prefill:
+            p.poll_and_clear(EARLIER)
+        scene.reuse = True
+    scene.start_request(RID, reached={"metadata-send-fails": 1, "bootstrap-fails": 0}.get(shape.failure))
+    if shape.acks == "reset":  # each drain acknowledgement's send fails at prefill: it never leaves
+        for d in scene.decode:
+            scene.wire.resets[tcp(d.endpoint)] = b"ABORT_ACK"
+
+    def aborts() -> None:
+        for d in scene.decode:
+            d.abort(RID)
+            scene.note("decode aborts", rank=d.rank, rid=RID)
+            scene.deliver("ABORT")
+            if shape.clears:
+                for p in scene.prefill:
+                    p.poll_and_clear(RID)
+        scene.deliver_held(stale)
+        scene.decode_steps()
+        scene.deliver("ABORT")
+
+    def prefill_rank_fails() -> None:
+        scene.prefill[0].work()
+        scene.note("prefill rank 0 write failed")
+        scene.deliver("status")
+        scene.decode_steps()
+        scene.deliver("ABORT")
+        scene.deliver("ABORT_ACK")
+        scene.decode_steps()
+        scene.deliver("ABORT")
+
+    def decode_learns_failure() -> None:
+        scene.decode_steps()
+        scene.deliver("ABORT")
+
+    if shape.failure == "none":
+        for p in scene.prefill:
+            p.send_last_chunk()
+            p.work()
+    elif shape.failure == "metadata-send-fails":
+        scene.wire.resets[tcp(prefill_endpoint(1))] = None
+        for d in scene.decode:
+            d.publish(RID)
+        scene.note("decode's metadata send to prefill rank 1 failed")
+        for p in scene.prefill:
+            p.send_last_chunk()
+        scene.holds[(0, 0)] = decode_learns_failure
+        for p in scene.prefill:
+            p.work()
+    elif shape.failure == "bootstrap-fails":
+        for d in scene.decode:
+            d.publish(RID)
+        scene.note("decode could not learn its prefill ranks")
+        scene.decode_steps()
+    elif shape.failure == "prefill-failure":
+        scene.failing[(0, 0)] = shape.failed_write
+        for p in scene.prefill:
+            p.send_last_chunk()
+        if shape.in_flight and len(scene.prefill) > 1:
+            scene.holds[(1, 0)] = prefill_rank_fails
+            scene.prefill[1].work()
+        else:
+            prefill_rank_fails()
+    elif shape.in_flight:
+        for p in scene.prefill:
+            p.send_last_chunk()
+        scene.holds[(0, 0)] = aborts
+        for p in scene.prefill:
+            p.work()
+    else:
+        aborts()
+        for p in scene.prefill:  # the forward finishes after the abort: its chunk must be refused, nothing written
+            p.send_last_chunk()
+            p.work()
+    scene.land_late()
+    scene.note("writes done")
+    for p in scene.prefill:
+        p.work()
+    scene.deliver("status")
+    late = []
+    if shape.acks == "late":
+        late = scene.hold_back("ABORT_ACK")
+    else:
+        scene.deliver("ABORT_ACK", fate="lost" if shape.acks == "lost" else "delivered")
+    scene.decode_steps()
+    if not shape.late_conclusion:
+        for p in scene.prefill:
+            p.poll_and_clear(RID)
+    scene.deliver("ABORT_ACK", fate="lost" if shape.acks == "lost" else "delivered")
+    scene.decode_steps()
+    scene.advance(scene.timeout() + 1)
+    scene.decode_steps()
+    if shape.late_conclusion:  # a prefill scheduler busy past decode's timeout concludes the sender only now
+        for p in scene.prefill:
+            p.poll_and_clear(RID)
+        scene.deliver("ABORT_ACK")
+        scene.decode_steps()
+    if late:
+        late += scene.hold_back("ABORT_ACK")
+        scene.deliver_held(late)
+        scene.decode_steps()
+
+
+class LifetimeScene:
+    def __init__(self, journal: Journal, shape: Shape) -> None:
+        self.scene = Scene(journal, shape)
+
+    def drive(self) -> None:
+        script(self.scene)
+
+    def effects(self) -> dict[str, JSON]:
+        return self.scene.effects()
+
+
+# --- cases ---------------------------------------------------------------------------------------
+
+# What every lifetime case drives: the scene cannot be set without them (the defences' own names never
+# belong here: a tree without a defence must still run its cases and show the bug).
+REQUIRES = (
+    f"{MANAGER}.transfer_worker",
+    f"{MANAGER}.start_prefill_thread",
+    f"{MANAGER}.start_decode_thread",
+    f"{MANAGER}.add_transfer_request",
+    f"{MOONCAKE}.MooncakeKVReceiver",
+    f"{MOONCAKE}.MooncakeKVSender",
+    f"{QUEUE}.pop_transferred",
+    # the commit of a completed transfer as a step of its own (trees that commit inline, 0.5.5 and
+    # earlier, check the committed request against model state this scene does not build)
+    f"{QUEUE}._commit_transfer_to_req",
+    f"{SCHEDULER}.abort_request",
+)
+
+
+def space_cases(space: Any, shape_of: Callable[[Mapping[str, str]], Shape]) -> tuple[Case, ...]:
+    """Every reachable point of a lifetime probe's case space (``probes/duties.py``) as a case: its site
+    is the configuration it runs under, its duties the space's."""
+    def requires(shape: Shape) -> tuple[str, ...]:
+        publishes = shape.failure in ("metadata-send-fails", "bootstrap-fails")  # run the tree's send_metadata
+        return REQUIRES + ((f"{MOONCAKE}.MooncakeKVReceiver.send_metadata",) if publishes else ())
+
+    return tuple(Case(id=space.case_id(point), site=space.site_of(point), role=space.role(point),
+                      title=space.title(point) or space.case_id(point), duties=space.duties(point),
+                      build=lambda journal, shape=shape_of(point): LifetimeScene(journal, shape),
+                      requires=requires(shape_of(point)))
+                 for point in space.points())

@@ -1,0 +1,26 @@
+"""Probe for #41023: deferred decode-side KV release, on by default in the backends that support it.
+
+An abort reaches decode while prefill's write into the request's pages is still in flight; the
+pool then has nothing else free, so whatever decode releases goes straight to the next request.
+In its default configuration the tree must hold the pages until prefill acknowledges that its
+writes stopped (or the stated timeout passes), so that the late write never lands in another
+request's pages. Run in the default configuration and with the option on (releases where it is
+off by default). Guards: a healthy transfer is committed at once; an abort with nothing in flight
+releases on the acknowledgement; lost acknowledgements never hold the pages forever.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from . import duties
+from .case import Probe
+from .lifetime import IMPORTS, Shape, space_cases
+
+
+def shape_of(point: Mapping[str, str]) -> Shape:
+    return Shape(config=point["config"], failure="none" if point["failure"] == "none" else "decode-abort",
+                 in_flight=point["in_flight"] == "yes", acks=point["acks"])
+
+
+PROBE = Probe(id="lifetime-default", fix=41023, imports=IMPORTS, cases=space_cases(duties.LIFETIME_DEFAULT, shape_of))

@@ -1,0 +1,26 @@
+"""Probe for #40645: drain acknowledgements kept until the in-flight writes drain.
+
+The prefill scheduler concludes a failed sender (``clear``) as soon as it polls Failed, which can be
+while the transfer worker is still inside the engine's write; before the fix that dropped the
+acknowledgement target, so decode waited out its timeout and released anyway. An ABORT that
+reaches prefill after the room was cleared, a write still outstanding, was never acknowledged.
+Guards: lost and late acknowledgements never hold the pages forever nor free them twice; an abort
+with nothing in flight releases on the acknowledgement.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from . import duties
+from .case import Probe
+from .lifetime import IMPORTS, Shape, space_cases
+
+
+def shape_of(point: Mapping[str, str]) -> Shape:
+    return Shape(config=point["config"], in_flight=point["in_flight"] == "yes", clears=point["clears"] == "yes",
+                 late_conclusion=point["clears"] == "late",
+                 decode_ranks=2 if point["decode_ranks"] == "two" else 1, acks=point["acks"])
+
+
+PROBE = Probe(id="lifetime-drain", fix=40645, imports=IMPORTS, cases=space_cases(duties.LIFETIME_DRAIN, shape_of))
