@@ -738,6 +738,21 @@ PREFILL_CLEANUP = space.Space(
 
 SPACES: dict[str, space.Space] = {s.probe: s for s in (ADMISSION, PREFILL_CLEANUP)}
 
+# The ids of the hand-written cases the spaces replaced: each is still a case, meaning what it meant (the
+# receipts and bundles made before name them).
+KEPT_IDS: dict[str, tuple[str, ...]] = {
+    "admission": ("prefill-door-rejected", "decode-door-rejected", "prefill-door-rejected-session",
+                  "prefill-door-rejected-plain-session", "prefill-door-valid", "decode-door-valid",
+                  "prefill-door-reentry-metadata", "prefill-door-reentry-backup", "prefill-door-reentry-kv",
+                  "prefill-door-reentry-mamba", "decode-door-retracted", "decode-door-rebootstrap",
+                  "prefill-door-preempted", "decode-door-preempted"),
+    "prefill-cleanup": ("aborted-final-result", "late-result-after-retire", "aborted-middle-chunk", "sender-abort-raises",
+                        "grammar-rejection", "mamba-before-kv", "metadata-only", "aborted-yielded-chunk",
+                        "healthy-final-result", "healthy-grammar-result", "healthy-chunked-result",
+                        "healthy-yielded-result", "healthy-yielded-bootstrapped", "healthy-optimistic-chunked",
+                        "healthy-optimistic-result"),
+}
+
 # Which duties each case checks, by probe and case id: its signature is their conjunction. Generated from
 # the spaces; a probe declaring its cases another way registers them here the same way.
 CASES: dict[str, dict[str, tuple[str, ...]]] = {probe: s.duty_table() for probe, s in SPACES.items()}

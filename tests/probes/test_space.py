@@ -114,24 +114,10 @@ def test_generated_points_are_complete_reachable_and_cover_the_core(sp):
 
 # --- the two probes' spaces ----------------------------------------------------------------------
 
-TODAY = {  # the ids the hand-written cases had: a case that means the same thing keeps its id
-    "admission": ["prefill-door-rejected", "decode-door-rejected", "prefill-door-rejected-session",
-                  "prefill-door-rejected-plain-session", "prefill-door-valid", "decode-door-valid",
-                  "prefill-door-reentry-metadata", "prefill-door-reentry-backup", "prefill-door-reentry-kv",
-                  "prefill-door-reentry-mamba", "decode-door-retracted", "decode-door-rebootstrap",
-                  "prefill-door-preempted", "decode-door-preempted"],
-    "prefill-cleanup": ["aborted-final-result", "late-result-after-retire", "aborted-middle-chunk", "sender-abort-raises",
-                        "grammar-rejection", "mamba-before-kv", "metadata-only", "aborted-yielded-chunk",
-                        "healthy-final-result", "healthy-grammar-result", "healthy-chunked-result",
-                        "healthy-yielded-result", "healthy-yielded-bootstrapped", "healthy-optimistic-chunked",
-                        "healthy-optimistic-result"],
-}
-
-
-@pytest.mark.parametrize("probe", sorted(TODAY))
+@pytest.mark.parametrize("probe", sorted(duties.KEPT_IDS))
 def test_todays_cases_keep_their_ids_and_duties(probe):
     table = duties.CASES[probe]
-    assert set(TODAY[probe]) <= set(table)
+    assert set(duties.KEPT_IDS[probe]) <= set(table)
     assert table["aborted-final-result" if probe == "prefill-cleanup" else "prefill-door-rejected"] == (
         duties.RETIRED_ONCE if probe == "prefill-cleanup" else duties.REJECTED)
 
