@@ -6,6 +6,7 @@ Set DIFFPROBE_TEST_CACHE to keep the cache (downloads, layer, environments) betw
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -30,6 +31,31 @@ REAL = {"release_tree", "upstream_repo"}  # fixtures that download real SGLang r
 SUITE_RELEASES = ["0.5.21", "0.5.20", "0.5.19", "0.5.22", "0.5.23", "0.4.5", "0.4.6", "0.4.7", "0.4.9", "0.4.10", "0.5.5",
                   "0.5.10", "0.5.13", "0.5.14", "0.5.18"]
 PREFETCH_FROM = 20  # slow tests selected
+
+
+def pytest_addoption(parser):
+    parser.addoption("--times", metavar="PATH", help="write each test's wall and CPU seconds to PATH (JSON lines)")
+
+
+def _cpu() -> float:
+    """CPU seconds of this process and of its children that ended (probe runs, builds, sandboxes)."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+TIMES: dict[str, tuple[float, float]] = {}  # test id -> (wall, CPU) seconds, set-up and tear-down included
+SESSION: dict[str, float] = {}
+
+
+def pytest_sessionstart(session):
+    SESSION.update(wall=time.monotonic(), cpu=_cpu(), load=os.getloadavg()[0])
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    wall, cpu = time.monotonic(), _cpu()
+    yield
+    TIMES[item.nodeid] = (time.monotonic() - wall, _cpu() - cpu)
 
 
 def pytest_collection_modifyitems(items):
@@ -66,8 +92,22 @@ def unconfined_where_bubblewrap_is_missing(request, monkeypatch):
     monkeypatch.setattr(execute, "sandboxed_for", trusted)
 
 
-def pytest_terminal_summary(terminalreporter):
-    """How many tests were skipped for which missing tool, and how many ran fixture trees unconfined."""
+def pytest_terminal_summary(terminalreporter, config):
+    """The ten tests that took most CPU and the run's CPU and load (on a loaded machine the wall
+    clock says little); how many tests were skipped for which missing tool, and how many ran fixture
+    trees unconfined."""
+    if TIMES:
+        terminalreporter.write_sep("=", "ten most CPU-hungry tests (seconds of CPU: pytest and its children; wall)")
+        for nodeid, (wall, cpu) in sorted(TIMES.items(), key=lambda kv: -kv[1][1])[:10]:
+            terminalreporter.write_line(f"{cpu:8.1f} CPU {wall:8.1f} wall  {nodeid}")
+        terminalreporter.write_line(
+            f"this run: {_cpu() - SESSION['cpu']:.0f} s CPU in {time.monotonic() - SESSION['wall']:.0f} s wall; "
+            f"load average {SESSION['load']:.1f} at its start, {os.getloadavg()[0]:.1f} at its end ({os.cpu_count()} CPUs)")
+    path = config.getoption("times")
+    if path:
+        with open(path, "w") as out:
+            for nodeid, (wall, cpu) in TIMES.items():
+                out.write(json.dumps({"test": nodeid, "wall": round(wall, 2), "cpu": round(cpu, 2)}) + "\n")
     counts: dict[str, int] = {}
     for report in terminalreporter.stats.get("skipped", []):
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else ""
