@@ -39,6 +39,13 @@ def conclusive(shown: str) -> bool:
     return shown in ("bug", "clean")
 
 
+def alike(a: State, b: State) -> bool:
+    """Two trees showed the same on one case: the same bug or clean, or both lack the API the case
+    drives (not applicable on both sides is one observation: neither tree has that code). An error,
+    a timeout or an absent case tells nothing, so it is never alike, not even with itself."""
+    return a == b and (conclusive(a) or a == "not_applicable")
+
+
 def transition(base: Case | None, head: Case | None) -> Transition:
     if base is None or head is None or "not_applicable" in (base.outcome, head.outcome):
         return "not comparable"
