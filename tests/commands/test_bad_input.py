@@ -175,15 +175,18 @@ def _digest(proc: subprocess.CompletedProcess) -> str:
     return re.search(r'"tree_digest": "([^"]+)"', proc.stdout).group(1)
 
 
-# Each damage leaves the entry looking present; the next use must notice, warn and rebuild it.
+# Each damage leaves the entry looking present; the next use must notice, warn (saying why) and rebuild it.
+STAMP, MISMATCH = "its stamp tree.json does not read or names another digest", "digest mismatch"
 DAMAGES = {
-    "stamp-garbage": lambda tree: (tree / "tree.json").write_text("{not json"),
-    "stamp-truncated": lambda tree: (tree / "tree.json").write_bytes((tree / "tree.json").read_bytes()[:10]),
-    "file-truncated": lambda tree: (tree / "sglang" / "srt" / "x.py").write_text(""),
-    "file-added": lambda tree: (tree / "sglang" / "srt" / "extra.py").write_text(""),
-    "file-removed": lambda tree: (tree / "sglang" / "srt" / "x.py").unlink(),
-    "bytecode-planted": lambda tree: (tree / "sglang" / "srt" / "__pycache__").mkdir() or
-    (tree / "sglang" / "srt" / "__pycache__" / "x.cpython-311.pyc").write_bytes(b"\0" * 16),
+    "stamp-garbage": (lambda tree: (tree / "tree.json").write_text("{not json"), STAMP),
+    "stamp-truncated": (lambda tree: (tree / "tree.json").write_bytes((tree / "tree.json").read_bytes()[:10]), STAMP),
+    "file-truncated": (lambda tree: (tree / "sglang" / "srt" / "x.py").write_text(""), MISMATCH),
+    "file-added": (lambda tree: (tree / "sglang" / "srt" / "extra.py").write_text(""), MISMATCH),
+    "file-removed": (lambda tree: (tree / "sglang" / "srt" / "x.py").unlink(),
+                     "an empty directory 'srt/', which intake never stores"),
+    "bytecode-planted": (lambda tree: (tree / "sglang" / "srt" / "__pycache__").mkdir() or
+                         (tree / "sglang" / "srt" / "__pycache__" / "x.cpython-311.pyc").write_bytes(b"\0" * 16),
+                         "planted byte-code 'srt/__pycache__/x.cpython-311.pyc'"),
 }
 
 
@@ -193,10 +196,11 @@ def test_a_damaged_tree_entry_is_rebuilt_with_a_warning(tmp_path, damage):
     source, cache = f"path:{_fake_tree(tmp_path / 'src')}", str(tmp_path / "cache")
     digest = _digest(cli("resolve", source, "--cache-dir", cache))
     (entry,) = (tmp_path / "cache" / "trees").iterdir()
-    DAMAGES[damage](entry)
+    damaging, why = DAMAGES[damage]
+    damaging(entry)
     again = cli("resolve", source, "--cache-dir", cache)
     assert _digest(again) == digest
-    assert again.stderr.splitlines() == [f"warning: cache entry {entry} is damaged (digest mismatch or planted byte-code); rebuilding it"]
+    assert again.stderr.splitlines() == [f"warning: cache entry {entry} is damaged ({why}); rebuilding it"]
     assert cli("resolve", source, "--cache-dir", cache).stderr == ""  # repaired for good
 
 
