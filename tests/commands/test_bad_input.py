@@ -15,11 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from runner.evidence import bundle, receipts
+from runner.evidence import bundle, pins, receipts
 from tests.conftest import git
 from tests.helpers import ROOT, case, receipt
 
 PROJECT_PINS = (ROOT / "pins.toml").read_text()
+PINNED = sorted(pins.load(ROOT / "pins.toml").fixes)  # the incident's two fixes and the later defences
 
 
 def cli(*argv: str, timeout: int = 300) -> subprocess.CompletedProcess:
@@ -71,7 +72,7 @@ ROWS = [
     Row("pins-newline-key", ("run", "--pins", "{d}/pins-newline-key.toml"), 2, r"fixes\.36988\.a\\nb: unknown key"),
     Row("pins-unknown-probe", ("run", "--pins", "{d}/pins-unknown-probe.toml"), 2, r"unknown probe 'x'"),
     Row("pins-no-fixes", ("run", "--pins", "{d}/pins-no-fixes.toml"), 2, r"pins-no-fixes\.toml: fixes: required key"),
-    Row("unknown-fix", ("run", "--pr", "1"), 2, r"unknown fix #1 \(pinned: #36988, #38935\)"),
+    Row("unknown-fix", ("run", "--pr", "1"), 2, rf"unknown fix #1 \(pinned: {', '.join(f'#{n}' for n in PINNED)}\)"),
     Row("jobs-zero", ("run", "-j", "0"), 2, r"-j/--jobs: expected a positive integer, got '0'"),
     Row("repeat-word", ("audit", "pypi:sglang==0.5.21", "--repeat", "many"), 2, r"--repeat: expected a positive integer"),
     Row("out-taken", ("run", "--out", "{d}/taken", "--cache-dir", "{cache}"), 2, r"--out .*taken: exists and is not empty"),
