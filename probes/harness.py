@@ -247,14 +247,16 @@ def well_formed(data: bytes) -> tuple[dict | None, str | None]:
         message = json.loads(data)
     except (ValueError, RecursionError) as exc:
         return None, f"not one JSON document ({type(exc).__name__})"
-    if not isinstance(message, dict) or sorted(message) != ["lines", "modules", "renamed", "result", "standins"]:
-        return None, "not an object of result, lines, renamed, modules and standins"
+    if not isinstance(message, dict) or sorted(set(message) - {"renamed"}) != ["lines", "modules", "result", "standins"]:
+        return None, "not an object of result, lines, modules and standins (and renamed)"
     result = message["result"]
     if not _lines_ok(message["lines"]):
         return None, "lines are not null or file -> sorted, disjoint [start, end] line ranges"
-    if message["renamed"] is not None and (message["lines"] is None or not set(message["renamed"]) <= set(message["lines"])):
-        return None, "renamed names files whose lines were not recorded"
-    for key in ("modules", "standins") + (("renamed",) if message["renamed"] is not None else ()):
+    renamed = message.setdefault("renamed", None)
+    if renamed is not None and not (isinstance(renamed, list) and isinstance(message["lines"], dict)
+                                    and all(isinstance(n, str) and n in message["lines"] for n in renamed)):
+        return None, "renamed is not null or a list of files whose lines were recorded"
+    for key in ("modules", "standins"):
         if not isinstance(message[key], list) or not all(isinstance(n, str) for n in message[key]):
             return None, f"{key} is not a list of names"
     if not isinstance(result, dict) or sorted(result) != sorted(RESULT_FIELDS):

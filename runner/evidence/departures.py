@@ -374,7 +374,7 @@ def judged(fixes: list[judging.FixStatus], record: Departures, receipts: list[Re
                  if h.aware and (h in ran or (not any(h.ran_in.values()) and h.file in imported))]
         at_import = [h.place for h in record.hunks()
                      if h.at_import and h.code and h.file in imported and h not in ran and h.place not in aware]
-        renamed = [h.place for h in record.renamed() if h.touched_by(probes) and h.place not in aware]
+        renamed = [h.place for h in record.renamed() if h.touched_by(probes) and h.place not in aware and h.place not in at_import]
         out.append(judging.departed(fs, record.baseline or "", places, aware, at_import=at_import, renamed=renamed))
     return out
 

@@ -117,15 +117,16 @@ def test_no_lines_for_a_case_not_applicable_or_one_that_sent_nothing(monkeypatch
 
 @pytest.mark.parametrize("lines", [{"a.py": [[1, 2], [3, 3]]}, {"a.py": []}, {"a.py": [[5, 2]]}, [["a.py", 1]], {"a.py": "1-2"}])
 def test_lines_outside_the_format_make_the_message_malformed(lines):
-    message, why = harness.well_formed(harness.json.dumps({"result": GOOD, "lines": lines, "renamed": None, "modules": [],
-                                                           "standins": []}).encode())
+    message, why = harness.well_formed(harness.json.dumps({"result": GOOD, "lines": lines, "modules": [], "standins": []}).encode())
     assert message is None and "line ranges" in why
 
 
 def test_renamed_files_must_be_files_whose_lines_were_recorded():
     message = {"result": GOOD, "lines": {"sglang/a.py": [[1, 2]]}, "renamed": ["sglang/b.py"], "modules": [], "standins": []}
     assert harness.well_formed(harness.json.dumps(message).encode())[0] is None
+    assert harness.well_formed(harness.json.dumps({**message, "renamed": "sglang/a.py"}).encode())[0] is None
     assert harness.well_formed(harness.json.dumps({**message, "renamed": ["sglang/a.py"]}).encode())[0] is not None
+    assert harness.well_formed(harness.json.dumps({**message, "renamed": None, "lines": None}).encode())[0] is not None
 
 
 def _renamed(function, filename: str):
