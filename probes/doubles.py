@@ -309,11 +309,14 @@ class KVTransport:
 
 def output_streamer(journal: Journal) -> tuple[Double, list[list[dict[str, JSON]]]]:
     """The scheduler's output streamer: records each call with every request as its client
-    receives it at that moment (rid and finish reason)."""
+    receives it at that moment (rid and finish reason) and, where the call says it, whether the
+    stream carries logprobs (``return_logprob``, its first argument after the requests)."""
     streamed: list[list[dict[str, JSON]]] = []
 
     def stream_output(reqs: Any, *args: Any, **kwargs: Any) -> None:
         if journal.live:
-            streamed.append([{"rid": req.rid, "finished_reason": plain(req.finished_reason)} for req in reqs])
+            flag = {"return_logprob": plain(args[0] if args else kwargs["return_logprob"])} if (
+                args or "return_logprob" in kwargs) else {}
+            streamed.append([{"rid": req.rid, "finished_reason": plain(req.finished_reason), **flag} for req in reqs])
 
     return Double(journal, "output_streamer", stream_output=stream_output), streamed
