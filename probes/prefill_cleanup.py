@@ -96,6 +96,16 @@ PHASES = {
 }
 
 
+INSERTS = ("insert_req", "checkpoint", "cache_unfinished_req")  # tree-cache calls keeping KV in the radix tree
+
+
+def _inserts(call: Mapping[str, Any]) -> bool:
+    """Whether a tree-cache call made during a release kept the request's KV in the radix tree."""
+    if call["call"] == "cache_finished_req":
+        return bool(call["kwargs"].get("is_insert", True))
+    return call["call"] in INSERTS
+
+
 def _inflight_queue(prefill: Any) -> str:
     """The scheduler's transfer (inflight) queue; the first PD trees spelt it ``infight``."""
     mixin = prefill.SchedulerDisaggregationPrefillMixin
@@ -114,9 +124,12 @@ class ResultScene:
             raise tree.Missing(f"{MIXIN}.event_loop_overlap_disagg_prefill")
         self.overlap = shape.overlap
         self.releases: list[dict[str, JSON]] = []
+        self.releasing = False  # inside the tree's own release_kv_cache
+        self.spans: list[tuple[int, int, str]] = []  # journal entries each release made: (start, end, rid)
         tree.single_rank_polls(prefill, journal)
-        if hasattr(prefill, "release_kv_cache"):  # earlier trees call the tree cache directly
-            prefill.release_kv_cache = journal.method("mem_cache", "release_kv_cache", self._release_kv_cache)
+        own_release = hasattr(prefill, "release_kv_cache")  # earlier trees call the tree cache directly
+        if own_release:
+            prefill.release_kv_cache = self._watched_release(prefill.release_kv_cache)
         self.result_cls = tree.batch_result_class()
         self.req = self._request(journal, rid, shape)
         # the other request of a batch of two: aborted while the same forward ran, holding its KV and its own
@@ -142,10 +155,16 @@ class ResultScene:
             tree_cache=Double(
                 journal,
                 "tree_cache",
-                recorded=("cache_unfinished_req", "checkpoint", "finish"),
-                supports_mamba=lambda: False,
-                # what ``release_kv_cache`` does, called directly by trees that predate it
-                cache_finished_req=lambda req, **flags: self._release_kv_cache(req, None, **flags),
+                recorded=("cache_unfinished_req", "checkpoint", "finish", "insert_req", "free_kv_row", "unpin", "unlock",
+                          "on_release"),
+                # a mamba-capable tree cache where the request holds Mamba state (only such a cache gives it one)
+                supports_mamba=lambda: shape.holds_mamba,
+                claim_kv_row=lambda req: False,  # no streaming session keeps the row
+                # the tree cache's own release of a finished request: inside the tree's release_kv_cache it hands
+                # the row back; trees that predate release_kv_cache call it directly (the release is recorded then)
+                cache_finished_req=lambda req, **flags: tree.drop_kv(req) if self.releasing
+                else self._release_kv_cache(req, None, **flags),
+                **(self._pools(journal) if own_release else {}),
             ),
             output_streamer=streamer,
             metrics_reporter=Double(
@@ -256,9 +275,45 @@ class ResultScene:
             tree.launch_last_chunk(req)
         return req
 
+    def _pools(self, journal: Journal) -> dict[str, Any]:
+        """What the tree's own release_kv_cache gives a request's rows back to: the tree's own
+        ``ReqToTokenPool`` (its ``free`` runs; only the rows it frees are recorded) and the KV and Mamba
+        allocators (recorded)."""
+        pool = strict_subject(
+            tree.resolve("sglang.srt.mem_cache.memory_pool.ReqToTokenPool"), journal, "req_to_token_pool",
+            free_rows=journal.method("req_to_token_pool", "free_rows"), free_slots=[],
+            mamba_allocator=Double(journal, "mamba_allocator", recorded=("free",)))
+        return {"req_to_token_pool": pool,
+                "token_to_kv_pool_allocator": Double(journal, "token_to_kv_pool_allocator", recorded=("free",), page_size=1)}
+
+    def _watched_release(self, own: Callable[..., Any]) -> Callable[..., Any]:
+        """The tree's own ``release_kv_cache``, run as it is; what it did is read where it lands: whether
+        the tree cache was asked to keep the KV in the radix tree (an insert or checkpoint, or a
+        ``cache_finished_req`` with ``is_insert``), and what the request held before."""
+
+        def release_kv_cache(req: Any, tree_cache: Any, *args: Any, **flags: Any) -> Any:
+            held, start = (tree.holds_kv(req), tree.holds_mamba(req)), len(self.journal.entries)
+            self.releasing = True
+            try:
+                return own(req, tree_cache, *args, **flags)
+            finally:
+                self.releasing = False
+                if self.journal.live:
+                    self.spans.append((start, len(self.journal.entries), req.rid))
+                    calls = [e for e in self.journal.entries[start:] if e["actor"] == "tree_cache"]
+                    self.releases.append({
+                        "rid": req.rid,
+                        "is_insert": any(_inserts(e) for e in calls),
+                        "flags": plain({**flags, **({"args": list(args)} if args else {})}),
+                        "kv": held[0],
+                        "mamba": held[1],
+                    })
+
+        return release_kv_cache
+
     def _release_kv_cache(self, req: Any, tree_cache: Any, **flags: Any) -> None:
-        """Records the release and hands the request's KV row and Mamba slot back, as the tree
-        cache would; ``is_insert`` (later spelt ``checkpoint``) says whether the KV enters the
+        """(Trees that call the tree cache's ``cache_finished_req`` directly.) Records the release and
+        hands the request's KV row and Mamba slot back, as the tree cache would; ``is_insert`` (later spelt ``checkpoint``) says whether the KV enters the
         radix tree."""
         if self.journal.live:
             self.releases.append(
@@ -332,13 +387,20 @@ class ResultScene:
             "metadata_frees": [e["args"][0] for e in calls("metadata_allocator", "free")
                                if other is None or e["args"][0] != COMPANION_METADATA],
             "kv_releases": [r for r in self.releases if r["rid"] == rid],
-            "tree_cache_calls": [{k: e[k] for k in ("call", "args", "kwargs")} for e in calls("tree_cache")
-                                 if other is None or not duties.names_request([e["args"], e["kwargs"]], COMPANION)],
+            "tree_cache_calls": [{k: e[k] for k in ("call", "args", "kwargs")} for n, e in enumerate(self.journal.entries)
+                                 if e["actor"] == "tree_cache" and not self._others(n, e)],
             "streamed": [mine_items for call in self.streamed if (mine_items := [i for i in call if i["rid"] == rid])],
             "grammar_calls": [e["call"] for e in calls("grammar")],
             "pending_chunk_rids": mine(plain(self.scheduler.disagg_prefill_pending_chunk_rids)),
             "request": tree.request_state(self.req),
         }
+
+    def _others(self, n: int, entry: Mapping[str, Any]) -> bool:
+        """Whether journal entry ``n`` is the other request's: it names it, or its release made it."""
+        if self.companion is None:
+            return False
+        return duties.names_request([entry["args"], entry["kwargs"]], COMPANION) or any(
+            start <= n < end and rid == COMPANION for start, end, rid in self.spans)
 
     def effects(self) -> dict[str, JSON]:
         return {"before": self.before, "results": self.snapshots, "overlap": self.overlap}
