@@ -17,7 +17,7 @@ from typing import Any
 from . import tree
 from .case import Case, Probe
 from . import duties
-from .doubles import Double, Journal, KVTransport, output_streamer, read_sources, strict_subject
+from .doubles import Double, Journal, KVTransport, output_streamer, read_sources, same_signature, strict_subject
 from .plain import JSON, plain
 
 PREFILL = "sglang.srt.disaggregation.prefill"
@@ -291,11 +291,11 @@ class ResultScene:
         the tree cache was asked to keep the KV in the radix tree (an insert or checkpoint, or a
         ``cache_finished_req`` with ``is_insert``), and what the request held before."""
 
-        def release_kv_cache(req: Any, tree_cache: Any, *args: Any, **flags: Any) -> Any:
+        def around(call: Callable[[], Any], req: Any) -> Any:
             held, start = (tree.holds_kv(req), tree.holds_mamba(req)), len(self.journal.entries)
             self.releasing = True
             try:
-                return own(req, tree_cache, *args, **flags)
+                return call()
             finally:
                 self.releasing = False
                 if self.journal.live:
@@ -304,12 +304,12 @@ class ResultScene:
                     self.releases.append({
                         "rid": req.rid,
                         "is_insert": any(_inserts(e) for e in calls),
-                        "flags": plain({**flags, **({"args": list(args)} if args else {})}),
                         "kv": held[0],
                         "mamba": held[1],
                     })
 
-        return release_kv_cache
+        # the tree's own parameters: a call the tree's function would refuse is refused in the tree's frame
+        return same_signature(own, around)
 
     def _release_kv_cache(self, req: Any, tree_cache: Any, **flags: Any) -> None:
         """(Trees that call the tree cache's ``cache_finished_req`` directly.) Records the release and
