@@ -389,7 +389,9 @@ class ResultScene:
             "kv_releases": [r for r in self.releases if r["rid"] == rid],
             "tree_cache_calls": [{k: e[k] for k in ("call", "args", "kwargs")} for n, e in enumerate(self.journal.entries)
                                  if e["actor"] == "tree_cache" and not self._others(n, e)],
-            "streamed": [mine_items for call in self.streamed if (mine_items := [i for i in call if i["rid"] == rid])],
+            # a call streaming nothing is kept as it is (nobody's, and visible); one streaming only the other is dropped
+            "streamed": [[i for i in call if i["rid"] == rid] for call in self.streamed
+                         if not call or any(i["rid"] == rid for i in call)],
             "grammar_calls": [e["call"] for e in calls("grammar")],
             "pending_chunk_rids": mine(plain(self.scheduler.disagg_prefill_pending_chunk_rids)),
             "request": tree.request_state(self.req),
