@@ -296,6 +296,12 @@ class ResultScene:
             self.releasing = True
             try:
                 return call()
+            except Exception as exc:
+                # the tree's own release failing on a state its own code produced (a pre-fix tree releasing a
+                # request that holds no KV with a cache that is not Mamba-capable): if it escapes result
+                # processing, that is observed (effects["escaped"]), as a scripted failure is, never a harness error
+                self.journal.scripted.append(exc)
+                raise
             finally:
                 self.releasing = False
                 if self.journal.live:
