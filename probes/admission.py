@@ -33,6 +33,7 @@ CAPACITY = 1024  # the KV pool both doors check against
 OVER_CAPACITY = 1100  # a prompt intake passed that the pool cannot hold
 REJECTION = "Input length (1500 tokens) exceeds the maximum allowed length (1018 tokens)."
 NUM_KV_HEADS = 8
+DP_SIZE = 4  # a data-parallel prefill peer: the room (tree.BOOTSTRAP_ROOM) resolves to rank 4242 % 4 = 2, not 0
 
 
 def _transport(journal: Journal) -> KVTransport:
@@ -132,11 +133,12 @@ def _state(req: Any) -> dict[str, JSON]:
         **tree.request_state(req),
         "holds_backup": tree.retraction_backup(req) is not None,
         "has_session": getattr(req, "session", None) is not None,
+        "return_logprob": bool(getattr(req, "return_logprob", False)),
     }
 
 
 class PrefillDoor(_Door):
-    def __init__(self, journal: Journal, req: Any, flags: dict[str, bool], known_peer: bool = True) -> None:
+    def __init__(self, journal: Journal, req: Any, flags: dict[str, bool], peer_kind: str = "known") -> None:
         super().__init__(journal, req)
         self.flags = flags
         prefill = tree.module(PREFILL)
@@ -165,9 +167,10 @@ class PrefillDoor(_Door):
 
 
 class DecodeDoor(_Door):
-    def __init__(self, journal: Journal, req: Any, flags: dict[str, bool], known_peer: bool = True) -> None:
+    def __init__(self, journal: Journal, req: Any, flags: dict[str, bool], peer_kind: str = "known") -> None:
         super().__init__(journal, req)
         self.flags = flags
+        self.peer_kind = peer_kind
         decode = tree.module(DECODE)
         tree.route_kv_endpoints(decode, self.transport.get_kv_class)
         kv_pool = Double(journal, "token_to_kv_pool")
@@ -178,9 +181,11 @@ class DecodeDoor(_Door):
             get_kvcache=lambda: kv_pool,
             prealloc_ceiling_fits=lambda full, swa: None,  # no unified byte ceiling: token capacity decides
         )
-        # One prefill peer already known with dp_size 1 (the door's cache-hit fast path), or none yet.
-        peer = Double(journal, "prefill_info", dp_size=1)
-        peers = {_peer_address(decode, req): peer} if known_peer else {}
+        # One prefill peer already known (the door's cache-hit fast path), with dp_size 1 or running data
+        # parallelism and following bootstrap rooms; or none yet.
+        dp = {"dp_size": DP_SIZE, "follow_bootstrap_room": True} if peer_kind == "known-dp" else {"dp_size": 1}
+        peer = Double(journal, "prefill_info", **dp)
+        peers = {_peer_address(decode, req): peer} if peer_kind != "unknown" else {}
         self.door = strict_subject(
             decode.DecodePreallocQueue,
             journal,
@@ -204,7 +209,9 @@ class DecodeDoor(_Door):
     def effects(self) -> dict[str, JSON]:
         """Also whether the door resolves the request's prefill peer itself (``_resolve_prefill_dp_rank``): only
         such a door initialises a receiver (a fake transfer's at once); before, that happened after the door."""
-        return {**super().effects(), "door_resolves_peer": hasattr(type(self.door), "_resolve_prefill_dp_rank")}
+        peer = {"dp_size": DP_SIZE, "room": int(self.req.bootstrap_room)} if self.peer_kind == "known-dp" else None
+        return {**super().effects(), "door_resolves_peer": hasattr(type(self.door), "_resolve_prefill_dp_rank"),
+                **({"peer": peer} if peer else {})}
 
     def queues(self) -> dict[str, list[str]]:
         return {
@@ -244,6 +251,11 @@ def request(journal: Journal, rid: str, mode: str, point: Mapping[str, str]) -> 
     req = tree.make_req(rid, length, mode)
     if point["transfer"] == "fake":  # the warm-up request's address: the fake transfer backend serves it
         req.bootstrap_host = tree.resolve(f"{UTILS}.FAKE_BOOTSTRAP_HOST")
+    for flag, field in (("stream", "stream"), ("logprob", "return_logprob")):  # what the client asked for
+        if point[flag] == "on":
+            if not hasattr(req, field):
+                raise tree.Missing(f"sglang.srt.managers.schedule_batch.Req.{field}")
+            setattr(req, field, True)
     if abort == "rejected":  # over-long prompt: abort pending in ``to_finish``, prompt cut to 1 token
         tree.reject_at_intake(req, REJECTION)
     elif abort == "marked":  # "abort method 3": ``finished()`` still says False
@@ -251,6 +263,8 @@ def request(journal: Journal, rid: str, mode: str, point: Mapping[str, str]) -> 
     if point["entry"] == "preempted":  # ``reset_for_retract``'s mark; nothing else declares the re-entry
         req.is_retracted = True
     HOLD[point["holds"]](journal, req)
+    if point["holds"] == "metadata":
+        req.metadata_buffer_index = int(point["slot"])
     if point["session"] != "none":
         _in_session(journal, req, streaming=point["session"] == "session")
     return req
@@ -298,16 +312,16 @@ def point_case(point: Mapping[str, str]) -> Case:
         "sglang.srt.managers.utils.validate_input_length": point["abort"] == "rejected",
         f"{module}.{queue}._check_if_req_exceed_kv_capacity": point["capacity"] == "exceeds",
         f"{UTILS}.FAKE_BOOTSTRAP_HOST": point["transfer"] == "fake",
-        f"{DECODE}.DecodePreallocQueue._resolve_prefill_dp_rank": point["peer"] == "unknown",
+        f"{DECODE}.DecodePreallocQueue._resolve_prefill_dp_rank": point["peer"] in ("unknown", "known-dp"),
     }
-    known_peer = point["peer"] == "known"
+    peer_kind = point["peer"]
     return Case(
         id=case_id,
         site=space.site_of(point),
         role=space.role(point),
         title=space.title(point),
         duties=space.duties(point),
-        build=lambda journal: door(journal, request(journal, rid, mode, point), flags, known_peer),
+        build=lambda journal: door(journal, request(journal, rid, mode, point), flags, peer_kind),
         requires=(add, *(f"{add}({flag})" for flag in flags), *(api for api, needed in needs.items() if needed)),
     )
 

@@ -309,11 +309,50 @@ class KVTransport:
 
 def output_streamer(journal: Journal) -> tuple[Double, list[list[dict[str, JSON]]]]:
     """The scheduler's output streamer: records each call with every request as its client
-    receives it at that moment (rid and finish reason)."""
+    receives it at that moment (rid and finish reason) and, where the call says it, whether the
+    stream carries logprobs (``return_logprob``, its first argument after the requests)."""
     streamed: list[list[dict[str, JSON]]] = []
 
     def stream_output(reqs: Any, *args: Any, **kwargs: Any) -> None:
         if journal.live:
-            streamed.append([{"rid": req.rid, "finished_reason": plain(req.finished_reason)} for req in reqs])
+            flag = {"return_logprob": plain(args[0] if args else kwargs["return_logprob"])} if (
+                args or "return_logprob" in kwargs) else {}
+            streamed.append([{"rid": req.rid, "finished_reason": plain(req.finished_reason), **flag} for req in reqs])
 
     return Double(journal, "output_streamer", stream_output=stream_output), streamed
+
+
+def same_signature(own: Callable[..., Any], around: Callable[[Callable[[], Any], Any], Any]) -> Callable[..., Any]:
+    """A function with exactly ``own``'s parameters that runs ``around(call, first_argument)``, ``call``
+    running ``own`` with the arguments given. A call ``own`` would refuse (a missing or unexpected argument)
+    is refused before any frame of ours runs, so the TypeError is the caller's, as in production: the
+    tree's own code raised, never the harness."""
+    sig = inspect.signature(own)
+    defaults = {p.name: p.default for p in sig.parameters.values() if p.default is not p.empty}
+    params, call, starred = [], [], False
+    kinds = [p.kind for p in sig.parameters.values()]
+    for n, p in enumerate(sig.parameters.values()):
+        text = p.name + (f"=_defaults[{p.name!r}]" if p.name in defaults else "")
+        if p.kind is p.VAR_POSITIONAL:
+            text, starred = "*" + p.name, True
+            call.append("*" + p.name)
+        elif p.kind is p.VAR_KEYWORD:
+            text = "**" + p.name
+            call.append("**" + p.name)
+        elif p.kind is p.KEYWORD_ONLY:
+            if not starred:
+                params.append("*")
+                starred = True
+            call.append(f"{p.name}={p.name}")
+        else:
+            call.append(p.name)
+        params.append(text)
+        if p.kind is p.POSITIONAL_ONLY and (n + 1 == len(kinds) or kinds[n + 1] is not p.POSITIONAL_ONLY):
+            params.append("/")
+    first = next(iter(sig.parameters), None)
+    source = (f"def {own.__name__}({', '.join(params)}):\n"
+              f"    return _around(lambda: _own({', '.join(call)}), {first or 'None'})\n")
+    namespace: dict[str, Any] = {"_around": around, "_own": own, "_defaults": defaults}
+    exec(compile(source, f"<same signature as {own.__name__}>", "exec"), namespace)  # noqa: S102
+    return namespace[own.__name__]
+

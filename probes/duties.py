@@ -50,6 +50,9 @@ def _streamed_once_with(effects: Effects, status: int | None) -> bool:
     if len(mine) != 1:
         return False
     reason = mine[0]["finished_reason"]
+    asked = effects["request"].get("return_logprob")
+    if asked is not None and mine[0].get("return_logprob", asked) != asked:
+        return False  # streamed without the logprobs the request holds it asked for, or with ones it did not
     return (
         isinstance(reason, dict)
         and reason.get("type") == "abort"
@@ -80,12 +83,12 @@ def _door_untouched(effects: Effects) -> bool:
     )
 
 
-def _names(value: Any, rid: str) -> bool:
+def names_request(value: Any, rid: str) -> bool:
     """Whether a recorded argument names the request: its rid, or a handle holding it."""
     if isinstance(value, dict):
-        return any(_names(item, rid) for item in value.values())
+        return any(names_request(item, rid) for item in value.values())
     if isinstance(value, list):
-        return any(_names(item, rid) for item in value)
+        return any(names_request(item, rid) for item in value)
     return value == rid
 
 
@@ -101,8 +104,19 @@ def _cache_released_aborted(effects: Effects) -> bool:
         return False
     args = [*calls[0]["args"], *calls[0]["kwargs"].values()]
     if calls[0]["call"] == "finish":
-        return _names(args, _rid(effects)) and any(str(arg).endswith(".ABORT") for arg in args)
-    return calls[0]["call"] == "release_aborted_request" and _names(args, _rid(effects))
+        return names_request(args, _rid(effects)) and any(str(arg).endswith(".ABORT") for arg in args)
+    return calls[0]["call"] == "release_aborted_request" and names_request(args, _rid(effects))
+
+
+def _initialised_with_peer_rank(effects: Effects) -> bool:
+    """Where the known peer runs data parallelism and follows bootstrap rooms (``effects["peer"]``), the
+    receiver was initialised with the peer's rank for the request's room (room % dp_size), not another."""
+    peer = effects.get("peer")
+    if not peer:
+        return True
+    inits = [c for c in effects["kv_calls"] if c["call"] == "init"]
+    rank = peer["room"] % peer["dp_size"]
+    return all([*c["args"], *c["kwargs"].values()][:1] == [rank] for c in inits)
 
 
 DOOR_DUTIES = (
@@ -163,7 +177,7 @@ DOOR_DUTIES = (
         "a door that looked the request's known prefill peer up initialised its receiver once (a door that "
         "leaves the peer to the handshake touches no receiver); never parked as pending (a guard)",
         lambda e: [c["call"] for c in e["kv_calls"]] == (["init"] if e.get("peer_lookups") else [])
-        and not e["queues"].get("pending"),
+        and not e["queues"].get("pending") and _initialised_with_peer_rank(e),
     ),
     Duty(
         "door-awaits-peer",
@@ -537,6 +551,11 @@ ADMISSION = space.Space(
                         says="holding a retraction backup"),
         ), over={"entry": RE_ENTRIES, "abort": ("marked",)},  # what keeps a request aborted while it ran out of retirement
             reads=("holds_kv", "holds_mamba", "metadata_buffer_index", "retraction_backup")),
+        space.Dimension("slot", (
+            space.Value("7", "metadata buffer 7: a slot the allocator handed out after others", label=""),
+            space.Value("0", "metadata buffer 0: the allocator's first slot (an index tested against 0)",
+                        label="slot-0", says="in metadata slot 0"),
+        ), over={"holds": ("metadata",)}, reads=("metadata_buffer_index",)),
         space.Dimension("capacity", (
             space.Value("fits", "a prompt the door's KV pool can hold", label=""),
             space.Value("exceeds", "the server's context length exceeds its KV pool (the incident's first fault): "
@@ -554,8 +573,21 @@ ADMISSION = space.Space(
                         "has it): the door's cache-hit fast path", label=""),
             space.Value("unknown", "the request's prefill peer is not in the decode worker's prefill_info_table yet: "
                         "the door leaves it to the handshake", label="new-peer", says="from a prefill peer not met yet"),
+            space.Value("known-dp", "the known prefill peer runs data parallelism (dp_size 4) and follows bootstrap "
+                        "rooms: the door resolves the rank room % dp_size (not 0)", label="dp-peer",
+                        says="from a known prefill peer of dp_size 4"),
         ), over={"door": ("decode",), "entry": ("fresh",)},
-            reads=("prefill_dp_rank", "_resolve_prefill_dp_rank", "prefill_info_table")),
+            reads=("prefill_dp_rank", "_resolve_prefill_dp_rank", "prefill_info_table", "dp_size")),
+        space.Dimension("stream", (
+            space.Value("off", "a client that takes the whole response at once", label=""),
+            space.Value("on", "a client streaming its response (Req.stream, /generate with stream on)",
+                        label="streaming", says="streaming its response"),
+        ), over={"abort": ("rejected",)}, reads=("stream",)),
+        space.Dimension("logprob", (
+            space.Value("off", "no logprobs asked for", label=""),
+            space.Value("on", "the client asked for logprobs (return_logprob); the tree's own rejection "
+                        "(set_finish_with_abort) may clear the flag", label="logprob", says="asking for logprobs"),
+        ), over={"abort": ("rejected",)}, reads=("return_logprob",)),
         space.Dimension("session", (
             space.Value("none", "no session", label=""),
             space.Value("session", "a turn of a streaming session, which create_req marked in flight",
@@ -587,7 +619,7 @@ ADMISSION = space.Space(
                    ("door-queued-retracted", *KEPT)),
         *(space.Rule({"abort": ("valid", "marked"), "capacity": ("fits",), "door": ("decode",),
                       "entry": ("fresh", "reentry", "preempted", "rebootstrap"), **when}, held) for when, held in (
-            ({"peer": ("known",), "transfer": ("real",)}, AT_DECODE),
+            ({"peer": ("known", "known-dp"), "transfer": ("real",)}, AT_DECODE),
             ({"peer": ("unknown",)}, AWAITING_PEER),
             ({"transfer": ("fake",)}, FAKE_AT_DECODE))),
         space.Rule({"capacity": ("exceeds",)}, ("door-refused-over-capacity", "door-returns")),
@@ -641,12 +673,32 @@ PREFILL_CLEANUP = space.Space(
                         implies={"sender": "none"}),
             space.Value("nothing", "nothing: an earlier retire released it all", label=""),
         ), over=RETIRING, reads=("holds_kv", "holds_mamba", "metadata_buffer_index", "owns_resources")),
+        space.Dimension("slot", (
+            space.Value("7", "metadata buffer 7: a slot the allocator handed out after others", label=""),
+            space.Value("0", "metadata buffer 0: the allocator's first slot (an index tested against 0)",
+                        label="slot-0", says="in metadata slot 0"),
+        ), over={"abort": ("pending",), "phase": ("final",), "bootstrap": ("done",), "holds": ("kv-metadata", "metadata")},
+            reads=("metadata_buffer_index",)),
         space.Dimension("sender", (
             space.Value("ready", "the KV sender the prefill door built", label=""),
             space.Value("fails", "its KV sender's abort() raises (the transport is down)", label="sender-fails",
                         says="its KV sender failing to abort"),
             space.Value("none", "no KV sender built yet", label="no-sender", says="no KV sender yet"),
         ), over=RETIRING, reads=("disagg_kv_sender", "sender")),
+        space.Dimension("failure", (
+            space.Value("runtime", "sender.abort() raises a RuntimeError", label=""),
+            space.Value("transport", "sender.abort() raises the transport's own exception class, which derives from "
+                        "Exception only (no RuntimeError, OSError or LookupError)", label="transport-error",
+                        says="with the transport's own exception"),
+        ), over={"sender": ("fails",)}, reads=("Exception",)),
+        space.Dimension("batch", (
+            space.Value("alone", "the only request of its batch", label=""),
+            space.Value("after-aborted", "the second request of its batch, behind a request aborted while the same "
+                        "forward ran (a batch of requests, as the scheduler builds it)", label="after-aborted",
+                        says="behind an aborted request in its batch"),
+            space.Value("before-aborted", "the first request of its batch, ahead of a request aborted while the same "
+                        "forward ran", label="before-aborted", says="ahead of an aborted request in its batch"),
+        ), over={"phase": ("final", "chunked"), "bootstrap": ("done",)}, reads=("reqs", "batch")),
         space.Dimension("grammar", (
             space.Value("none", "no grammar", label=""),
             space.Value("accepts", "a compiled grammar that accepts the sampled token", label="grammar",

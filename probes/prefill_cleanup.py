@@ -17,7 +17,7 @@ from typing import Any
 from . import tree
 from .case import Case, Probe
 from . import duties
-from .doubles import Double, Journal, KVTransport, output_streamer, read_sources, strict_subject
+from .doubles import Double, Journal, KVTransport, output_streamer, read_sources, same_signature, strict_subject
 from .plain import JSON, plain
 
 PREFILL = "sglang.srt.disaggregation.prefill"
@@ -26,6 +26,13 @@ SCHEDULER = "sglang.srt.managers.scheduler.Scheduler"
 RESULT_PROCESSOR = "sglang.srt.managers.scheduler_components.batch_result_processor.SchedulerBatchResultProcessor"
 NEXT_TOKEN = 11
 METADATA_INDEX = 7
+COMPANION = "companion"  # the other request of a batch of two: aborted while the same forward ran
+COMPANION_METADATA = 3
+
+
+class TransportError(Exception):
+    """A transport's own failure class: derives from Exception only, so only a handler as broad as the
+    tree's ``except Exception`` catches it (a narrower one lets it escape)."""
 
 
 @dataclass(frozen=True)
@@ -47,12 +54,14 @@ class Shape:
     mask: str = "off"  # off, ok, rejects
     discard: bool = False
     sender_abort_fails: bool = False
+    failure: str = "runtime"  # what a failing sender.abort() raises: runtime (RuntimeError) or transport
     has_sender: bool = True
     steps: tuple[str, ...] = ("none",)
     middle_chunks: int = 0  # results still to come before the last
     bootstrapped: bool = True  # False: optimistic prefill, bootstrap still pending
     overlap: bool = False  # overlap scheduling: a middle chunk's KV is sent from result processing
     hicache: bool = True
+    batch: str = "alone"  # alone, after-aborted (second of two), before-aborted (first of two)
 
     @classmethod
     def of(cls, point: Mapping[str, str]) -> "Shape":
@@ -62,17 +71,19 @@ class Shape:
             abort=point["abort"],
             holds_kv=holds == "kv-metadata",
             holds_mamba=holds == "mamba",
-            metadata_index=METADATA_INDEX if holds in ("kv-metadata", "metadata") else -1,
+            metadata_index=int(point["slot"]) if holds in ("kv-metadata", "metadata") else -1,
             grammar=point["grammar"],
             mask=point["mask"],
             discard=point["discard"] == "discarded",
             sender_abort_fails=point["sender"] == "fails",
+            failure=point["failure"],
             has_sender=point["sender"] != "none",
             steps=steps,
             middle_chunks=middle,
             bootstrapped=point["bootstrap"] == "done",
             overlap=point["overlap"] == "on",
             hicache=point["hicache"] == "on",
+            batch=point["batch"],
         )
 
 
@@ -83,6 +94,16 @@ PHASES = {
     "last-launched": (("last", "none"), 1),
     "yielded": (("none",), 1),
 }
+
+
+INSERTS = ("insert_req", "checkpoint", "cache_unfinished_req")  # tree-cache calls keeping KV in the radix tree
+
+
+def _inserts(call: Mapping[str, Any]) -> bool:
+    """Whether a tree-cache call made during a release kept the request's KV in the radix tree."""
+    if call["call"] == "cache_finished_req":
+        return bool(call["kwargs"].get("is_insert", True))
+    return call["call"] in INSERTS
 
 
 def _inflight_queue(prefill: Any) -> str:
@@ -103,11 +124,19 @@ class ResultScene:
             raise tree.Missing(f"{MIXIN}.event_loop_overlap_disagg_prefill")
         self.overlap = shape.overlap
         self.releases: list[dict[str, JSON]] = []
+        self.releasing = False  # inside the tree's own release_kv_cache
+        self.spans: list[tuple[int, int, str]] = []  # journal entries each release made: (start, end, rid)
         tree.single_rank_polls(prefill, journal)
-        if hasattr(prefill, "release_kv_cache"):  # earlier trees call the tree cache directly
-            prefill.release_kv_cache = journal.method("mem_cache", "release_kv_cache", self._release_kv_cache)
+        own_release = hasattr(prefill, "release_kv_cache")  # earlier trees call the tree cache directly
+        if own_release:
+            prefill.release_kv_cache = self._watched_release(prefill.release_kv_cache)
         self.result_cls = tree.batch_result_class()
         self.req = self._request(journal, rid, shape)
+        # the other request of a batch of two: aborted while the same forward ran, holding its KV and its own
+        # metadata buffer, in the same phase as the subject's first result (it is not the chunked request)
+        self.companion = None if shape.batch == "alone" else self._request(journal, COMPANION, Shape(
+            abort="pending", metadata_index=COMPANION_METADATA, steps=("none",), middle_chunks=shape.middle_chunks,
+            bootstrapped=shape.bootstrapped))
         streamer, self.streamed = output_streamer(journal)
         # The tree's own Scheduler: its methods run; only those it has can be recorded instead.
         metadata = Double(journal, "metadata_allocator", recorded=("free",))  # shared, as in the server
@@ -126,10 +155,16 @@ class ResultScene:
             tree_cache=Double(
                 journal,
                 "tree_cache",
-                recorded=("cache_unfinished_req", "checkpoint", "finish"),
-                supports_mamba=lambda: False,
-                # what ``release_kv_cache`` does, called directly by trees that predate it
-                cache_finished_req=lambda req, **flags: self._release_kv_cache(req, None, **flags),
+                recorded=("cache_unfinished_req", "checkpoint", "finish", "insert_req", "free_kv_row", "unpin", "unlock",
+                          "on_release"),
+                # a mamba-capable tree cache where the request holds Mamba state (only such a cache gives it one)
+                supports_mamba=lambda: shape.holds_mamba,
+                claim_kv_row=lambda req: False,  # no streaming session keeps the row
+                # the tree cache's own release of a finished request: inside the tree's release_kv_cache it hands
+                # the row back; trees that predate release_kv_cache call it directly (the release is recorded then)
+                cache_finished_req=lambda req, **flags: tree.drop_kv(req) if self.releasing
+                else self._release_kv_cache(req, None, **flags),
+                **(self._pools(journal) if own_release else {}),
             ),
             output_streamer=streamer,
             metrics_reporter=Double(
@@ -157,7 +192,8 @@ class ResultScene:
                 token_to_kv_pool=Double(journal, "token_to_kv_pool", page_size=1),
                 req_to_metadata_buffer_idx_allocator=metadata,
             ),
-            disagg_prefill_pending_chunk_rids=set() if shape.abort == "retired" else {self.req.rid},
+            disagg_prefill_pending_chunk_rids=(set() if shape.abort == "retired" else {self.req.rid})
+            | ({COMPANION} if self.companion is not None else set()),
             enable_hicache_storage=shape.hicache,
             chunked_req=None,
             # without overlap, middle chunks are sent by the chunked-prefill step, not here
@@ -201,7 +237,8 @@ class ResultScene:
             journal,
             # what a sender answers a tree that asks: handshake done, or (optimistic) still in progress
             poll_state=poll.WaitingForInput if shape.bootstrapped else poll.Bootstrapping,
-            abort_error=RuntimeError("transport is down") if shape.sender_abort_fails else None,
+            abort_error=(TransportError if shape.failure == "transport" else RuntimeError)("transport is down")
+            if shape.sender_abort_fails else None,
         )
         req.disagg_kv_sender = transport.endpoint("sender", backend=None) if shape.has_sender else None
         if shape.has_sender:  # the base sender's answer: decode holds no prefix of this request
@@ -238,9 +275,51 @@ class ResultScene:
             tree.launch_last_chunk(req)
         return req
 
+    def _pools(self, journal: Journal) -> dict[str, Any]:
+        """What the tree's own release_kv_cache gives a request's rows back to: the tree's own
+        ``ReqToTokenPool`` (its ``free`` runs; only the rows it frees are recorded) and the KV and Mamba
+        allocators (recorded)."""
+        pool = strict_subject(
+            tree.resolve("sglang.srt.mem_cache.memory_pool.ReqToTokenPool"), journal, "req_to_token_pool",
+            free_rows=journal.method("req_to_token_pool", "free_rows"), free_slots=[],
+            mamba_allocator=Double(journal, "mamba_allocator", recorded=("free",)))
+        return {"req_to_token_pool": pool,
+                "token_to_kv_pool_allocator": Double(journal, "token_to_kv_pool_allocator", recorded=("free",), page_size=1)}
+
+    def _watched_release(self, own: Callable[..., Any]) -> Callable[..., Any]:
+        """The tree's own ``release_kv_cache``, run as it is; what it did is read where it lands: whether
+        the tree cache was asked to keep the KV in the radix tree (an insert or checkpoint, or a
+        ``cache_finished_req`` with ``is_insert``), and what the request held before."""
+
+        def around(call: Callable[[], Any], req: Any) -> Any:
+            held, start = (tree.holds_kv(req), tree.holds_mamba(req)), len(self.journal.entries)
+            self.releasing = True
+            try:
+                return call()
+            except Exception as exc:
+                # the tree's own release failing on a state its own code produced (a pre-fix tree releasing a
+                # request that holds no KV with a cache that is not Mamba-capable): if it escapes result
+                # processing, that is observed (effects["escaped"]), as a scripted failure is, never a harness error
+                self.journal.scripted.append(exc)
+                raise
+            finally:
+                self.releasing = False
+                if self.journal.live:
+                    self.spans.append((start, len(self.journal.entries), req.rid))
+                    calls = [e for e in self.journal.entries[start:] if e["actor"] == "tree_cache"]
+                    self.releases.append({
+                        "rid": req.rid,
+                        "is_insert": any(_inserts(e) for e in calls),
+                        "kv": held[0],
+                        "mamba": held[1],
+                    })
+
+        # the tree's own parameters: a call the tree's function would refuse is refused in the tree's frame
+        return same_signature(own, around)
+
     def _release_kv_cache(self, req: Any, tree_cache: Any, **flags: Any) -> None:
-        """Records the release and hands the request's KV row and Mamba slot back, as the tree
-        cache would; ``is_insert`` (later spelt ``checkpoint``) says whether the KV enters the
+        """(Trees that call the tree cache's ``cache_finished_req`` directly.) Records the release and
+        hands the request's KV row and Mamba slot back, as the tree cache would; ``is_insert`` (later spelt ``checkpoint``) says whether the KV enters the
         radix tree."""
         if self.journal.live:
             self.releases.append(
@@ -263,47 +342,73 @@ class ResultScene:
         decide = tree.resolve(f"{RESULT_PROCESSOR}.get_sampling_mask_finish_reason")
         return {"get_sampling_mask_finish_reason": lambda status: decide(None, status=status)}
 
-    def _result(self) -> Any:
-        """The forward's result: the sampled token and, where the request asked for its sampling mask,
-        the sampler's status for it in a real ``LogitsProcessorOutput``."""
-        result = tree.batch_result(self.result_cls, tree.torch().tensor([NEXT_TOKEN]))
+    def _reqs(self, first: bool) -> list[Any]:
+        """The batch of one processed result: the subject, and on its first result the other request of a
+        batch of two, ahead of it or behind it."""
+        if self.companion is None or not first:
+            return [self.req]
+        return [self.companion, self.req] if self.shape.batch == "after-aborted" else [self.req, self.companion]
+
+    def _result(self, reqs: list[Any]) -> Any:
+        """The forward's result: a sampled token per request and, where the request asked for its sampling
+        mask, the sampler's status for it in a real ``LogitsProcessorOutput``."""
+        result = tree.batch_result(self.result_cls, tree.torch().tensor([NEXT_TOKEN] * len(reqs)))
         if self.shape.mask != "off":
             logits = result.logits_output if result.logits_output is not None else tree.logits_output()
-            logits.next_token_sampling_mask_status = [tree.sampling_mask_status(self.shape.mask == "ok")]
+            logits.next_token_sampling_mask_status = [tree.sampling_mask_status(self.shape.mask == "ok")] * len(reqs)
             result.logits_output = logits
         return result
 
     def _worker_answer(self, name: str) -> Any:
-        return tree.worker_results(self.result.logits_output, [NEXT_TOKEN])[name]
+        return tree.worker_results(self.result.logits_output, [NEXT_TOKEN] * len(self.batch.reqs))[name]
 
     def drive(self) -> None:
-        for step in self.shape.steps:
+        for n, step in enumerate(self.shape.steps):
             self.scheduler.chunked_req = self.req if step == "chunking" else None
-            self.result = result = self._result()
+            reqs = self._reqs(first=n == 0)
+            object.__setattr__(self.batch, "reqs", reqs)
+            self.result = result = self._result(reqs)
             self.scheduler.process_batch_result_disagg_prefill(self.batch, result)
             self.snapshots.append(self._snapshot())
 
     def _snapshot(self) -> dict[str, JSON]:
-        """Cumulative effects after one processed result."""
-        calls = self.journal.calls
+        """Cumulative effects on the subject after one processed result (the other request of a batch of two
+        is told apart by its rid, its KV sender and its metadata buffer)."""
+        calls, rid = self.journal.calls, self.req.rid
+        other = self.companion
+        others_sender = other.disagg_kv_sender.double_name() if other is not None else None
+        mine = lambda rids: [r for r in rids if r == rid]  # noqa: E731
         return {
-            "inflight_queue": [req.rid for req in getattr(self.scheduler, _inflight_queue(tree.module(PREFILL)))],
-            "requeued": [req.rid for req in self.scheduler.waiting_queue]
-            + [req.rid for req in self.scheduler.disagg_prefill_bootstrap_queue.queue],
+            "inflight_queue": mine(req.rid for req in getattr(self.scheduler, _inflight_queue(tree.module(PREFILL)))),
+            "requeued": mine([req.rid for req in self.scheduler.waiting_queue]
+                             + [req.rid for req in self.scheduler.disagg_prefill_bootstrap_queue.queue]),
             "kv_chunks_sent": [
                 {"args": e["args"], "kwargs": e["kwargs"]} for e in calls("scheduler", "send_kv_chunk")
+                if other is None or not duties.names_request(e["args"][:1] + list(e["kwargs"].values()), COMPANION)
             ],
             "sender_calls": [
-                e["call"] for e in self.journal.entries if str(e["actor"]).startswith("kv_sender")
+                e["call"] for e in self.journal.entries
+                if str(e["actor"]).startswith("kv_sender") and e["actor"] != others_sender
             ],
-            "metadata_frees": [e["args"][0] for e in calls("metadata_allocator", "free")],
-            "kv_releases": list(self.releases),
-            "tree_cache_calls": [{k: e[k] for k in ("call", "args", "kwargs")} for e in calls("tree_cache")],
-            "streamed": [list(call) for call in self.streamed],
+            "metadata_frees": [e["args"][0] for e in calls("metadata_allocator", "free")
+                               if other is None or e["args"][0] != COMPANION_METADATA],
+            "kv_releases": [r for r in self.releases if r["rid"] == rid],
+            "tree_cache_calls": [{k: e[k] for k in ("call", "args", "kwargs")} for n, e in enumerate(self.journal.entries)
+                                 if e["actor"] == "tree_cache" and not self._others(n, e)],
+            # a call streaming nothing is kept as it is (nobody's, and visible); one streaming only the other is dropped
+            "streamed": [[i for i in call if i["rid"] == rid] for call in self.streamed
+                         if not call or any(i["rid"] == rid for i in call)],
             "grammar_calls": [e["call"] for e in calls("grammar")],
-            "pending_chunk_rids": plain(self.scheduler.disagg_prefill_pending_chunk_rids),
+            "pending_chunk_rids": mine(plain(self.scheduler.disagg_prefill_pending_chunk_rids)),
             "request": tree.request_state(self.req),
         }
+
+    def _others(self, n: int, entry: Mapping[str, Any]) -> bool:
+        """Whether journal entry ``n`` is the other request's: it names it, or its release made it."""
+        if self.companion is None:
+            return False
+        return duties.names_request([entry["args"], entry["kwargs"]], COMPANION) or any(
+            start <= n < end and rid == COMPANION for start, end, rid in self.spans)
 
     def effects(self) -> dict[str, JSON]:
         return {"before": self.before, "results": self.snapshots, "overlap": self.overlap}

@@ -14,6 +14,9 @@ fix's code distinguishes instead, and the cases are generated:
   grammar is read on a final result only, so it is varied there). This is the pruning: a dimension
   is crossed with the core where a branch of the fix's code can tell its values apart, never
   blindly with every other dimension.
+- a dimension whose ``over`` also names a non-core dimension *refines* it: it is varied on the
+  points that have the named value (the metadata slot index is read only where a metadata buffer
+  is held, so it is varied on those), again one value at a time.
 - an :class:`Unreachable` rule removes a combination no code of the tree can produce, with why. A
   value can ``imply`` values of other dimensions (a late result of a retired request holds
   nothing); a combination that contradicts an implication is unreachable too.
@@ -175,13 +178,31 @@ class Space:
         """Every combination asked for, before reachability: each core combination, then each value of
         every other dimension varied on the core combinations it is read on."""
         core = [d for d in self.dimensions if d.core]
+        core_names = {d.name for d in core}
+        refining = [d for d in self.dimensions if not d.core and set(d.over or ()) - core_names]
         for combo in itertools.product(*(d.values for d in core)):
             base = {d.name: v.name for d, v in zip(core, combo)}
             yield dict(base)
             for dim in self.dimensions:
-                if not dim.core and matches(dim.over, base):
+                if not dim.core and dim not in refining and matches(dim.over, base):
                     for value in dim.values[1:]:
-                        yield {**base, dim.name: value.name}
+                        varied = {**base, dim.name: value.name}
+                        yield varied
+                        yield from self._refined(varied, dim.name, refining)
+            yield from self._refined(base, None, refining)
+
+    def _refined(self, explicit: dict[str, str], varied: str | None,
+                 refining: list[Dimension]) -> Iterator[dict[str, str]]:
+        """A dimension whose ``over`` names a non-core dimension refines a value of it: it is varied, one
+        value at a time, on the core combination itself and on the variation of that dimension (defaults
+        and implications filled in) that match ``over``; never on the variations of other dimensions."""
+        point, _ = self.complete(explicit)
+        if point is None:
+            return
+        for dim in refining:
+            if (varied is None or varied in (dim.over or {})) and matches(dim.over, point):
+                for value in dim.values[1:]:
+                    yield {**explicit, dim.name: value.name}
 
     def complete(self, explicit: Point) -> tuple[dict[str, str] | None, str]:
         """The whole point of a combination asked for (defaults, then what its values imply), or None

@@ -370,6 +370,8 @@ def give_kv(req: Any, length: int) -> None:
         req.kv = record(**{k: v for k, v in (("kv_allocated_len", length), ("swa_evicted_seqlen", 0)) if k in fields})
     elif hasattr(holder, "kv_allocated_len"):
         holder.kv_allocated_len = length
+    if hasattr(holder, "kv_committed_len"):  # its forward committed all of it (nothing over-allocated)
+        holder.kv_committed_len = length
 
 
 def give_mamba(req: Any) -> None:

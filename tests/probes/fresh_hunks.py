@@ -120,7 +120,11 @@ HUNKS: dict[int, dict[str, Change]] = {
             "not fixed", "result-metadata-freed", "a resource freed twice: the metadata slot goes back to the allocator twice"),
         "release-kv-twice": Change(
             RETIRE_RESULT, "            release_kv_cache(", "            release_kv_cache(req, self.tree_cache)\n            release_kv_cache(",
-            "not fixed", "result-kv-released", "the KV row released twice (once inserting it into the radix tree)"),
+            "regression", "the tree's code raised TypeError",
+            "the KV row released twice, once without the keyword-only checkpoint flag 0.5.23's release_kv_cache requires: "
+            "the tree's own release (which the cases run) raises TypeError, and a healthy request behind the aborted one "
+            "in its batch is never processed (before the cases ran the tree's release, a double took the call: "
+            "'not fixed', result-kv-released)"),
         "cache-finished-success": Change(
             RETIRE_RESULT, "        self.tree_cache.finish(req.cache_request_handle, CacheRequestOutcome.ABORT)\n",
             "        self.tree_cache.finish(req.cache_request_handle, CacheRequestOutcome.SUCCESS)\n", "not fixed",
@@ -154,8 +158,10 @@ HUNKS: dict[int, dict[str, Change]] = {
     },
 }
 
-# What no case builds: each changes behaviour on an input the tree's own code can produce, and reads "fixed".
-BREAKS: dict[int, dict[str, Change]] = {
+# Found by r2 as changes no case built the input for (they read "fixed" then); each is now a case of the generated
+# space (a batch of two with an aborted request ahead or behind, metadata slot 0, a data-parallel prefill peer, a
+# streaming rejected request, a transport's own exception class). One was behaviour-preserving after all.
+FOUND: dict[int, dict[str, Change]] = {
     38935: {
         "predicate-metadata-off-by-one": Change(
             PREDICATE, "        or req.metadata_buffer_index >= 0\n", "        or req.metadata_buffer_index > 0\n",
@@ -174,9 +180,10 @@ BREAKS: dict[int, dict[str, Change]] = {
             "deployment of dp_size > 1: room % dp_size, or the rank the request names); the one known peer of every "
             "case has dp_size 1, whose rank is 0"),
         "retire-logprob-dropped": Change(
-            RETIRE, STREAM, STREAM.replace("req.return_logprob", "False"), "not fixed", "door-streamed-once",
-            "a rejected request that asked for logprobs is streamed as if it had not: the output streamer double "
-            "records which requests were streamed, never how"),
+            RETIRE, STREAM, STREAM.replace("req.return_logprob", "False"), "fixed", None,
+            "a request reaches the retire path only rejected at intake, and the tree's own rejection "
+            "(Req.set_finish_with_abort) clears return_logprob: the flag is False on every reachable input (the "
+            "logprob dimension's cases ask for logprobs and the output streamer records the flag streamed)"),
     },
     36988: {
         "final-abort-break": Change(
@@ -201,6 +208,10 @@ BREAKS: dict[int, dict[str, Change]] = {
             "escapes result processing; the case's failing sender raises RuntimeError only"),
     },
 }
+
+for _fix, _found in FOUND.items():
+    HUNKS[_fix].update(_found)
+
 
 def as_json(changes: dict[str, Change]) -> list[dict[str, str]]:
     return [{"id": hid, "function": c.function, "old": c.old, "new": c.new} for hid, c in changes.items()]

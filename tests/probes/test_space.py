@@ -39,6 +39,17 @@ def test_core_is_crossed_in_full_and_the_others_varied_where_they_are_read():
                    "b", "b-bad", "legacy-id", "b-bad-none", "b-gone-none"]
 
 
+def test_a_dimension_over_another_refines_its_value_only():
+    """The metadata slot is read only where a buffer is held: varied on the variation holding one, never
+    crossed with the variations of other dimensions (the grammar's)."""
+    refined = Space(probe="refined", dimensions=(
+        *TOY.dimensions, Dimension("slot", (Value("7", "slot 7", label=""), Value("0", "slot 0", label="slot-0")),
+                                   over={"holds": ("meta",)})), aliases=TOY.aliases)
+    ids = [refined.case_id(p) for p in refined.points()]
+    assert [i for i in ids if "slot-0" in i] == ["a-bad-meta-slot-0", "b-bad-meta-slot-0"]
+    assert set(ids) - {"a-bad-meta-slot-0", "b-bad-meta-slot-0"} == {TOY.case_id(p) for p in TOY.points()}
+
+
 def test_implications_and_unreachable_rules_say_why_a_combination_is_left_out():
     point = TOY.point("a-gone-none")
     assert point["holds"] == "none"  # implied by the retired state
