@@ -116,7 +116,7 @@ def digest_name(digest: str) -> str:
 
 
 def is_bytecode(rel: str) -> bool:
-    return rel.endswith((".pyc", ".pyo")) or "__pycache__/" in f"/{rel}"
+    return rel.endswith((".pyc", ".pyo")) or "/__pycache__/" in f"/{rel}"
 
 
 def tree_files(root: Path, *, bytecode: bool = False) -> list[str]:

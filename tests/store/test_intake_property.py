@@ -20,7 +20,7 @@ import unicodedata
 import zipfile
 from pathlib import Path
 
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from runner.errors import BAD_INPUT
@@ -93,6 +93,7 @@ def _digest(files: dict[str, bytes]) -> str:
 
 @settings(max_examples=200, deadline=None)
 @given(entries, entries)
+@example([("a__pycache__/a", REG, b"", 1)], [])  # a directory merely named like __pycache__ is source
 def test_intake_refuses_exactly_the_illegal_streams_and_its_digest_is_injective(a, b):
     got = []
     for layout in (a, b):
