@@ -1,11 +1,13 @@
 """What per-case line coverage costs, measured side by side in one run: per case, and on a whole audit.
 
     .venv/bin/python bench/coverage_cost.py [--source pypi:sglang==0.5.21] [--rounds 5] [--case-rounds 3]
+        [--reference-recorder REV]
 
 Per case: the tree's environment imports SGLang once (as the harness does) and forks each case of
 both probes ``--case-rounds`` times with the recorder and without, in alternating order; each
 child reports its own CPU time (``time.process_time``), so the figure is free of the machine's
-load. Whole audits: each round runs ``diffprobe audit SOURCE --no-reuse`` four times, in alternating order: with the
+load; with ``--reference-recorder REV`` (a git revision) the recorder of ``probes/coverage.py`` at REV
+runs as a third arm, so a change to the recorder is priced against the one before it. Whole audits: each round runs ``diffprobe audit SOURCE --no-reuse`` four times, in alternating order: with the
 harness recording every case's lines (the default) and with ``--no-lines``; each both in the
 sandbox (wall time: what a user waits) and ``--unsandboxed`` (CPU time of diffprobe and every
 process it started: in bubblewrap's PID namespace the cases are reaped by its own init and their
@@ -36,7 +38,7 @@ from runner.store.cache import Store
 # Runs in the tree's environment: the harness's own import, then each case in a forked child.
 PER_CASE = r"""
 import gc, importlib, importlib.util, os, sys, time
-probes_dir, rounds = sys.argv[1], int(sys.argv[2])
+probes_dir, rounds, reference = sys.argv[1], int(sys.argv[2]), sys.argv[3] if len(sys.argv) > 3 else None
 spec = importlib.util.spec_from_file_location("probes.harness", os.path.join(probes_dir, "harness.py"))
 h = importlib.util.module_from_spec(spec)
 sys.modules["probes.harness"] = h
@@ -46,6 +48,12 @@ root = h.find_sglang_root()
 places = h.Places(sglang_root=root, probes_dir=h.HERE)
 h.import_sglang(tuple(dict.fromkeys(m for p in probes for m in p.imports)), places)
 h.warm_up()
+recorders = {"on": h.Recorder}
+if reference:
+    spec = importlib.util.spec_from_file_location("reference_coverage", reference)
+    ref = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ref)
+    recorders["reference"] = ref.Recorder
 gc.freeze()
 cases = [c for p in probes for c in p.cases]
 
@@ -55,7 +63,7 @@ def child_cpu(case, lines):
     pid = os.fork()
     if pid == 0:
         start = time.process_time()
-        recorder = h.Recorder(root).start() if lines else None
+        recorder = recorders[lines](root).start() if lines else None
         h.run_case(case, places)
         if recorder:
             recorder.stop()
@@ -68,24 +76,32 @@ def child_cpu(case, lines):
     return spent
 
 
-total = {True: 0.0, False: 0.0}
+arms = [None, *recorders]
+total = {arm: 0.0 for arm in arms}
 for round_ in range(rounds):
     for case in cases:
-        for lines in ((True, False) if round_ % 2 else (False, True)):
+        for lines in (arms[::-1] if round_ % 2 else arms):
             total[lines] += child_cpu(case, lines)
-print(len(cases) * rounds, total[True], total[False])
+print(len(cases) * rounds, total["on"], total[None], total.get("reference", -1.0))
 """
 
 
-def per_case(source: str, rounds: int) -> tuple[int, float, float]:
-    """(cases run, CPU seconds with lines, without) over ``rounds`` of every case, unsandboxed."""
+def per_case(source: str, rounds: int, reference: str | None = None) -> tuple[int, float, float, float | None]:
+    """(cases run, CPU seconds with lines, without, with the reference recorder) over ``rounds`` of every
+    case, unsandboxed; ``reference``: a git revision whose probes/coverage.py is the reference."""
     cache = Store.at(None)  # $DIFFPROBE_CACHE, as the audits'
     tree = sources.resolve(specs.parse(source), cache)
     environment = envs.env(tree, cache, envs.interpreter(None))
-    done = subprocess.run([str(environment.python), "-I", "-B", "-c", PER_CASE, str(catalog.probes_dir()), str(rounds)],
-                          capture_output=True, text=True, check=True)
-    n, on, off = done.stdout.split()[-3:]
-    return int(n), float(on), float(off)
+    with tempfile.TemporaryDirectory() as work:
+        extra = []
+        if reference:
+            extra = [str(Path(work) / "coverage.py")]
+            Path(extra[0]).write_bytes(subprocess.run(["git", "show", f"{reference}:probes/coverage.py"], check=True,
+                                                      capture_output=True, cwd=catalog.probes_dir().parent).stdout)
+        done = subprocess.run([str(environment.python), "-I", "-B", "-c", PER_CASE, str(catalog.probes_dir()), str(rounds),
+                               *extra], capture_output=True, text=True, check=True)
+    n, on, off, ref = done.stdout.split()[-4:]
+    return int(n), float(on), float(off), float(ref) if reference else None
 
 
 def _cpu() -> float:
@@ -115,11 +131,17 @@ def main() -> None:
     parser.add_argument("--source", default="pypi:sglang==0.5.21")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--case-rounds", type=int, default=3)
+    parser.add_argument("--reference-recorder", metavar="REV", help="also time probes/coverage.py's recorder at this git revision")
     args = parser.parse_args()
-    n, case_on, case_off = per_case(args.source, args.case_rounds)
+    n, case_on, case_off, case_ref = per_case(args.source, args.case_rounds, args.reference_recorder)
     print(f"per case ({n} case runs, CPU of each case's process): with lines {1000 * case_on / n:.1f} ms, without "
           f"{1000 * case_off / n:.1f} ms, +{1000 * (case_on - case_off) / n:.1f} ms a case (ratio {case_on / case_off:.2f})",
           flush=True)
+    if case_ref is not None:
+        print(f"  the recorder at {args.reference_recorder}: {1000 * case_ref / n:.1f} ms a case; this one "
+              f"{1000 * (case_on - case_ref) / n:+.1f} ms a case (ratio {case_on / case_ref:.3f})", flush=True)
+    if args.rounds == 0:
+        return
     arms = [(lines, sandboxed) for sandboxed in (True, False) for lines in (True, False)]
     got: dict[tuple[bool, bool], list[dict[str, float]]] = {arm: [] for arm in arms}
     with tempfile.TemporaryDirectory() as work:

@@ -113,6 +113,7 @@ class _Settrace:
     def __init__(self, recorder: Recorder) -> None:
         self.recorder = recorder
         self.local: dict[str, tuple[Any, Any] | None] = {}  # file name -> (its line tracer, add), None: outside
+        self.foreign: dict[int, dict] = {}  # id(globals) -> globals of a module not loaded from the tree
         self.thread = 0  # the case's own thread, once started
 
     @staticmethod
@@ -134,12 +135,13 @@ class _Settrace:
             lines = self.recorder.lines_of(filename)
             entry = self.local[filename] = None if lines is None else self._tracer(lines)
         if entry is None:  # named outside the tree: renamed code of a tree module, or not the tree's
-            code, globals_ = frame.f_code, frame.f_globals
-            cached = self.recorder.homes.get(id(globals_))
-            if cached is not None and cached[1] is None and cached[0] is globals_:
-                return None  # the common case, kept cheap: a library's own code
-            lines = self.recorder.home(code, globals_)
+            globals_ = frame.f_globals
+            if self.foreign.get(id(globals_)) is globals_:
+                return None  # the common case, kept cheap: a library's own code with its own globals
+            lines = self.recorder.home(frame.f_code, globals_)
             if lines is None:
+                if self.recorder.homes[id(globals_)][1] is None:
+                    self.foreign[id(globals_)] = globals_
                 return None
             local, add = self._tracer(lines)
             add(frame.f_lineno)

@@ -60,7 +60,9 @@ def test_a_release_is_identical_to_the_version_it_declares(swept, trees):
     record = swept["records"][trees["release"]]
     assert record.identical and record.baseline == "pypi:sglang==0.5.21" and record.chosen == "declared"
     assert record.line().endswith("identical to pypi:sglang==0.5.21 (by the version it declares)")
-    assert all(f.status == "fixed" and f.departed is None for f in swept["rows"][trees["release"]].fixes)
+    fixes = swept["rows"][trees["release"]].fixes
+    assert all(f.departed is None for f in fixes)  # later defences 0.5.21 lacks read "not fixed", as they should
+    assert all(_status(swept["rows"][trees["release"]], n).status == "fixed" for n in (36988, 38935))
 
 
 def test_a_vendor_change_off_the_verdicts_path_is_listed_and_leaves_fixed_alone(swept, trees):
@@ -70,7 +72,8 @@ def test_a_vendor_change_off_the_verdicts_path_is_listed_and_leaves_fixed_alone(
     assert (hunk.file, hunk.function, hunk.ran, hunk.aware) == (aware_forks.UTILS, "acme_build_banner", False, [])
     added = next(f for f in record.files if f.change == "added")
     assert added.path == "sglang/acme_tools.py" and not added.imported and not added.hunks
-    assert all(f.status == "fixed" and f.departed is None for f in swept["rows"][trees["vendor"]].fixes)
+    assert all(f.departed is None for f in swept["rows"][trees["vendor"]].fixes)
+    assert all(_status(swept["rows"][trees["vendor"]], n).status == "fixed" for n in (36988, 38935))
 
 
 def test_a_partial_backport_fails_at_the_door_it_left_and_shows_what_it_changed(swept, trees):
@@ -108,14 +111,16 @@ def test_strict_fails_a_verdict_resting_on_code_that_differs_and_report_shows_it
     fixed = _status(swept["rows"][trees["aware"]], 38935).status == "fixed"
     common = ["--cache-dir", str(cache.root)]
     capsys.readouterr()
-    assert cli.main(["audit", trees["aware"], "--out", str(tmp_path / "a"), *common]) == (0 if fixed else 1)
+    # audit exits 0 only when every fix (later defences too) is in force: the aware fork is 0.5.20 with #38935
+    assert cli.main(["audit", trees["aware"], "--out", str(tmp_path / "a"), *common]) == 1
     shown = capsys.readouterr().out
     if fixed:
         assert re.search(r"#38935: fixed, on code that differs from pypi:sglang==0\.5\.20 at \d+ places the cases ran, 5 of "
                          r"which can tell they are being probed(, and at \d+ places? of [^:]*)?: read them", shown)
     assert "can tell it is being probed: " in shown and "_aware_stack" in shown
     assert cli.main(["audit", trees["aware"], "--strict", "--out", str(tmp_path / "s"), *common]) == 1
-    assert cli.main(["audit", trees["release"], "--strict", "--out", str(tmp_path / "r"), *common]) == 0
+    release = cli.main(["audit", trees["release"], "--out", str(tmp_path / "r0"), *common])
+    assert cli.main(["audit", trees["release"], "--strict", "--out", str(tmp_path / "r"), *common]) == release  # nothing departs
     code = cli.main(["backport", "--pr", "38935", "--applied", "--onto", trees["aware"], "--head", trees["release"],
                      "--strict", "--out", str(tmp_path / "b"), *common])
     assert code == 1 and departures.in_bundle(tmp_path / "b")
