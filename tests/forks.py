@@ -5,6 +5,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from probes import duties
+
 # Each edit: (file inside the tree, exact text to find, replacement). Finding nothing is an error:
 # a fork that silently did not apply would make a test pass for the wrong reason.
 Edit = tuple[str, str, str]
@@ -19,6 +21,14 @@ DECODE_GATE = "        if not is_retracted and not is_rebootstrap and is_unadmit
 
 WITHOUT_PREFILL_GATE: list[Edit] = [(PREFILL, PREFILL_GATE, "")]
 WITHOUT_DECODE_GATE: list[Edit] = [(DECODE, DECODE_GATE, "")]
+
+
+def rejected_at(door: str) -> list[str]:
+    """The bug cases of #38935's case space at ``door`` ("prefill" or "decode"), in the space's order:
+    what a tree without that door's gate must show the bug on (read from probes/duties.py ADMISSION,
+    so a case the space gains is expected too)."""
+    space = duties.ADMISSION
+    return [space.case_id(p) for p in space.points() if p["door"] == door and space.role(p) == "bug"]
 # The cleanup of #36988 removed at one call site only: after a grammar rejection.
 GRAMMAR_CLEANUP = (
     "                    if is_aborted(req):\n"

@@ -5,7 +5,8 @@ The patch is the PR's ``base..head`` diff of the package directory, taken from t
 three-way merge of each file (``git merge-file`` with the PR's base as the common ancestor), after a
 reverse check that detects a patch already applied. ``--applied`` skips all that and compares an
 already backported tree with the head. The verdict is behavioural: on every case of the fix's
-probes, the backported tree must end as head does (same outcome and classification).
+probes, the backported tree must end as head does (the same bug or clean; a case both trees lack
+the API for is not applicable on both, which is alike), and at least one case must be observed.
 """
 
 from __future__ import annotations
@@ -172,8 +173,13 @@ def compare(fix_probes: list[str], mine: dict[str, Receipt], head: dict[str, Rec
         ids = list(dict.fromkeys([c.id for c in mine[probe].cases] + [c.id for c in head[probe].cases]))
         for case_id in ids:
             a, b = judging.state(mine[probe].case(case_id)), judging.state(head[probe].case(case_id))
-            rows.append(BackportRow(probe=probe, case=case_id, backport=a, head=b, same=judging.conclusive(a) and a == b))
+            rows.append(BackportRow(probe=probe, case=case_id, backport=a, head=b, same=judging.alike(a, b)))
     return rows
+
+
+def behaves_like_head(rows: list[BackportRow]) -> bool:
+    """Alike on every case, and at least one case observed: cases neither tree could run prove nothing."""
+    return all(r.same for r in rows) and any(judging.conclusive(r.head) for r in rows)
 
 
 def cmd_backport(args) -> int:
@@ -226,7 +232,7 @@ def cmd_backport(args) -> int:
     departed = baseline.departures_of(target_text, trees[target_text], baseline.of(trees[target_text], args.against, opts),
                                       list(mine.values()))
     baseline.say(departed)
-    same = all(r.same for r in rows)
+    same = behaves_like_head(rows)
     [rests] = departures.judged([judging.FixStatus(fix=args.pr, status="fixed" if same else "not fixed", sites=[])],
                                 departed, list(mine.values()))
     record = BackportRecord(pr=args.pr, onto=args.onto, head=head_text, patch_sha256=patch_sha, applied=how,

@@ -102,7 +102,7 @@ class BackportRow(_Record):
     case: str
     backport: judging.State
     head: judging.State
-    same: bool = Field(description="both conclusive and equal")
+    same: bool = Field(description="the same bug or clean on both, or not applicable on both (judging.alike)")
 
 
 class BackportRecord(_Record):

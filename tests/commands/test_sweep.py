@@ -101,9 +101,9 @@ def test_bisect_finds_first_commits_in_fewer_runs(upstream_repo, cache, tmp_path
     "version, edits, expected, bugs",
     [
         ("0.5.21", forks.WITHOUT_PREFILL_GATE, {"prefill-door": "not fixed", "decode-door": "fixed", "prefill-result": "fixed"},
-         ["prefill-door-rejected", "prefill-door-rejected-session", "prefill-door-rejected-plain-session"]),
+         forks.rejected_at("prefill")),
         ("0.5.21", forks.WITHOUT_DECODE_GATE, {"prefill-door": "fixed", "decode-door": "not fixed", "prefill-result": "fixed"},
-         ["decode-door-rejected"]),
+         forks.rejected_at("decode")),
         ("0.5.21", forks.WITHOUT_GRAMMAR_CLEANUP, {"prefill-result": "not fixed"}, ["grammar-rejection"]),
     ],
     ids=["no-prefill-gate", "no-decode-gate", "no-grammar-cleanup"],
