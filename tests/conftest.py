@@ -16,7 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from runner.errors import BadInput
+from runner import ui
+from runner.commands import options, pipeline
+from runner.errors import BadInput, DiffprobeError
+from runner.evidence import catalog, pins
 from runner.sandbox import bwrap, execute
 from runner.store import envs, sources, specs
 from runner.store.cache import Store
@@ -51,9 +54,13 @@ def pytest_sessionstart(session):
     SESSION.update(wall=time.monotonic(), cpu=_cpu(), load=os.getloadavg()[0])
 
 
+RUNNING = [""]  # the test running now (its set-up included): what ran a tree unconfined is counted by it
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     wall, cpu = time.monotonic(), _cpu()
+    RUNNING[0] = item.nodeid
     yield
     TIMES[item.nodeid] = (time.monotonic() - wall, _cpu() - cpu)
 
@@ -70,13 +77,15 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.skip(reason=next(r for r in reasons if r)))
 
 
-@pytest.fixture(autouse=True)
-def unconfined_where_bubblewrap_is_missing(request, monkeypatch):
-    """Where bubblewrap cannot run, a test not marked ``needs("bubblewrap")`` runs its trees (the
-    project's own fixtures and releases, trusted) unconfined instead of being refused, and the run's
-    summary counts it. Tests that simulate the machine (replace ``bwrap.version``) get the real rule.
-    With bubblewrap usable this does nothing: every tree runs sandboxed."""
-    if not tools.missing("bubblewrap") or any("bubblewrap" in m.args for m in request.node.iter_markers("needs")):
+@pytest.fixture(scope="session", autouse=True)
+def unconfined_where_bubblewrap_is_missing():
+    """Where bubblewrap cannot run, a test runs its trees (the project's own fixtures and releases,
+    trusted) unconfined instead of being refused, and the run's summary counts it; session-wide, so
+    that module- and session-scoped fixtures probing trees for several tests do so too. Tests that
+    simulate the machine (replace ``bwrap.version``) get the real rule, and tests that need
+    bubblewrap are skipped there. With bubblewrap usable this does nothing: every tree runs sandboxed."""
+    if not tools.missing("bubblewrap"):
+        yield
         return
     decide, probe_machine = execute.sandboxed_for, bwrap.version
 
@@ -86,10 +95,13 @@ def unconfined_where_bubblewrap_is_missing(request, monkeypatch):
         except BadInput:
             if bwrap.version is not probe_machine:
                 raise
-            tools.UNCONFINED.add(request.node.nodeid)
+            tools.UNCONFINED.add(RUNNING[0])
             return False
 
-    monkeypatch.setattr(execute, "sandboxed_for", trusted)
+    patch = pytest.MonkeyPatch()
+    patch.setattr(execute, "sandboxed_for", trusted)
+    yield
+    patch.undo()
 
 
 def pytest_terminal_summary(terminalreporter, config):
@@ -188,6 +200,38 @@ def release_tree(cache, prefetch):
                 prefetch.release(version)
             trees[version] = sources.resolve(specs.PypiSpec(version=version), cache)
         return trees[version]
+
+    return get
+
+
+def probe_options(cache: Store, jobs: int = 2, **probe) -> pipeline.Options:
+    """Options as a command builds them from the project's pins (so receipts observed here are the
+    ones a later command in the session reuses), probing ``jobs`` trees at once."""
+    p = pins.load()
+    return pipeline.Options(cache=cache, probe=options.ProbeOptions(jobs=jobs, **probe), package_dir=p.package_dir,
+                            pinned_sha256=p.pinned_sha256, pinned_commits=p.pinned_commits)
+
+
+@pytest.fixture(scope="session")
+def warm(cache, release_tree):
+    """``warm(sources)``: every probe observed on each source, all in one ``probe`` call running two
+    trees at once, into the session's receipts store. A module about to audit several trees one by
+    one calls it first: each audit then reuses its receipts (the same bytes, source and probes), and
+    the probe runs use both cores instead of one. Only an optimisation: a failure here is left to
+    the command that meets it again, in its own words."""
+    done: set[str] = set()
+
+    def get(texts: list[str]) -> None:
+        todo = [t for t in texts if t not in done]
+        for text in todo:
+            if text.startswith("pypi:sglang=="):
+                release_tree(text.removeprefix("pypi:sglang=="))  # from the prefetch, when it runs
+        done.update(todo)
+        if todo:
+            try:
+                pipeline.probe_sources({t: list(catalog.PROBES) for t in todo}, probe_options(cache))
+            except DiffprobeError as e:
+                ui.warn(f"warming {', '.join(todo)} failed ({e}); each command probes its own")
 
     return get
 

@@ -96,9 +96,12 @@ def server_args(request, release_tree, cache, interp):
 
 
 @pytest.fixture(scope="module", autouse=True)
-def once_per_release():
-    """Each release's tree audit runs once for the module, and each tree answers each distinct set of
-    questions once (the fleets are what vary here, not the trees)."""
+def once_per_release(request, warm):
+    """Each release's tree audit runs once for the module (when more than one test runs, both releases
+    are probed first, two at a time: ``warm``; the audits reuse their receipts), and each tree answers
+    each distinct set of questions once (the fleets are what vary here, not the trees)."""
+    if sum(getattr(item, "module", None) is request.module for item in request.session.items) > 1:
+        warm(["pypi:sglang==0.5.23", "pypi:sglang==0.5.22"])
     real_probe, real_ask, probed, asked = survey.probe, server_config.ask, {}, {}
     mp = pytest.MonkeyPatch()
     mp.setattr(survey, "probe", lambda texts, opts: [probed.setdefault(t, real_probe([t], opts)[0]) for t in texts])

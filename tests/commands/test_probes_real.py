@@ -95,22 +95,30 @@ def test_reference_bundle_is_current(run_bundle):
         assert compare.compare(ref, out) == []
 
 
-def _probe_fork(tmp_path, release_tree, opts, version, edits, probe="admission"):
-    root = forks.make(release_tree(version).root, tmp_path / "fork", edits)
-    text = f"path:{root}"
-    _, got = pipeline.probe_sources({text: [probe]}, opts)
-    receipt = got[(text, probe)]
-    return {c.id: c for c in receipt.cases}
+SET_FINISH_RAISES = [(forks.SCHEDULE_BATCH, "    def set_finish_with_abort(\n",
+                      "    def set_finish_with_abort(*a, **k):\n        raise ValueError('fork refuses')\n\n    def _unused(\n")]
+# forks of 0.5.21 probed with admission: name -> edits
+FORKS = {"without-prefill-gate": forks.WITHOUT_PREFILL_GATE, "hang-and-crash": forks.HANG_AT_PREFILL_DOOR + forks.CRASH_AT_DECODE_DOOR,
+         "setup-raises": SET_FINISH_RAISES}
 
 
-def test_fork_without_the_prefill_gate_shows_the_bug_at_that_door_only(tmp_path, release_tree, opts):
-    cases = _probe_fork(tmp_path, release_tree, opts, "0.5.21", forks.WITHOUT_PREFILL_GATE)
+@pytest.fixture(scope="module")
+def forked(tmp_path_factory, release_tree, opts) -> dict[str, dict]:
+    """Every fork of ``FORKS`` probed in one run, two trees at a time: name -> {case id: case}."""
+    work = tmp_path_factory.mktemp("forks")
+    texts = {name: f"path:{forks.make(release_tree('0.5.21').root, work / name, edits)}" for name, edits in FORKS.items()}
+    _, got = pipeline.probe_sources({text: ["admission"] for text in texts.values()}, opts)
+    return {name: {c.id: c for c in got[(text, "admission")].cases} for name, text in texts.items()}
+
+
+def test_fork_without_the_prefill_gate_shows_the_bug_at_that_door_only(forked):
+    cases = forked["without-prefill-gate"]
     assert cases["prefill-door-rejected"].classification == "bug"
     assert cases["decode-door-rejected"].classification == "clean"
 
 
-def test_hanging_and_crashing_cases_are_timeout_and_error_while_the_rest_completes(tmp_path, release_tree, opts):
-    cases = _probe_fork(tmp_path, release_tree, opts, "0.5.21", forks.HANG_AT_PREFILL_DOOR + forks.CRASH_AT_DECODE_DOOR)
+def test_hanging_and_crashing_cases_are_timeout_and_error_while_the_rest_completes(forked):
+    cases = forked["hang-and-crash"]
     rejected = {door: {ADMISSION.case_id(p) for p in ADMISSION.points() if p["door"] == door and p["abort"] == "rejected"}
                 for door in ("prefill", "decode")}  # every rejection the case space generates at each door
     assert len(rejected["prefill"]) >= 3 and len(rejected["decode"]) >= 3
@@ -123,10 +131,9 @@ def test_hanging_and_crashing_cases_are_timeout_and_error_while_the_rest_complet
     assert len(observed) >= 6 and all(c.outcome == "observed" and c.classification == "clean" for c in observed)
 
 
-def test_an_error_in_the_probes_own_setup_is_an_error_not_a_behaviour(tmp_path, release_tree, opts):
+def test_an_error_in_the_probes_own_setup_is_an_error_not_a_behaviour(forked):
     """set_finish_with_abort is how a case prepares a rejected request, before SGLang is driven."""
-    edit = [(forks.SCHEDULE_BATCH, "    def set_finish_with_abort(\n", "    def set_finish_with_abort(*a, **k):\n        raise ValueError('fork refuses')\n\n    def _unused(\n")]
-    cases = _probe_fork(tmp_path, release_tree, opts, "0.5.21", edit)
+    cases = forked["setup-raises"]
     rejected = cases["prefill-door-rejected"]
     assert rejected.outcome == "error" and rejected.classification == "inconclusive"
     assert rejected.error.type == "ValueError" and rejected.error.where == "setup"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -42,17 +43,28 @@ def ours(o: upstream_tests.Outcomes) -> tuple[dict[str, str], Counter]:
     return outcomes, failed
 
 
-def assert_identical(version: str, test: upstream_layout.UpstreamFile, tmp_path: Path, cache, release_tree, interp,
-                     sandboxed: bool):
-    tree = release_tree(version)
-    environment = envs.env(tree, cache, interp)
-    side = upstream_tests.run_side("head", f"pypi:sglang=={version}", tree, environment, test, timeout=900, sandboxed=sandboxed)
-    directory = tmp_path / "plain" / "tests"  # the same layout, run by plain pytest in the same environment
+def _diffprobes(version: str, test: upstream_layout.UpstreamFile, tree, environment, sandboxed: bool):
+    return upstream_tests.run_side("head", f"pypi:sglang=={version}", tree, environment, test, timeout=900, sandboxed=sandboxed)
+
+
+def _plain(test: upstream_layout.UpstreamFile, environment, tmp_path: Path):
+    """The same layout, run by plain pytest in the same environment."""
+    directory = tmp_path / "plain" / "tests"
     for path, data in {**test.files(), "pytest.ini": b"[pytest]\n"}.items():
         (directory / path).parent.mkdir(parents=True, exist_ok=True)
         (directory / path).write_bytes(data)
     (tmp_path / "home").mkdir()
-    plain = plain_pytest.run(environment.python, directory, test.path, envs.scrubbed_env(tmp_path / "home"))
+    return plain_pytest.run(environment.python, directory, test.path, envs.scrubbed_env(tmp_path / "home"))
+
+
+def assert_identical(version: str, test: upstream_layout.UpstreamFile, tmp_path: Path, cache, release_tree, interp,
+                     sandboxed: bool):
+    tree = release_tree(version)
+    environment = envs.env(tree, cache, interp)
+    return assert_same(_diffprobes(version, test, tree, environment, sandboxed), _plain(test, environment, tmp_path))
+
+
+def assert_same(side, plain):
     outcomes, failed_subtests = ours(side.outcomes)
     assert outcomes == plain.outcomes
     assert failed_subtests == plain.failed_subtests
@@ -62,11 +74,22 @@ def assert_identical(version: str, test: upstream_layout.UpstreamFile, tmp_path:
     return side
 
 
+@pytest.fixture(scope="module")
+def door_runs(request, tmp_path_factory, cache, release_tree, interp) -> dict:
+    """version -> (diffprobe's run, plain pytest's run) of the style file, on every pinned release:
+    the environments built in turn, then the ten runs two at a time (each is one process)."""
+    test, sandboxed = style_file("admission_door", DOOR), tools.sandboxed(request)
+    built = {v: (release_tree(v), envs.env(release_tree(v), cache, interp)) for v in RELEASES}
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        sides = {v: pool.submit(_diffprobes, v, test, tree, environment, sandboxed) for v, (tree, environment) in built.items()}
+        plains = {v: pool.submit(_plain, test, environment, tmp_path_factory.mktemp(f"plain-{v}")) for v, (_, environment) in built.items()}
+        return {v: (sides[v].result(), plains[v].result()) for v in RELEASES}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("version", RELEASES)
-def test_every_pinned_release_grades_the_style_file_as_plain_pytest_does(version, request, tmp_path, cache, release_tree, interp):
-    side = assert_identical(version, style_file("admission_door", DOOR), tmp_path, cache, release_tree, interp,
-                            tools.sandboxed(request))
+def test_every_pinned_release_grades_the_style_file_as_plain_pytest_does(version, door_runs):
+    side = assert_same(*door_runs[version])
     o = side.outcomes
     assert not o.collection_errors  # sglang.test.test_utils (CustomTestCase) imports in this release's environment
     by_id = {r.id.removeprefix(f"{DOOR}::"): r for r in o.results}

@@ -16,7 +16,9 @@ from pathlib import Path
 import pytest
 
 from runner import cli
+from runner.commands import pipeline
 from tests import forks
+from tests.conftest import probe_options
 
 pytestmark = pytest.mark.slow
 
@@ -71,11 +73,13 @@ NOT_APPLICABLE = {
 
 
 @pytest.fixture(scope="module")
-def audited(tmp_path_factory, cache):
-    """One `diffprobe audit` per release, shared by the tests: (exit code, {case id: case})."""
+def audited(tmp_path_factory, cache, warm):
+    """One `diffprobe audit` per release, shared by the tests: (exit code, {case id: case}). Every
+    release is probed first, two at a time (``warm``): each audit reuses its receipts."""
     done: dict[str, tuple[int, dict, Path]] = {}
 
     def get(version: str) -> tuple[int, dict, Path]:
+        warm([f"pypi:sglang=={v}" for v in [*sorted(ERAS), "0.4.10"]])
         if version not in done:
             out = tmp_path_factory.mktemp("audit") / version
             code = cli.main(["audit", f"pypi:sglang=={version}", "--out", str(out), "--cache-dir", str(cache.root)])
@@ -192,13 +196,20 @@ GUARD_MUTANTS = {
 }
 
 
+@pytest.fixture(scope="module")
+def guard_forks(release_tree, cache, tmp_path_factory) -> dict[str, dict]:
+    """Each guard mutant's prefill-cleanup receipt (the probe its case belongs to), both forks probed
+    in one run, two at a time: version -> {case id: case}."""
+    work = tmp_path_factory.mktemp("guard-forks")
+    texts = {v: f"path:{forks.make(release_tree(v).root, work / v, edits)}" for v, (_, _, edits) in GUARD_MUTANTS.items()}
+    _, got = pipeline.probe_sources({t: ["prefill-cleanup"] for t in texts.values()}, probe_options(cache))
+    return {v: {c.id: c.model_dump(mode="json") for c in got[(t, "prefill-cleanup")].cases} for v, t in texts.items()}
+
+
 @pytest.mark.parametrize("version", sorted(GUARD_MUTANTS))
-def test_a_fork_that_breaks_the_guard_reads_the_bug(version, release_tree, cache, tmp_path):
-    case_id, duty, edits = GUARD_MUTANTS[version]
-    fork = forks.make(release_tree(version).root, tmp_path / "fork", edits)
-    out = tmp_path / "audit"
-    cli.main(["audit", f"path:{fork}", "--out", str(out), "--cache-dir", str(cache.root)])
-    cases = {c["id"]: c for r in sorted((out / "receipts").glob("*.json")) for c in json.loads(r.read_text())["cases"]}
+def test_a_fork_that_breaks_the_guard_reads_the_bug(version, guard_forks):
+    case_id, duty, _ = GUARD_MUTANTS[version]
+    cases = guard_forks[version]
     assert cases[case_id]["classification"] == "bug"
     assert cases[case_id]["duties"][duty] is False
 

@@ -27,13 +27,26 @@ def opts(cache):
 
 
 @pytest.fixture(scope="module")
-def released(opts, release_tree):
-    """Receipts of every later defence's probe on 0.5.20, 0.5.21 and 0.5.22: one run per tree."""
+def probed(opts, release_tree, tmp_path_factory):
+    """Every later defence's probe on 0.5.20, 0.5.21 and 0.5.22, and each fork of ``MUTANTS`` with the
+    probe it breaks: one ``probe`` call, one run per tree, two trees at a time.
+    ({(source, probe): receipt}, {mutant name: its fork's source})."""
     plan = {f"pypi:sglang=={v}": PROBES for v in ("0.5.20", "0.5.21", "0.5.22")}
     for v in ("0.5.20", "0.5.21", "0.5.22"):
         release_tree(v)
+    work, made = tmp_path_factory.mktemp("forks"), {}
+    for name, (version, probe, edits, *_) in MUTANTS.items():
+        made[name] = f"path:{forks.make(release_tree(version).root, work / name, edits)}"
+        plan[made[name]] = [probe]
     _, got = pipeline.probe_sources(plan, opts)
-    return {(text.split("==")[1], probe): receipt for (text, probe), receipt in got.items()}
+    return got, made
+
+
+@pytest.fixture(scope="module")
+def released(probed):
+    """Receipts of every later defence's probe on 0.5.20, 0.5.21 and 0.5.22."""
+    got, _ = probed
+    return {(text.split("==")[1], probe): receipt for (text, probe), receipt in got.items() if text.startswith("pypi:")}
 
 
 def _state(released, version, probe, case_id):
@@ -133,12 +146,10 @@ MUTANTS = {
 
 
 @pytest.mark.parametrize("name", sorted(MUTANTS))
-def test_a_fork_dropping_one_duty_of_a_later_defence_is_not_fixed(name, tmp_path, release_tree, opts):
+def test_a_fork_dropping_one_duty_of_a_later_defence_is_not_fixed(name, probed):
     version, probe, edits, case_id, duty, config = MUTANTS[name]
-    root = forks.make(release_tree(version).root, tmp_path / "fork", edits)
-    text = f"path:{root}"
-    _, got = pipeline.probe_sources({text: [probe]}, opts)
-    receipt = got[(text, probe)]
+    got, made = probed
+    receipt = got[(made[name], probe)]
     (fs,) = judging.fixes([receipt])
     assert judging.at_site(fs, config).status == "not fixed", fs
     case = receipt.case(case_id)

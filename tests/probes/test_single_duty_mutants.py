@@ -204,31 +204,36 @@ def test_every_single_duty_hunk_reads_broken_and_every_refactor_fixed(version, f
             assert duty in m["why"], (hunk, m["why"])
 
 
+# path: forks of 0.5.21, audited end to end: name -> edits
+PATH_FORKS = {
+    "renamed-retire": [(SCHEDULER, "    def retire_unadmitted_request(self, req: Req) -> None:",
+                        "    def retire_unadmitted_request_v2(self, req: Req) -> None:")],
+    "released-inline": [(SCHEDULER, forks.RELEASE, forks.RELEASED_INLINE)],
+}
+
+
 @pytest.fixture(scope="module")
-def opts(cache):
-    return pipeline.Options(cache=cache, probe=options.ProbeOptions(jobs=1, case_timeout=20))
+def path_forks(release_tree, cache, tmp_path_factory) -> dict[str, object]:
+    """Each fork of ``PATH_FORKS``' admission receipt: both probed in one run, two trees at a time."""
+    work = tmp_path_factory.mktemp("path-forks")
+    texts = {name: f"path:{forks.make(release_tree('0.5.21').root, work / name, edits)}" for name, edits in PATH_FORKS.items()}
+    opts = pipeline.Options(cache=cache, probe=options.ProbeOptions(jobs=2, case_timeout=20))
+    _, got = pipeline.probe_sources({text: ["admission"] for text in texts.values()}, opts)
+    return {name: got[(text, "admission")] for name, text in texts.items()}
 
 
-def test_a_scheduler_lacking_the_retire_method_is_not_fixed(tmp_path, release_tree, opts):
+def test_a_scheduler_lacking_the_retire_method_is_not_fixed(path_forks):
     """A change that is not a function body's: the retire method renamed, so the door's call raises as in production."""
-    root = forks.make(release_tree("0.5.21").root, tmp_path / "fork", [
-        (SCHEDULER, "    def retire_unadmitted_request(self, req: Req) -> None:",
-         "    def retire_unadmitted_request_v2(self, req: Req) -> None:")])
-    text = f"path:{root}"
-    _, got = pipeline.probe_sources({text: ["admission"]}, opts)
-    receipt = got[(text, "admission")]
+    receipt = path_forks["renamed-retire"]
     assert judging.status(receipt.cases) == "not fixed"
     case = receipt.case("prefill-door-rejected")
     assert case.outcome == "observed" and "door-retired-by-tree" in judging.failed_duties(case), (case.error, case.duties)
 
 
-def test_a_retire_path_releasing_the_cache_its_own_way_is_fixed(tmp_path, release_tree, opts):
+def test_a_retire_path_releasing_the_cache_its_own_way_is_fixed(path_forks):
     """The duty is that the tree cache hears the rejected request ended aborted, not which helper
     says so: a retire path calling ``tree_cache.finish`` itself (as a PR head or a fork may) is fixed."""
-    root = forks.make(release_tree("0.5.21").root, tmp_path / "fork", [(SCHEDULER, forks.RELEASE, forks.RELEASED_INLINE)])
-    text = f"path:{root}"
-    _, got = pipeline.probe_sources({text: ["admission"]}, opts)
-    receipt = got[(text, "admission")]
+    receipt = path_forks["released-inline"]
     assert judging.status(receipt.cases) == "fixed"
     for case in receipt.cases:
         if case.role == "bug" and case.outcome == "observed":

@@ -6,6 +6,8 @@ be the ones declared for that reason, so a stand-in that stopped being needed (o
 crept in) shows here. bench/eras_imports.py runs the same check over every release.
 """
 
+from concurrent.futures import Future, ThreadPoolExecutor
+
 import pytest
 
 from runner.sandbox.import_check import PROBED_MODULES, import_check
@@ -22,12 +24,24 @@ ERAS = {
 }
 
 
+@pytest.fixture(scope="module")
+def checked(release_tree, cache, interp) -> dict[str, Future]:
+    """version -> its (environment, import check), every era checked two at a time (each check is one
+    process); a failure stays with its own version's test."""
+
+    def one(version: str):
+        tree = release_tree(version)
+        environment = envs.env(tree, cache, interp)
+        return environment, import_check(environment, tree)
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return {v: pool.submit(one, v) for v in ERAS}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("version", list(ERAS))
-def test_era_imports_the_probed_modules(version, release_tree, cache, interp):
-    tree = release_tree(version)
-    environment = envs.env(tree, cache, interp)
-    check = import_check(environment, tree)
+def test_era_imports_the_probed_modules(version, checked, cache, interp):
+    environment, check = checked[version].result()
     assert check.ok, check.modules
     assert check.outside == []
     assert set(PROBED_MODULES) <= set(check.modules)
