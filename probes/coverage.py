@@ -6,6 +6,13 @@ notes each line executed in a file under the tree's root and nothing else. On 3.
 function answers ``None`` for code outside the tree, so a frame of torch or the standard library
 costs one call and no line events. The ranges format and its two conversions live here, standard
 library only, so the host reads them with the same code (runner/evidence/coverage.py).
+
+A code object's file name is not trusted alone: a tree can rename its own code (``co_filename``
+replaced at import) so that its lines seem to run elsewhere. Code named after a real file outside
+the tree, run with the globals of a module the tree's file loaded, is its module's: its lines are
+recorded under that module's file, and the file is noted in ``hidden`` (code there ran under
+another file's name, so its lines as recorded may not be where they are). Code named ``<...>`` (a
+dataclass's generated ``__init__``, run with its module's globals) is generated, not renamed.
 """
 
 from __future__ import annotations
@@ -48,6 +55,8 @@ class Recorder:
         self.files: dict[str, set[int]] = {}  # absolute file name -> lines
         self.inside: dict[str, bool] = {}  # file name as code objects spell it -> under root
         self.displaced = False
+        self.hidden: set[str] = set()  # absolute files of tree modules whose code ran under another file's name
+        self.homes: dict[int, tuple[dict, str | None]] = {}  # id(globals) -> (globals, its module's file if the tree's)
         self._impl: _Settrace | _Monitoring = _Monitoring(self) if hasattr(sys, "monitoring") else _Settrace(self)
 
     def lines_of(self, filename: str) -> set[int] | None:
@@ -60,9 +69,26 @@ class Recorder:
             return None
         return self.files.setdefault(filename, set())
 
+    def home(self, code: Any, globals_: dict) -> set[int] | None:
+        """For code named after a file outside the tree: the set collecting the lines of the tree
+        module whose globals it runs with, when its name is a real file's (renamed code); else None."""
+        cached = self.homes.get(id(globals_))
+        if cached is None or cached[0] is not globals_:
+            spec = globals_.get("__spec__")
+            found = next((path for path in (globals_.get("__file__"), getattr(spec, "origin", None))
+                          if isinstance(path, str) and self.lines_of(path) is not None), None)
+            cached = self.homes[id(globals_)] = (globals_, found)
+        if cached[1] is None or code.co_filename.startswith("<"):
+            return None
+        self.hidden.add(cached[1])
+        return self.lines_of(cached[1])
+
     def start(self) -> "Recorder":
         self._impl.start()
         return self
+
+    def relative(self, filename: str) -> str:
+        return os.path.abspath(filename)[len(self.prefix):].replace(os.sep, "/")
 
     def stop(self) -> dict[str, Ranges] | None:
         self._impl.stop()
@@ -73,9 +99,12 @@ class Recorder:
             # a module's code starts at line 0 (3.11 reports it when the module runs): not a line of the file
             lines = {line for line in lines if isinstance(line, int) and line > 0}
             if lines:
-                rel = os.path.abspath(filename)[len(self.prefix):].replace(os.sep, "/")
-                by_path.setdefault(rel, set()).update(lines)
+                by_path.setdefault(self.relative(filename), set()).update(lines)
         return {path: ranges(lines) for path, lines in sorted(by_path.items())}
+
+    def renamed(self) -> list[str]:
+        """The tree's files (relative) whose code ran under another file's name while recording."""
+        return sorted({self.relative(f) for f in self.hidden})
 
 
 class _Settrace:
@@ -104,8 +133,17 @@ class _Settrace:
         except KeyError:
             lines = self.recorder.lines_of(filename)
             entry = self.local[filename] = None if lines is None else self._tracer(lines)
-        if entry is None:
-            return None
+        if entry is None:  # named outside the tree: renamed code of a tree module, or not the tree's
+            code, globals_ = frame.f_code, frame.f_globals
+            cached = self.recorder.homes.get(id(globals_))
+            if cached is not None and cached[1] is None and cached[0] is globals_:
+                return None  # the common case, kept cheap: a library's own code
+            lines = self.recorder.home(code, globals_)
+            if lines is None:
+                return None
+            local, add = self._tracer(lines)
+            add(frame.f_lineno)
+            return local
         local, add = entry
         add(frame.f_lineno)  # the function's first line: it was entered
         return local
@@ -156,17 +194,24 @@ class _Monitoring:
         self.recorder = recorder
         self.mon: Any = sys.monitoring  # type: ignore[attr-defined]
         self.tool = self.mon.COVERAGE_ID
+        self.renamed: dict[Any, set[int]] = {}  # renamed code of a tree module -> its module's lines
 
     def _start(self, code: Any, offset: int) -> Any:
         lines = self.recorder.lines_of(code.co_filename)
         if lines is None:
-            return self.mon.DISABLE
+            # the frame that starts is the callback's caller; a library's code is disabled for good below
+            lines = self.recorder.home(code, sys._getframe(1).f_globals)
+            if lines is None:
+                return self.mon.DISABLE
+            self.renamed[code] = lines
         lines.add(code.co_firstlineno)
         self.mon.set_local_events(self.tool, code, self.mon.events.LINE)
         return self.mon.DISABLE  # its lines report themselves from now on; its later starts add nothing
 
     def _line(self, code: Any, line: int) -> Any:
         lines = self.recorder.lines_of(code.co_filename)
+        if lines is None:
+            lines = self.renamed.get(code)
         if lines is not None:
             lines.add(line)
         return self.mon.DISABLE

@@ -200,7 +200,8 @@ def run_forked(case: Case, places: Places, timeout: float, log: ImportLog) -> tu
         message, problem = well_formed(data)
         if message is not None:  # its result is in; its exit (unmapping a large heap) need not hold up the next case
             EXITING.append(pid)
-            return {**case.header(), **message["result"], "lines": message["lines"], "duration_ms": _ms_since(start)}, message
+            return {**case.header(), **message["result"], "lines": message["lines"], "renamed": message["renamed"],
+                    "duration_ms": _ms_since(start)}, message
     elif ended == "overflow":
         problem = f"more than {MAX_MESSAGE} bytes"
     if ended != "eof":
@@ -246,11 +247,15 @@ def well_formed(data: bytes) -> tuple[dict | None, str | None]:
         message = json.loads(data)
     except (ValueError, RecursionError) as exc:
         return None, f"not one JSON document ({type(exc).__name__})"
-    if not isinstance(message, dict) or sorted(message) != ["lines", "modules", "result", "standins"]:
-        return None, "not an object of result, lines, modules and standins"
+    if not isinstance(message, dict) or sorted(set(message) - {"renamed"}) != ["lines", "modules", "result", "standins"]:
+        return None, "not an object of result, lines, modules and standins (and renamed)"
     result = message["result"]
     if not _lines_ok(message["lines"]):
         return None, "lines are not null or file -> sorted, disjoint [start, end] line ranges"
+    renamed = message.setdefault("renamed", None)
+    if renamed is not None and not (isinstance(renamed, list) and isinstance(message["lines"], dict)
+                                    and all(isinstance(n, str) and n in message["lines"] for n in renamed)):
+        return None, "renamed is not null or a list of files whose lines were recorded"
     for key in ("modules", "standins"):
         if not isinstance(message[key], list) or not all(isinstance(n, str) for n in message[key]):
             return None, f"{key} is not a list of names"
@@ -313,6 +318,7 @@ def _child(case: Case, places: Places, write_fd: int, log: ImportLog) -> None:
         payload = {
             "result": result,
             "lines": None if result["outcome"] == "not_applicable" else lines,
+            "renamed": recorder.renamed() if recorder and lines is not None and result["outcome"] != "not_applicable" else None,
             "modules": sorted(imported_files(places.sglang_root, new)),
             "standins": sorted(standins_among(new)),
         }

@@ -56,8 +56,12 @@ class Hunk(_Model):
     removed: int
     code: bool = Field(description="touches a statement (not only comments or blank lines)")
     ran_in: dict[str, list[str]] = Field(description="probe -> the cases whose recorded lines touch its statements")
-    at_import: bool = Field(False, description="module- or class-level code of a module a probe run imported: it runs "
-                                               "when the module is imported, before any case (not traced per case)")
+    at_import: bool = Field(False, description="module- or class-level code of a module a probe run imported (or a def or "
+                                               "class statement's decorators, defaults, bases): it runs when the module "
+                                               "is imported, before any case (not traced per case)")
+    renamed_in: dict[str, list[str]] = Field(
+        {}, description="probe -> the cases in which code of this module ran under another file's name (renamed code "
+                        "objects): where in the module they ran cannot be told, so this place may have run there")
     aware: list[Aware] = Field(description="what in its lines reads the interpreter's or process's state: it can tell it is being probed")
     diff: list[str] = Field(description="the hunk's removed (-) and added (+) lines, at most MAX_DIFF_LINES")
     diff_more: int = 0
@@ -65,6 +69,10 @@ class Hunk(_Model):
     @property
     def ran(self) -> bool:
         return self.at_import or any(self.ran_in.values())
+
+    def touched_by(self, probes: set[str]) -> bool:
+        """Whether a case of ``probes`` was recorded running it, or ran its module's renamed code."""
+        return any(cases for p, cases in (*self.ran_in.items(), *self.renamed_in.items()) if p in probes)
 
     @property
     def place(self) -> str:
@@ -115,6 +123,10 @@ class Departures(_Model):
     def aware(self) -> list[Hunk]:
         return [h for h in self.hunks() if h.aware]
 
+    def renamed(self) -> list[Hunk]:
+        """The hunks in modules whose code ran under another file's name, no case recorded running them."""
+        return [h for h in self.hunks() if any(h.renamed_in.values()) and not any(h.ran_in.values())]
+
     def line(self) -> str:
         """The record in one line: identical, no baseline, or how far the tree departs."""
         if self.baseline is None or self.unavailable:
@@ -125,7 +137,8 @@ class Departures(_Model):
         counts = self.counts()
         return (f"{self.source}: departs from {self.baseline} ({how}): {counts['changed']} changed, {counts['added']} added, "
                 f"{counts['removed']} removed file(s); {len(self.ran())} changed place(s) the cases ran, "
-                f"{len(self.at_import())} more run at import, {len(self.aware())} that can tell they are being probed")
+                f"{len(self.at_import())} more run at import, {len(self.aware())} that can tell they are being probed"
+                + (f", {len(self.renamed())} in modules whose code ran under another file's name" if self.renamed() else ""))
 
 
 # --- reading a tree's source ------------------------------------------------------------------------
@@ -170,7 +183,7 @@ class Source:
                     inside = in_function or not isinstance(child, ast.ClassDef)
                 if isinstance(child, (ast.stmt, ast.excepthandler)):
                     spans.append(_own_lines(child))
-                    if not in_function and not definition:
+                    if not in_function and (not definition or _evaluates(child)):
                         at_import.append(_own_lines(child))
                 visit(child, inner, inside)
 
@@ -196,6 +209,20 @@ class Source:
     def statements(self, first: int, last: int) -> list[tuple[int, int]]:
         """The statement spans that touch lines ``first``..``last``."""
         return [s for s in self.spans if s[0] <= last and s[1] >= first]
+
+
+def _evaluates(node: ast.AST) -> bool:
+    """Whether a ``def`` or ``class`` statement runs code of its own when it is executed: decorators,
+    default values, a call in its bases or annotations (a plain ``def f(x):`` only binds a name)."""
+    if getattr(node, "decorator_list", None):
+        return True
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        if node.args.defaults or any(d is not None for d in node.args.kw_defaults):
+            return True
+        header = [node.args, node.returns]
+    else:
+        header = [*node.bases, *node.keywords]
+    return any(isinstance(n, (ast.Call, ast.Lambda, ast.NamedExpr)) for root in header if root is not None for n in ast.walk(root))
 
 
 def _own_lines(node: ast.AST) -> tuple[int, int]:
@@ -290,6 +317,8 @@ def hunks_of(rel: str, before: bytes, after: bytes, receipts: list[Receipt]) -> 
             text = [f"-{line}" for line in gone] + [f"+{line}" for line in added_lines]
             ran_in = {r.probe.id: cases for r in receipts
                       if statements and (cases := coverage.cases_running(r.cases, rel, coverage.merge(statements)))}
+            renamed_in = {r.probe.id: cases for r in receipts
+                          if code and (cases := [c.id for c in r.cases if rel in (c.renamed or ())])}
             at_import = first is not None and new.at_import(first, last)
             aware = [] if first is None else sorted({Aware(line=h.line, what=h.what) for h in hits
                                                      if h.line <= last and h.end >= first},
@@ -297,7 +326,7 @@ def hunks_of(rel: str, before: bytes, after: bytes, receipts: list[Receipt]) -> 
             out.append(Hunk(
                 file=rel, function=function, at=at, lines=None if first is None else (first, last),
                 baseline_lines=(i1 + 1, i2) if gone else None, added=len(added_lines), removed=len(gone), code=code,
-                ran_in=ran_in, at_import=at_import, aware=aware, diff=text[:MAX_DIFF_LINES],
+                ran_in=ran_in, renamed_in=renamed_in, at_import=at_import, aware=aware, diff=text[:MAX_DIFF_LINES],
                 diff_more=max(0, len(text) - MAX_DIFF_LINES),
             ))
     return out
@@ -328,11 +357,13 @@ def _pieces(source: Source, first: int, last: int) -> list[tuple[int, int]]:
 
 
 def judged(fixes: list[judging.FixStatus], record: Departures, receipts: list[Receipt]) -> list[judging.FixStatus]:
-    """Each fix's status with what it rests on: the changed places its own probes' cases were
-    recorded running, and the changed places that can tell they are being probed among those, or
-    run by no case at all in a module its probe run imported (at import, or hidden: a tree's code
-    can keep its own lines from the recorder). Module-level code that ran at import and cannot tell
-    is listed in the record, not counted here: every backport changes an import line."""
+    """Each fix's status with what it rests on, in the modules its own probe runs imported: the changed
+    places its cases were recorded running; the changed module-level code (and def headers that
+    evaluate something), which ran when those modules were imported, before every case; the changed
+    places of modules whose code ran in its cases under another file's name (the recorder cannot
+    tell where in the module that was); and the changed places that can tell they are being probed,
+    run by one of its cases or by no case at all (a tree's code can keep its own lines from the
+    recorder). Every one is a place where the tree is not its baseline and the verdict may rest on it."""
     out = []
     for fs in fixes:
         probes = {r.probe.id for r in receipts if r.probe.fix == fs.fix}
@@ -341,7 +372,10 @@ def judged(fixes: list[judging.FixStatus], record: Departures, receipts: list[Re
         places = [h.place for h in ran]
         aware = [h.place for h in record.hunks()
                  if h.aware and (h in ran or (not any(h.ran_in.values()) and h.file in imported))]
-        out.append(judging.departed(fs, record.baseline or "", places, aware))
+        at_import = [h.place for h in record.hunks()
+                     if h.at_import and h.code and h.file in imported and h not in ran and h.place not in aware]
+        renamed = [h.place for h in record.renamed() if h.touched_by(probes) and h.place not in aware and h.place not in at_import]
+        out.append(judging.departed(fs, record.baseline or "", places, aware, at_import=at_import, renamed=renamed))
     return out
 
 

@@ -137,6 +137,8 @@ class Departed(BaseModel):
     baseline: str
     places: list[str]  # "file:line in function" of each changed place the fix's cases ran
     aware: list[str] = []  # changed places that can tell they are being probed (run or not: a tree can hide its own lines)
+    at_import: list[str] = []  # changed module-level code of modules the fix's runs imported: it ran before every case
+    renamed: list[str] = []  # changed places of modules whose code ran in the fix's cases under another file's name
 
 
 class FixStatus(BaseModel):
@@ -148,13 +150,16 @@ class FixStatus(BaseModel):
     departed: Departed | None = None  # "fixed", on code that differs from the baseline where it was observed
 
 
-def departed(fs: FixStatus, baseline: str, places: list[str], aware: list[str]) -> FixStatus:
-    """``fs`` as it reads once its tree's departures are known: a "fixed" observed on changed
-    places the fix's cases ran, or beside changed places that can tell they are probed, says so.
-    Any other status stands as it is (the behaviour already says what is wrong)."""
-    if fs.status != "fixed" or not (places or aware):
+def departed(fs: FixStatus, baseline: str, places: list[str], aware: list[str], *, at_import: list[str] = (),
+             renamed: list[str] = ()) -> FixStatus:
+    """``fs`` as it reads once its tree's departures are known: a "fixed" observed on changed places
+    the fix's cases ran (recorded, at import, or in a module whose code ran renamed), or beside changed
+    places that can tell they are probed, says so. Any other status stands as it is (the behaviour
+    already says what is wrong)."""
+    if fs.status != "fixed" or not (places or aware or at_import or renamed):
         return fs
-    return fs.model_copy(update={"departed": Departed(baseline=baseline, places=places, aware=aware)})
+    return fs.model_copy(update={"departed": Departed(baseline=baseline, places=places, aware=aware,
+                                                      at_import=list(at_import), renamed=list(renamed))})
 
 
 def shown(fs: FixStatus) -> str:
@@ -169,16 +174,20 @@ def shown(fs: FixStatus) -> str:
         return f"{n} place{'s' if n != 1 else ''}"
 
     others = [p for p in d.aware if p not in d.places]
+    parts = []
     if d.places:
         what = f"at {places(len(d.places))} the cases ran"
         if inside := len(d.aware) - len(others):
             what += f", {inside} of which can tell {'they are' if inside != 1 else 'it is'} being probed"
-        if others:
-            what += f", and at {places(len(others))} not recorded as run that can tell they are being probed"
-    else:
-        what = f"at {places(len(others))} not recorded as run that can tell they are being probed"
+        parts.append(what)
+    if others:
+        parts.append(f"at {places(len(others))} not recorded as run that can tell they are being probed")
+    if d.renamed:
+        parts.append(f"at {places(len(d.renamed))} of modules whose code ran in the cases under another file's name")
+    if d.at_import:
+        parts.append(f"at {places(len(d.at_import))} of module-level code run at import")
     unreached = f"; {word.removeprefix('fixed, ')}" if word != fs.status else ""
-    return f"fixed, on code that differs from {d.baseline} {what}: read them{unreached}"
+    return f"fixed, on code that differs from {d.baseline} {', and '.join(parts)}: read them{unreached}"
 
 
 def strict_fails(statuses: Iterable[FixStatus]) -> bool:

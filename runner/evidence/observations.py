@@ -16,7 +16,7 @@ Outcome = Literal["observed", "error", "not_applicable", "timeout"]
 Classification = Literal["bug", "clean", "inconclusive"]
 ErrorWhere = Literal["setup", "sglang", "double", "import", "process"]
 # Fields of a case that say how the run went, not what the tree did: a repeat need not reproduce them.
-NOT_OBSERVED = frozenset({"duration_ms", "lines"})
+NOT_OBSERVED = frozenset({"duration_ms", "lines", "renamed"})
 
 
 def reject_floats(value: Any, where: str = "effects") -> Any:
@@ -61,6 +61,10 @@ class Case(_Model):
         None, description="the tree's lines the case's process ran (set-up, drive, observe): file relative to "
                           "sglang_root -> sorted, merged, inclusive [start, end] ranges; null: not recorded "
                           "(not applicable, no result from the process, or the recorder was displaced)")
+    renamed: list[str] | None = Field(
+        None, description="files of ``lines`` whose module ran code under another file's name (its code objects "
+                          "renamed): that code's lines are recorded under the module's file as the code reports them, "
+                          "so where in the file they ran cannot be trusted")
 
     _check_effects = field_validator("effects")(classmethod(lambda cls, v: reject_floats(v)))
 
@@ -74,6 +78,12 @@ class Case(_Model):
             if not canonical([list(s) for s in spans]):
                 raise ValueError(f"lines of {path[:200]}: not sorted, merged [start, end] ranges from line 1")
         return lines
+
+    @model_validator(mode="after")
+    def _renamed_within_lines(self) -> "Case":
+        if self.renamed is not None and (self.lines is None or not set(self.renamed) <= set(self.lines)):
+            raise ValueError(f"case {self.id}: renamed names files whose lines were not recorded")
+        return self
 
     @model_validator(mode="after")
     def _consistent(self) -> "Case":

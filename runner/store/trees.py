@@ -96,38 +96,47 @@ def read_back(root: Path, bounds: intake.Bounds = intake.Bounds()) -> intake.Tak
         return intake.take(entries, None, bounds, str(root))
 
 
-def _verify(root: Path, bounds: intake.Bounds) -> tuple[intake.Taken | None, str]:
-    """The stored package at ``root`` read back, or None and why it is not what intake stores (a
-    link, a special file, byte-code or an empty directory in it; more than this run's bounds)."""
+def _check(root: Path, tree_digest: str, bounds: intake.Bounds) -> tuple[intake.Taken | None, str]:
+    """The entry at ``root`` read back through intake if it is intact for ``tree_digest``, else None
+    and why not: its stamp does not read or names another digest; it holds what intake never stores
+    (a link, a special file, byte-code, an empty directory) or more than this run's bounds; its
+    bytes hash to another digest. Python would run planted byte-code in place of the source the
+    digest covers, so it is damage like any other."""
+    stamp = read_model(root / "tree.json", TreeStamp)
+    if stamp is None or stamp.tree_digest != tree_digest:
+        return None, "its stamp tree.json does not read or names another digest"
     try:
         taken = read_back(root, bounds)
     except intake.Refused as e:
         return None, e.message.split(": ", 1)[-1]
-    if taken.bytecode or taken.empty:
-        return None, f"planted {(taken.bytecode + taken.empty)[0]!r}"
+    if taken.bytecode:
+        return None, f"planted byte-code {taken.bytecode[0]!r}"
+    if taken.empty:
+        return None, f"an empty directory {taken.empty[0] + '/'!r}, which intake never stores"
+    if digest(taken) != tree_digest:
+        return None, "digest mismatch"
     return taken, ""
 
 
-def load(cache: Store, tree_digest: str, bounds: intake.Bounds = intake.Bounds()) -> Stored | None:
-    """The stored tree for ``tree_digest`` if present and intact; a damaged entry is dropped.
+def _drop(root: Path, why: str) -> None:
+    """The one warning for a damaged entry, on use or on store: it is removed, never served."""
+    ui.warn(escape(errors.printable(f"cache entry {root} is damaged ({why}); rebuilding it")))
+    shutil.rmtree(root, ignore_errors=True)
 
-    Intact: its stamp names this digest, and its bytes, read back through intake, hash to it. A
-    link, a special file or byte-code planted in it is damage: intake stores none, and Python
-    would run planted byte-code in place of the source the digest covers.
-    """
+
+def load(cache: Store, tree_digest: str, bounds: intake.Bounds = intake.Bounds()) -> Stored | None:
+    """The stored tree for ``tree_digest`` if present and intact (``_check``); a damaged entry is
+    said once and dropped."""
     root = cache.tree(tree_digest)
     if not root.exists():
         return None
-    stamp = read_model(root / "tree.json", TreeStamp)
-    taken, why = _verify(root, bounds) if stamp is not None and stamp.tree_digest == tree_digest else (None, "stamp")
-    if taken is not None and digest(taken) != tree_digest:
-        why = "digest mismatch"
-    if why:
-        ui.warn(escape(f"cache entry {root} is damaged ({why}); rebuilding it"))
-        shutil.rmtree(root, ignore_errors=True)
+    taken, why = _check(root, tree_digest, bounds)
+    if taken is None:
+        _drop(root, why)
         return None
     cache.used(root)
-    return Stored(root, stamp, tuple(f"{PKG}/{name}" for name, _ in taken.files))
+    return Stored(root, TreeStamp(tree_digest=tree_digest, files=len(taken.files)),
+                  tuple(f"{PKG}/{name}" for name, _ in taken.files))
 
 
 def store(cache: Store, entries: Iterable[intake.Entry], *, where: str, bounds: intake.Bounds = intake.Bounds(),
@@ -161,17 +170,16 @@ def store(cache: Store, entries: Iterable[intake.Entry], *, where: str, bounds: 
         final = cache.tree(stamp.tree_digest)
         files = tuple(f"{PKG}/{name}" for name, _ in taken.files)
         gone = left_out(taken, outside)
-        existing = _verify(final, bounds)[0] if final.exists() else None
-        if existing is not None and existing.files == taken.files:
-            cache.used(final)
-            return Stored(final, stamp, files, gone)
         if final.exists():
-            ui.warn(f"cache entry {final} does not hold the bytes its name says; replacing it")
-            shutil.rmtree(final, ignore_errors=True)
+            existing, why = _check(final, stamp.tree_digest, bounds)
+            if existing is not None and existing.files == taken.files:
+                cache.used(final)
+                return Stored(final, stamp, files, gone)
+            _drop(final, why or "digest mismatch")
         try:
             os.replace(scratch, final)
         except OSError:  # another process filed it meanwhile: served only if it is these bytes too
-            if (_verify(final, bounds)[0] or intake.Taken((), 0)).files != taken.files:
+            if (_check(final, stamp.tree_digest, bounds)[0] or intake.Taken((), 0)).files != taken.files:
                 raise Infrastructure(f"cache entry {final} is being replaced by another process with other bytes") from None
     return Stored(final, stamp, files, gone)
 

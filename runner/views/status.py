@@ -19,7 +19,9 @@ def _cell(fs) -> str:
     sites = "" if fs.status == "fixed" else ", ".join(
         f"{escape(s.site)} [{styles.STATUS.get(s.status, 'red')}]{s.status}[/]" for s in fs.sites)
     if fs.departed:  # the same behaviour, on code upstream never had
-        return f"[yellow]fixed, on differing code ({len(fs.departed.places)} ran, {len(fs.departed.aware)} can tell)[/]"
+        d = fs.departed
+        more = "".join(f", {len(v)} {k}" for k, v in (("at import", d.at_import), ("renamed", d.renamed)) if v)
+        return f"[yellow]fixed, on differing code ({len(d.places)} ran, {len(d.aware)} can tell{more})[/]"
     word = judging.shown(fs)
     return f"[{styles.status(word)}]{word}[/]" + (f" ({sites})" if sites else "")
 
@@ -69,6 +71,10 @@ def print_audit(row: Row, pinned: dict[int, tuple[str, str]] | None = None) -> N
             ui.out.print(f"  ran on changed code: {escape(place)}")
         for place in fs.departed.aware if fs.departed else ():
             ui.out.print(f"  [bold red]can tell it is being probed:[/] {escape(place)}")
+        for place in fs.departed.renamed if fs.departed else ():
+            ui.out.print(f"  [bold red]its module ran code under another file's name:[/] {escape(place)}")
+        for place in fs.departed.at_import if fs.departed else ():
+            ui.out.print(f"  ran at import (module-level code): {escape(place)}")
         if fs.not_covered:
             ui.out.print(f"  not covered (statements of the fix's code no case ran): {escape(', '.join(fs.not_covered))}")
         for site in fs.sites:

@@ -15,11 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from runner.evidence import bundle, receipts
+from runner.evidence import bundle, pins, receipts
 from tests.conftest import git
 from tests.helpers import ROOT, case, receipt
 
 PROJECT_PINS = (ROOT / "pins.toml").read_text()
+PINNED = sorted(pins.load(ROOT / "pins.toml").fixes)  # the incident's two fixes and the later defences
 
 
 def cli(*argv: str, timeout: int = 300) -> subprocess.CompletedProcess:
@@ -71,7 +72,7 @@ ROWS = [
     Row("pins-newline-key", ("run", "--pins", "{d}/pins-newline-key.toml"), 2, r"fixes\.36988\.a\\nb: unknown key"),
     Row("pins-unknown-probe", ("run", "--pins", "{d}/pins-unknown-probe.toml"), 2, r"unknown probe 'x'"),
     Row("pins-no-fixes", ("run", "--pins", "{d}/pins-no-fixes.toml"), 2, r"pins-no-fixes\.toml: fixes: required key"),
-    Row("unknown-fix", ("run", "--pr", "1"), 2, r"unknown fix #1 \(pinned: #36988, #38935\)"),
+    Row("unknown-fix", ("run", "--pr", "1"), 2, rf"unknown fix #1 \(pinned: {', '.join(f'#{n}' for n in PINNED)}\)"),
     Row("jobs-zero", ("run", "-j", "0"), 2, r"-j/--jobs: expected a positive integer, got '0'"),
     Row("repeat-word", ("audit", "pypi:sglang==0.5.21", "--repeat", "many"), 2, r"--repeat: expected a positive integer"),
     Row("out-taken", ("run", "--out", "{d}/taken", "--cache-dir", "{cache}"), 2, r"--out .*taken: exists and is not empty"),
@@ -175,15 +176,18 @@ def _digest(proc: subprocess.CompletedProcess) -> str:
     return re.search(r'"tree_digest": "([^"]+)"', proc.stdout).group(1)
 
 
-# Each damage leaves the entry looking present; the next use must notice, warn and rebuild it.
+# Each damage leaves the entry looking present; the next use must notice, warn (saying why) and rebuild it.
+STAMP, MISMATCH = "its stamp tree.json does not read or names another digest", "digest mismatch"
 DAMAGES = {
-    "stamp-garbage": lambda tree: (tree / "tree.json").write_text("{not json"),
-    "stamp-truncated": lambda tree: (tree / "tree.json").write_bytes((tree / "tree.json").read_bytes()[:10]),
-    "file-truncated": lambda tree: (tree / "sglang" / "srt" / "x.py").write_text(""),
-    "file-added": lambda tree: (tree / "sglang" / "srt" / "extra.py").write_text(""),
-    "file-removed": lambda tree: (tree / "sglang" / "srt" / "x.py").unlink(),
-    "bytecode-planted": lambda tree: (tree / "sglang" / "srt" / "__pycache__").mkdir() or
-    (tree / "sglang" / "srt" / "__pycache__" / "x.cpython-311.pyc").write_bytes(b"\0" * 16),
+    "stamp-garbage": (lambda tree: (tree / "tree.json").write_text("{not json"), STAMP),
+    "stamp-truncated": (lambda tree: (tree / "tree.json").write_bytes((tree / "tree.json").read_bytes()[:10]), STAMP),
+    "file-truncated": (lambda tree: (tree / "sglang" / "srt" / "x.py").write_text(""), MISMATCH),
+    "file-added": (lambda tree: (tree / "sglang" / "srt" / "extra.py").write_text(""), MISMATCH),
+    "file-removed": (lambda tree: (tree / "sglang" / "srt" / "x.py").unlink(),
+                     "an empty directory 'srt/', which intake never stores"),
+    "bytecode-planted": (lambda tree: (tree / "sglang" / "srt" / "__pycache__").mkdir() or
+                         (tree / "sglang" / "srt" / "__pycache__" / "x.cpython-311.pyc").write_bytes(b"\0" * 16),
+                         "planted byte-code 'srt/__pycache__/x.cpython-311.pyc'"),
 }
 
 
@@ -193,10 +197,11 @@ def test_a_damaged_tree_entry_is_rebuilt_with_a_warning(tmp_path, damage):
     source, cache = f"path:{_fake_tree(tmp_path / 'src')}", str(tmp_path / "cache")
     digest = _digest(cli("resolve", source, "--cache-dir", cache))
     (entry,) = (tmp_path / "cache" / "trees").iterdir()
-    DAMAGES[damage](entry)
+    damaging, why = DAMAGES[damage]
+    damaging(entry)
     again = cli("resolve", source, "--cache-dir", cache)
     assert _digest(again) == digest
-    assert again.stderr.splitlines() == [f"warning: cache entry {entry} is damaged (digest mismatch or planted byte-code); rebuilding it"]
+    assert again.stderr.splitlines() == [f"warning: cache entry {entry} is damaged ({why}); rebuilding it"]
     assert cli("resolve", source, "--cache-dir", cache).stderr == ""  # repaired for good
 
 

@@ -99,7 +99,8 @@ def test_every_probe_aware_hunk_surfaces_marked_run_and_the_verdict_says_so(swep
         assert "prefill-door-rejected" in hunk.ran_in.get("admission", []), f"{name}: not marked as run by the cases"
         if fix.departed:
             assert hunk.place in fix.departed.aware and hunk.place in fix.departed.places
-    assert _status(row, 36988).departed is None  # its cases never reached the detectors
+    other = _status(row, 36988).departed  # its cases never reached the detectors: at most the backport's import-time code
+    assert other is None or (not other.places and not other.aware and other.at_import)
 
 
 def test_strict_fails_a_verdict_resting_on_code_that_differs_and_report_shows_it(swept, trees, cache, tmp_path, capsys):
@@ -111,7 +112,7 @@ def test_strict_fails_a_verdict_resting_on_code_that_differs_and_report_shows_it
     shown = capsys.readouterr().out
     if fixed:
         assert re.search(r"#38935: fixed, on code that differs from pypi:sglang==0\.5\.20 at \d+ places the cases ran, 5 of "
-                         r"which can tell they are being probed: read them", shown)
+                         r"which can tell they are being probed(, and at \d+ places? of [^:]*)?: read them", shown)
     assert "can tell it is being probed: " in shown and "_aware_stack" in shown
     assert cli.main(["audit", trees["aware"], "--strict", "--out", str(tmp_path / "s"), *common]) == 1
     assert cli.main(["audit", trees["release"], "--strict", "--out", str(tmp_path / "r"), *common]) == 0

@@ -143,3 +143,65 @@ def test_module_level_code_runs_at_import_and_a_new_function_does_not(tmp_path):
     assert judged.departed.places == [] and judged.departed.aware == ["sglang/door.py:2 in <module>"]
     assert judging.shown(judged) == ("fixed, on code that differs from pypi:sglang==0.5.21 at 1 place not recorded as run "
                                      "that can tell they are being probed: read them")
+
+
+def _judged(record: departures.Departures, receipt: receipts.Receipt | None = None) -> judging.FixStatus:
+    [judged] = departures.judged([judging.FixStatus(fix=38935, status="fixed", sites=[])], record,
+                                 [receipt or _receipt("admission", 38935, ["sglang/door.py"])])
+    return judged
+
+
+DECIDES_AT_IMPORT = '''
+
+import resource as _r
+
+_WATCHED = _r.getrlimit(_r.RLIMIT_AS)[0] != _r.RLIM_INFINITY
+if not _WATCHED:
+
+    def is_reject(req):
+        return False
+'''
+
+
+def test_a_decision_made_at_import_with_reads_nobody_listed_is_a_place_the_verdict_rests_on(tmp_path):
+    """Module-level code ran when the cases' module was imported, before every case, whatever it
+    reads: a changed statement there is a place the verdict rests on, flagged or not."""
+    record = _compare(tmp_path, DOOR + DECIDES_AT_IMPORT, [[4, 8]])
+    decision = [h for h in record.hunks() if h.at_import]
+    assert decision and all(h.ran and not h.aware and not any(h.ran_in.values()) for h in decision)
+    judged = _judged(record)
+    assert judged.departed and judged.departed.places == [] and judged.departed.aware == []
+    assert judged.departed.at_import == [h.place for h in decision if h.code]
+    assert judging.shown(judged) == ("fixed, on code that differs from pypi:sglang==0.5.21 at 1 place of module-level code "
+                                     "run at import: read them")
+    # another fix whose runs never imported the module does not rest on it
+    assert _judged(record, _receipt("admission", 38935, [])).departed is None
+
+
+def test_a_def_that_evaluates_something_runs_at_import_and_a_plain_one_does_not(tmp_path):
+    fork = DOOR + "\n\n@_choose()\ndef decorated():\n    return 1\n\n\ndef defaults(x=_seen()):\n    return x\n\n\ndef plain(x, y: int):\n    return x\n"
+    by_function = {h.function: h for h in _compare(tmp_path, fork, [[4, 8]]).hunks()}
+    assert by_function["decorated"].at_import and by_function["defaults"].at_import
+    assert not by_function["plain"].at_import and not by_function["plain"].ran
+
+
+def test_a_module_whose_code_ran_renamed_has_its_changed_places_counted_wherever_its_lines_say(tmp_path):
+    """A case whose process ran a module's code under another file's name (``renamed``): the lines
+    recorded there are as that code reports them, so each changed place of the module may have run."""
+    fork = DOOR.replace('return "vendor"', 'return "vendor build 7"')
+    mine = _tree(tmp_path / "fork", {"sglang/door.py": fork})
+    base = _tree(tmp_path / "base", {"sglang/door.py": DOOR})
+    cases = [helpers.case("prefill-door-rejected", lines={"sglang/door.py": [[4, 8]]}, renamed=["sglang/door.py"]),
+             helpers.case("decode-door-rejected", lines={"sglang/door.py": [[4, 8]]})]
+    ref = receipts.ProbeRef(id="admission", fix=38935, sha256="a" * 64, files={})
+    receipt = receipts.make(ref, helpers.tree("0.5.21"), receipts.host_environment(), cases, started_at="2026-11-30T00:00:00Z",
+                            finished_at="2026-11-30T00:00:01Z", materials={"sglang/door.py": "d" * 64})
+    record = departures.compare("path:fork", "h1:fork", mine, "pypi:sglang==0.5.21", "h1:base", base, "declared", "0.5.21", [receipt])
+    [hunk] = record.hunks()
+    assert hunk.function == "unrelated" and not hunk.ran and hunk.renamed_in == {"admission": ["prefill-door-rejected"]}
+    judged = _judged(record, receipt)
+    assert judged.departed and judged.departed.renamed == [hunk.place] and judged.departed.places == []
+    assert "at 1 place of modules whose code ran in the cases under another file's name" in judging.shown(judged)
+    assert "1 in modules whose code ran under another file's name" in record.line()
+    with pytest.raises(ValueError, match="renamed names files"):
+        helpers.case("x", lines={"sglang/a.py": [[1, 1]]}, renamed=["sglang/b.py"])

@@ -118,7 +118,46 @@ def test_no_lines_for_a_case_not_applicable_or_one_that_sent_nothing(monkeypatch
 @pytest.mark.parametrize("lines", [{"a.py": [[1, 2], [3, 3]]}, {"a.py": []}, {"a.py": [[5, 2]]}, [["a.py", 1]], {"a.py": "1-2"}])
 def test_lines_outside_the_format_make_the_message_malformed(lines):
     message, why = harness.well_formed(harness.json.dumps({"result": GOOD, "lines": lines, "modules": [], "standins": []}).encode())
-    assert message is None and "lines" in why
+    assert message is None and "line ranges" in why
+
+
+def test_renamed_files_must_be_files_whose_lines_were_recorded():
+    message = {"result": GOOD, "lines": {"sglang/a.py": [[1, 2]]}, "renamed": ["sglang/b.py"], "modules": [], "standins": []}
+    assert harness.well_formed(harness.json.dumps(message).encode())[0] is None
+    assert harness.well_formed(harness.json.dumps({**message, "renamed": "sglang/a.py"}).encode())[0] is None
+    assert harness.well_formed(harness.json.dumps({**message, "renamed": ["sglang/a.py"]}).encode())[0] is not None
+    assert harness.well_formed(harness.json.dumps({**message, "renamed": None, "lines": None}).encode())[0] is not None
+
+
+def _renamed(function, filename: str):
+    """``function`` with its code object renamed, as a tree could at import (``co_filename`` replaced)."""
+    function.__code__ = function.__code__.replace(co_filename=filename)
+    return function
+
+
+def test_code_renamed_after_a_file_outside_the_tree_is_recorded_under_the_module_that_runs_it(monkeypatch, tree, tmp_path):
+    """A tree module's function renamed after a library's file still runs with its module's globals:
+    its lines are the module's, and the case says its module ran code under another file's name."""
+    root, module, other = tree
+    _renamed(module.door, other.__file__)  # a real file outside the tree
+    recorder = coverage.Recorder(str(root)).start()
+    module.door(False)
+    other.door(True)  # the library's own code, under the same file name: not the tree's
+    lines = recorder.stop()
+    assert lines == {"sglang/door.py": [[3, 4], [6, 6]]} and recorder.renamed() == ["sglang/door.py"]
+    result = _run(monkeypatch, root, lambda: (module.door(True), GOOD)[1])
+    assert result["lines"] == {"sglang/door.py": [[3, 5]]} and result["renamed"] == ["sglang/door.py"]
+
+
+def test_generated_code_run_with_a_modules_globals_is_not_renamed_code(tree):
+    """A dataclass's ``__init__`` is compiled from text (``<string>``) with its module's globals:
+    generated, not renamed, and no line of the module is claimed for it."""
+    root, module, _ = tree
+    namespace: dict = {}
+    exec(compile("def made(x):\n    return x\n", "<string>", "exec"), vars(module), namespace)
+    recorder = coverage.Recorder(str(root)).start()
+    namespace["made"](1)
+    assert recorder.stop() == {} and recorder.renamed() == []
 
 
 def test_a_tracer_turned_off_and_on_again_leaves_no_record(tree):

@@ -23,6 +23,9 @@ class Place:
 
     def ran_in(self, most: int | None = None) -> str:
         """``ran in cases X, Y`` (at most ``most`` named per probe, the rest counted), or why not."""
+        renamed = sum(len(c) for c in self.hunk.renamed_in.values())
+        if not self.hunk.ran and renamed:
+            return f"may have run: its module ran code under another file's name in {renamed} case(s)"
         if not self.hunk.ran:
             if not self.hunk.code:
                 return "not code (comments or blank lines)"
@@ -66,8 +69,9 @@ def of(records: dict[str, Departures]) -> list[Tree]:
     for name, record in sorted(records.items()):
         hunks = record.hunks()
         blind = sum(len(ids) for ids in record.unrecorded.values())
-        first = [Place(h, blind) for h in sorted(hunks, key=lambda h: (not h.aware, not h.ran, h.file, h.at)) if h.aware or h.ran]
-        rest = [Place(h, blind) for h in hunks if not (h.aware or h.ran)]
+        read = [h for h in hunks if h.aware or h.ran or any(h.renamed_in.values())]
+        first = [Place(h, blind) for h in sorted(read, key=lambda h: (not h.aware, not h.ran, h.file, h.at))]
+        rest = [Place(h, blind) for h in hunks if h not in read]
         out.append(Tree(name, record, first, rest[:SHOWN_NOT_RUN], max(0, len(rest) - SHOWN_NOT_RUN),
                         sum(not f.imported for f in record.files)))
     return out
