@@ -91,13 +91,19 @@ class Places:
         """``(where, frame)`` from the innermost frame that is the tree's or ours.
 
         ``where`` is ``sglang`` or ``double`` (None: our own code). A scripted failure that
-        escaped a double is charged to the code that called the double.
+        escaped a double, or a stand-in of a probe that raised it as the case told it to, is charged to
+        the code that called the double or stand-in.
         """
         frames = [
             (frame, line)
             for frame, line in traceback.walk_tb(exc.__traceback__)
             if not (scripted and os.path.abspath(frame.f_code.co_filename) == _DOUBLES_FILE)
         ]
+        if scripted:  # raised as told by a stand-in of a probe (a wire's reset): charged to the code that called it
+            outside = [i for i, (frame, _) in enumerate(frames)
+                       if not _inside(os.path.abspath(frame.f_code.co_filename), self.probes_dir)]
+            if outside:
+                frames = frames[: outside[-1] + 1]
         where = None
         for frame, _ in reversed(frames):
             path = os.path.abspath(frame.f_code.co_filename)

@@ -1047,6 +1047,10 @@ LIFETIME_DUTIES = (
     Duty("lifetime-released-at-once", 41404,
          "nothing could write the pages (no prefill rank ever learned them): they went back at once, not held to the "
          "release timeout", _released_before_timeout),
+    Duty("lifetime-failure-handled", 41404,
+         "decode's own failed send of its destinations did not escape the tree's code to its caller (a tree that "
+         "lets it escape has no failure path for it: it can neither hold nor release the pages by its rules)",
+         returned),
     Duty("lifetime-timeout-recorded", 41023,
          "pages went back at the release timeout exactly when the tree logged a release by timeout (a timeout "
          "release is recorded as such, a release on the acknowledgements is not)", _timeout_recorded),
@@ -1233,7 +1237,8 @@ LIFETIME_FAILURES = space.Space(
         space.Rule({"failed_write": ("keeps-writing",)}, (*_HELD, "lifetime-not-held-forever")),
         space.Rule({"failure": ("write-fails",), "prefill_ranks": ("one",), "failed_write": ("stops",)}, _GUARD_ABORT),
         # decode's own failure: the rank that took the destinations is told, drains, acknowledges; no timeout needed
-        space.Rule({"failure": ("metadata-send-fails",)}, (*_HELD, *_ACKED, "lifetime-not-held-forever")),
+        space.Rule({"failure": ("metadata-send-fails",)},
+                   ("lifetime-failure-handled", *_HELD, *_ACKED, "lifetime-not-held-forever")),
         space.Rule({"failure": ("bootstrap-fails",)}, ("lifetime-released-at-once", *_GUARD_ABORT)),
     ),
     aliases={"": "failure-nothing-else-in-flight", "with-deferred-release": "failure-nothing-else-in-flight-with-deferred-"
