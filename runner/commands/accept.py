@@ -292,9 +292,12 @@ def audit_gates(probed: dict, fleet: Fleet) -> dict[int, tuple[list[Receipt], li
                 continue
             for w in mine:
                 site, why = running_configuration(f.fix, w, fleet)
-                if site is None and GATE_OF_FIX[f.fix] == 3:
-                    continue  # gate 3 asks for the checksum or the canary; without the checksum this fix is not used
-                shown = judging.at_site(f, site) if site else None
+                if site is None:  # the defence is off on this worker: the fix is not what guards it
+                    # gate 3 asks for the checksum or the canary; without the checksum this fix is not used.
+                    # gate 4: deferred release is not on on some rank, and gate 4's own check of that rank
+                    # (deferred-release-in-force) fails it, naming the rank and where its value comes from
+                    continue
+                shown = judging.at_site(f, site)
                 if shown is None or shown.status != "fixed":
                     out[GATE_OF_FIX[f.fix]][1].append(
                         f"{source} (run by {w.name()}, {why}): #{f.fix} " + (f"{shown.status} in that configuration"

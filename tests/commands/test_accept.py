@@ -334,8 +334,10 @@ def test_report_shows_the_four_gates_beside_the_steps(cache, fleet, tmp_path, mo
     assert [g.status for g in shown.gates] == ["passed", "passed", "failed", "failed"] and not shown.accepted
     digest = record["trees"]["pypi:sglang==0.5.23"]
     assert all(b.tree_digest == digest for g in shown.gates for b in g.backing)
+    # gate 4 is backed by each worker's configuration and by the tree audit's lifetime probes (one backer: the tree)
     assert {b.who for b in shown.gates[3].backing} == {f"prefill worker {urls['prefill'][0]}",
-                                                        f"decode worker {urls['decode'][0]}"}
+                                                        f"decode worker {urls['decode'][0]}",
+                                                        f"audit of the tree run by {', '.join(sorted([*urls['prefill'], *urls['decode']]))}"}
 
     buf = io.StringIO()
     monkeypatch.setattr(ui, "out", Console(file=buf, width=250, highlight=False, soft_wrap=True))

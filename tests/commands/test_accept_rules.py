@@ -245,6 +245,11 @@ def test_a_later_defence_is_judged_in_the_configuration_each_worker_runs():
                                                                    cases={})])
     reasons = accept.audit_gates({TREE: NS(receipts=[], row=NS(fixes=[bare]))}, fleet)[4][1]
     assert len(reasons) == 2 and all("not probed in that configuration: failing closed" in r for r in reasons)
+    # deferred release switched off on a worker: no probed configuration is the one it runs, and gate 4's own
+    # check of each rank (deferred-release-in-force) fails it there, so the audit adds no second reason for it
+    off = fleet_of(ws, declared={D: {DEFERRED: ("0", f"--env for {D}")}}, tree_answers=answers(env={(DEFERRED, "0"): False}))
+    [reason] = accept.audit_gates({TREE: NS(receipts=[], row=NS(fixes=[bare]))}, off)[4][1]
+    assert reason.startswith(f"{TREE} (run by prefill {P}, ") and "not probed in that configuration" in reason
 
 
 # --- gate 3: the pair rule is the tree's -------------------------------------------------------------

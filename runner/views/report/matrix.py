@@ -98,6 +98,14 @@ def _named(text: str) -> str:
     return f"{spec.url} @ {spec.rev[:12]}" if isinstance(spec, specs.GitSpec) else text
 
 
+def import_failure(ev: Evidence, name: str | None) -> str | None:
+    """Why receipt ``name``'s tree did not import (every case then errored for that one reason), in the tree's terms."""
+    failed = ev.receipts[name].import_result.error if name else None
+    if failed is None:
+        return None
+    return f"the tree did not import: {failed.type}: {failed.message}" + (f" ({failed.frame})" if failed.frame else "")
+
+
 def cell_at(ev: Evidence, cells: dict[tuple[str, Column], str], source: Source, col: Column) -> tuple[str | None, Cell]:
     name = cells.get((receipts.source_key(source), col))
     cases = ev.receipts[name].cases if name else []
@@ -108,8 +116,6 @@ def cell_at(ev: Evidence, cells: dict[tuple[str, Column], str], source: Source, 
     missed = ev.receipts[name].fix_code.not_covered() if name and ev.receipts[name].fix_code else []
     if missed and st.word == "fixed":  # a fixed that rests on fewer than all statements of the fix's code
         st = Cell(judging.covered(st.word, missed), f"{st.detail}; not covered: {', '.join(missed)}")
-    failed = ev.receipts[name].import_result.error if name else None
-    if failed is not None:  # every case errored for one reason: say it, not only how many
-        st = Cell(st.word, f"the tree did not import: {failed.type}: {failed.message}"
-                  + (f" ({failed.frame})" if failed.frame else "") + f"; {st.detail}")
+    if why := import_failure(ev, name):  # every case errored for one reason: say it, not only how many
+        st = Cell(st.word, f"{why}; {st.detail}")
     return name, Cell(judging.source_status(st.word, source.kind in TREE_KINDS), st.detail)

@@ -15,7 +15,7 @@ from runner.views import grading, styles, timeline
 from runner.views.report import departures, gates
 from runner.views.report.effects import effect_rows, failed_duties
 from runner.views.report.incident import STEPS, Level, arrow, assess
-from runner.views.report.matrix import cell_at, matrix
+from runner.views.report.matrix import cell_at, import_failure, matrix
 from runner.views.report.sources import TREE_KINDS, describe, sandbox, standins, what_it_is
 from runner.views.report.verified import Evidence, Fix, fix_titles
 
@@ -163,12 +163,19 @@ def _show_matrix(ev: Evidence) -> None:
     if not rows:
         return
     table = Table("source", "what", *[_t(c.label) for c in columns], title="Status by source", title_justify="left")
+    unimported: dict[str, None] = {}  # said once below the table, whole: a cell of a wide matrix would cut its path
     for mrow in rows:
         source, row = mrow.source, []
         for col in columns:
-            _, st = cell_at(ev, cells, source, col)
-            row.append(f"[{styles.status(st.word)}]{_t(st.word)}[/] [dim]{_t(st.detail)}[/]")
+            name, st = cell_at(ev, cells, source, col)
+            detail = st.detail
+            if why := import_failure(ev, name):
+                unimported[f"{mrow.name}: {why}"] = None
+                detail = "the tree did not import (below)" + detail.removeprefix(why)
+            row.append(f"[{styles.status(st.word)}]{_t(st.word)}[/] [dim]{_t(detail)}[/]")
         kind = what_it_is(source, short=True)
         name = _t(mrow.name) + (f" [dim]({_t(mrow.note)})[/]" if mrow.note else "")
         table.add_row(name, kind if source.kind in TREE_KINDS else f"[yellow]{_t(kind)}[/]", *row)
     ui.out.print(table)
+    for line in unimported:
+        ui.out.print(f"  {_t(line)}")
