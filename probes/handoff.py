@@ -246,7 +246,7 @@ class HandoffScene(Scene):
         count = int(end_idx if end_idx is not None else self.handoff.sent)
         self._chunk = {"bootstrap_room": tree.BOOTSTRAP_ROOM,
                        "kv_indices": np.array(self.prefill_pages[:count], dtype=np.int32),
-                       "index_slice": slice(0, count), "is_last_chunk": True, "aux_index": 3,
+                       "index_slice": slice(0, count), "is_last_chunk": True, "is_last": True, "aux_index": 3,
                        "state_indices": None, "num_kv_tokens": count}
 
     # --- the engine, for this probe: what lands of the sent pages, and when ---------------------------
