@@ -5,51 +5,50 @@ job engine's own variables and merged."""
 from __future__ import annotations
 
 import math
-import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from runner import cli
+from runner.commands import survey
 from runner.views.report import incident, matrix, verified
-from runner.evidence import bundle
+from runner.evidence import bundle, catalog, pins
 from runner.evidence.records import SweepRecord
-from tests import gitrepo, helpers
+from tests import gitrepo
 from tests.gitrepo import Step
 
 pytestmark = pytest.mark.slow
 
+FIXES = (36988, 38935)  # the fixes these tests judge: #36988 first in 0.5.20, #38935 first in 0.5.21
+
+
+@pytest.fixture(scope="module", autouse=True)
+def only_these_fixes_probes():
+    """A sweep runs every probe in the catalog; here only FIXES' probes (as pins.toml names them), so that
+    first_fixed holds FIXES alone and each tree costs two probe runs, not seven. The catalog module itself
+    is untouched: each probe's files and digest stay what they are."""
+    project = pins.load(None)
+    probes = {p: catalog.PROBES[p] for fix in FIXES for p in project.fix(fix).probes}
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(survey, "catalog", SimpleNamespace(PROBES=probes))
+        yield
+
 
 @pytest.fixture(scope="module")
-def history(tmp_path_factory, release_tree, pr_pins) -> dict:
-    """Seven commits, three trees: 0.5.19, two docs commits, 0.5.20, a docs commit, 0.5.21, a docs commit;
-    swept with pins holding only FIXES."""
+def history(tmp_path_factory, release_tree) -> dict:
+    """Seven commits, three trees: 0.5.19, two docs commits, 0.5.20, a docs commit, 0.5.21, a docs commit."""
     roots = {v: release_tree(v).root for v in ("0.5.19", "0.5.20", "0.5.21")}
     steps = [Step("a19", package=roots["0.5.19"]), Step("b", files={"docs/x": b"1"}), Step("c", files={"docs/x": b"2"}),
              Step("d20", package=roots["0.5.20"]), Step("e", files={"docs/x": b"3"}),
              Step("f21", package=roots["0.5.21"]), Step("g", files={"docs/x": b"4"})]
     path = tmp_path_factory.mktemp("history")
-    return {"path": path, "commits": gitrepo.build(path, steps), "pins": pr_pins}
-
-
-FIXES = (36988, 38935)  # the fixes these tests judge: #36988 first in 0.5.20, #38935 first in 0.5.21
-
-
-@pytest.fixture(scope="module")
-def pr_pins(tmp_path_factory) -> Path:
-    """The project's pins.toml holding only FIXES: a sweep probes every pinned fix, and the later
-    defences would add five probes per tree (and entries to first_fixed) that these tests do not judge."""
-    head, *fixes = re.split(r"(?m)^(?=\[fixes\.)", (helpers.ROOT / "pins.toml").read_text())
-    kept = [f for f in fixes if int(re.match(r"\[fixes\.(\d+)\]", f)[1]) in FIXES]
-    assert len(kept) == len(FIXES)
-    path = tmp_path_factory.mktemp("pins") / "pins.toml"
-    path.write_text(head + "".join(kept))
-    return path
+    return {"path": path, "commits": gitrepo.build(path, steps)}
 
 
 def _sweep(history, cache, out: Path, *extra: str) -> tuple[int, SweepRecord]:
     code = cli.main(["sweep", "--commits", f"{history['commits']['a19']}..main", "--repo", str(history["path"]),
-                     "--pins", str(history["pins"]), "--cache-dir", str(cache.root), "--out", str(out), *extra])
+                     "--cache-dir", str(cache.root), "--out", str(out), *extra])
     index, _, _ = bundle.load(out)
     return code, SweepRecord.model_validate(index.extra)
 
