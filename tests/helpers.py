@@ -80,3 +80,14 @@ def pins_38935(dest: Path, base: str, head: str) -> Path:
     text = text.replace('head = "8f3d6944b76c428d884582cb6c82a39db1465360"', f'head = "{head}"')
     dest.write_text(text)
     return dest
+
+
+def audit_exit(version: str) -> int:
+    """What ``audit`` of release ``version`` must exit with by the project's pins: 0 only when every
+    pinned fix's first release is at or before it (a later defence still missing is exit 1)."""
+    from runner import errors
+    from runner.commands.sweep import version_key
+    from runner.evidence import pins
+
+    carried = all(version_key(f.releases.with_) <= version_key(version) for f in pins.load().fixes.values())
+    return errors.OK if carried else errors.DIFFERS
