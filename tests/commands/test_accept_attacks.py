@@ -8,8 +8,7 @@ line, never "accepted". Hand-made answers, fast; no tree.
 from __future__ import annotations
 
 import json
-import socketserver
-import threading
+import socket
 import time
 
 import pytest
@@ -17,7 +16,7 @@ import pytest
 from runner import cli, errors
 from runner.commands import accept, gate
 from runner.commands import fleet as fleets
-from tests.commands.test_accept_rules import D, P, cap, fleet_of, judged, worker
+from tests.commands.test_accept_rules import D, P, Answering, cap, fleet_of, judged, worker
 
 
 # --- ranks that disagree with their worker ---------------------------------------------------------
@@ -58,36 +57,18 @@ def test_a_worker_reporting_another_version_than_its_tree_fails_the_tree_gates()
 # --- HTTP answers built to hang or flood ---------------------------------------------------------------
 
 
-class Flood(socketserver.ThreadingTCPServer):
+class Flood(Answering):
     """Answers every request with ``head``, then ``chunk`` again and again (every ``every`` seconds)
     until the client goes away."""
 
-    daemon_threads = allow_reuse_address = True
-
     def __init__(self, head: bytes, chunk: bytes, every: float = 0.0):
-        stop = self.stop = threading.Event()
+        self.head, self.chunk, self.every = head, chunk, every
+        super().__init__()
 
-        class Handler(socketserver.BaseRequestHandler):
-            def handle(inner):
-                inner.request.recv(65536)
-                try:
-                    inner.request.sendall(head)
-                    while chunk and not stop.wait(every):
-                        inner.request.sendall(chunk)
-                except OSError:
-                    pass
-
-        super().__init__(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
-
-    def close(self) -> None:
-        self.stop.set()
-        self.shutdown()
-        self.server_close()
+    def answer(self, request: socket.socket) -> None:
+        request.sendall(self.head)
+        while self.chunk and not self.stop.wait(self.every):
+            request.sendall(self.chunk)
 
 
 @pytest.fixture

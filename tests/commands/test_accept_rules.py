@@ -304,28 +304,29 @@ def test_an_unreadable_layout_fails_the_pair_closed():
 # --- deadlines: a worker that drips its answer ends within them, in one line ------------------------------
 
 
-class Drip(socketserver.ThreadingTCPServer):
-    """Answers every request with ``head`` at once, then one byte of ``tail`` every ``every`` seconds."""
+class Answering(socketserver.ThreadingTCPServer):
+    """A worker on a local port: reads each request, then ``answer`` writes to it until it returns, ``stop``
+    is set or the client goes away. One server for the drips here and the floods in test_accept_attacks.py."""
 
     daemon_threads = allow_reuse_address = True
 
-    def __init__(self, head: bytes, tail: bytes, every: float):
-        self.head, self.tail, self.every, self.stop = head, tail, every, threading.Event()
+    def __init__(self):
+        self.stop = threading.Event()
+        server = self
 
         class Handler(socketserver.BaseRequestHandler):
             def handle(inner):
                 inner.request.recv(65536)
                 try:
-                    inner.request.sendall(self.head)
-                    for i in range(len(self.tail)):
-                        if self.stop.wait(self.every):
-                            return
-                        inner.request.sendall(self.tail[i:i + 1])
+                    server.answer(inner.request)
                 except OSError:
                     pass
 
         super().__init__(("127.0.0.1", 0), Handler)
         threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+
+    def answer(self, request: socket.socket) -> None:
+        raise NotImplementedError
 
     @property
     def url(self) -> str:
@@ -335,6 +336,21 @@ class Drip(socketserver.ThreadingTCPServer):
         self.stop.set()
         self.shutdown()
         self.server_close()
+
+
+class Drip(Answering):
+    """Answers every request with ``head`` at once, then one byte of ``tail`` every ``every`` seconds."""
+
+    def __init__(self, head: bytes, tail: bytes, every: float):
+        self.head, self.tail, self.every = head, tail, every
+        super().__init__()
+
+    def answer(self, request: socket.socket) -> None:
+        request.sendall(self.head)
+        for i in range(len(self.tail)):
+            if self.stop.wait(self.every):
+                return
+            request.sendall(self.tail[i:i + 1])
 
 
 BODY = b'{"disaggregation_mode": "prefill", "version": "0.5.23", "padding": "' + b"x" * 200 + b'"}'
