@@ -6,14 +6,11 @@ to a temporary module (the rules read the class's source); real trees are in tes
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-
 import pytest
 
-from probes import tree
 from probes.case import Case, Places, run_case
 from probes.doubles import Absent, Double, DoubleGap, Journal, strict_subject
+from tests.probes import hand_tree
 
 SOURCE = '''
 class Scheduler:
@@ -37,15 +34,7 @@ class Scheduler:
 
 @pytest.fixture()
 def tree_module(tmp_path, monkeypatch):
-    monkeypatch.setattr(tree, "publish_defaults", lambda: None)  # no SGLang here
-    root = tmp_path / "tree"
-    root.mkdir()
-    (root / "fake_scheduler.py").write_text(SOURCE)
-    spec = importlib.util.spec_from_file_location("fake_scheduler", root / "fake_scheduler.py")
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "fake_scheduler", module)
-    spec.loader.exec_module(module)
-    return root, module
+    return hand_tree.load(tmp_path, monkeypatch, "fake_scheduler", SOURCE)
 
 
 def test_read_by_name_of_an_unmodelled_member_is_pythons_default_and_noted():

@@ -6,16 +6,16 @@ test_later_defences_real.py (and the release line)."""
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 import types
 
 import pytest
 
-from probes import duties, tree
+from probes import duties
 from probes.case import Case, Places, run_case
 from probes.lifetime import Wire
 from probes.pages import Clock
+from tests.probes import hand_tree
 
 SOURCE = '''
 def send_metadata(sockets):
@@ -41,15 +41,8 @@ ENDPOINTS = ("tcp://192.0.2.11:16000", "tcp://192.0.2.12:16001")
 
 @pytest.fixture()
 def conn(tmp_path, monkeypatch):
-    monkeypatch.setattr(tree, "publish_defaults", lambda: None)  # no SGLang here
     monkeypatch.setitem(sys.modules, "zmq", types.SimpleNamespace(ZMQError=ZMQError, ECONNRESET=104))
-    root = tmp_path / "tree"
-    root.mkdir()
-    (root / "fake_conn.py").write_text(SOURCE)
-    spec = importlib.util.spec_from_file_location("fake_conn", root / "fake_conn.py")
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "fake_conn", module)
-    spec.loader.exec_module(module)
+    root, module = hand_tree.load(tmp_path, monkeypatch, "fake_conn", SOURCE)
     return Places(sglang_root=str(root), probes_dir=__import__("probes").__path__[0]), module
 
 
