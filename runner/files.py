@@ -84,14 +84,15 @@ def building_dir(final: Path) -> Iterator[Path]:
 
 
 @contextmanager
-def scratch_dir(parent: Path) -> Iterator[Path]:
-    """A private directory under ``parent`` (same filesystem, so it can be renamed into place);
-    whatever is left of it when the block ends is removed, and so are those a killed process left."""
+def scratch_dir(parent: Path, prefix: str = ".scratch-") -> Iterator[Path]:
+    """A private directory ``<prefix><pid>-<random>`` under ``parent`` (same filesystem, so it can be
+    renamed into place); whatever is left of it when the block ends is removed, and so are those a
+    killed process left. The sandbox's run directories are these too (``execute.run_dir``)."""
     parent.mkdir(parents=True, exist_ok=True)
-    for stale in parent.glob(".scratch-*-*"):
+    for stale in parent.glob(f"{prefix}*-*"):
         if not owner_alive(stale):
             shutil.rmtree(stale, ignore_errors=True)
-    scratch = Path(tempfile.mkdtemp(prefix=f".scratch-{os.getpid()}-", dir=parent))
+    scratch = Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=parent))
     try:
         yield scratch
     finally:

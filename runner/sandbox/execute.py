@@ -37,7 +37,7 @@ from runner.errors import BadInput, Infrastructure
 from runner.evidence import catalog, judging
 from runner.evidence.materials import rederive
 from runner.evidence.observations import Observations
-from runner.files import owner_alive
+from runner.files import scratch_dir
 from runner.sandbox import bwrap, limits
 from runner.evidence.receipts import Isolation
 from runner.store import envs
@@ -93,16 +93,9 @@ def sandboxed_for(identity: TreeIdentity, *, unsandboxed: bool, pinned_sha256: d
 @contextlib.contextmanager
 def run_dir() -> Iterator[Path]:
     """A private directory for one run, named after our pid; those of runs whose diffprobe was
-    killed (SIGKILL leaves them) are swept first."""
-    parent = Path(tempfile.gettempdir())
-    for stale in parent.glob(f"{RUN_PREFIX}*-*"):
-        if not owner_alive(stale):
-            shutil.rmtree(stale, ignore_errors=True)
-    work = Path(tempfile.mkdtemp(prefix=f"{RUN_PREFIX}{os.getpid()}-", dir=parent))
-    try:
+    killed (SIGKILL leaves them) are swept first: a scratch directory of the temporary directory."""
+    with scratch_dir(Path(tempfile.gettempdir()), RUN_PREFIX) as work:
         yield work
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
 
 
 def probes_copy(work_dir: Path) -> Path:
