@@ -16,7 +16,7 @@ import pytest
 from runner import cli, errors
 from runner.commands import accept, gate
 from runner.commands import fleet as fleets
-from tests.commands.test_accept_rules import D, P, Answering, cap, fleet_of, judged, worker
+from tests.commands.test_accept_rules import D, P, Answering, cap, fleet_of, judged, started, worker
 
 
 # --- ranks that disagree with their worker ---------------------------------------------------------
@@ -61,7 +61,7 @@ class Flood(Answering):
     """Answers every request with ``head``, then ``chunk`` again and again (every ``every`` seconds)
     until the client goes away."""
 
-    def __init__(self, head: bytes, chunk: bytes, every: float = 0.0):
+    def __init__(self, head: bytes, chunk: bytes = b"", every: float = 0.0):
         self.head, self.chunk, self.every = head, chunk, every
         super().__init__()
 
@@ -73,15 +73,7 @@ class Flood(Answering):
 
 @pytest.fixture
 def flood():
-    started = []
-
-    def start(head: bytes, chunk: bytes = b"", every: float = 0.0) -> Flood:
-        started.append(Flood(head, chunk, every))
-        return started[-1]
-
-    yield start
-    for s in started:
-        s.close()
+    yield from started(Flood)
 
 
 OK = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"

@@ -338,10 +338,24 @@ class Answering(socketserver.ThreadingTCPServer):
         self.server_close()
 
 
+def started(kind: type[Answering]):
+    """A fixture's body: it yields ``start``, which makes a ``kind`` server of its arguments; each one made
+    is closed when the test ends."""
+    made = []
+
+    def start(*args, **kwargs) -> Answering:
+        made.append(kind(*args, **kwargs))
+        return made[-1]
+
+    yield start
+    for server in made:
+        server.close()
+
+
 class Drip(Answering):
     """Answers every request with ``head`` at once, then one byte of ``tail`` every ``every`` seconds."""
 
-    def __init__(self, head: bytes, tail: bytes, every: float):
+    def __init__(self, head: bytes, tail: bytes, every: float = 0.2):
         self.head, self.tail, self.every = head, tail, every
         super().__init__()
 
@@ -359,15 +373,7 @@ HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d
 
 @pytest.fixture
 def drip():
-    started = []
-
-    def start(head: bytes, tail: bytes, every: float = 0.2) -> Drip:
-        started.append(Drip(head, tail, every))
-        return started[-1]
-
-    yield start
-    for s in started:
-        s.close()
+    yield from started(Drip)
 
 
 @pytest.mark.parametrize("head,tail", [(HEAD, BODY), (b"", HEAD + BODY)], ids=["body", "headers"])
