@@ -376,14 +376,19 @@ def drip():
     yield from started(Drip)
 
 
-@pytest.mark.parametrize("head,tail", [(HEAD, BODY), (b"", HEAD + BODY)], ids=["body", "headers"])
-def test_a_request_ends_at_its_deadline_however_slowly_the_server_drips(drip, head, tail):
-    server = drip(head, tail)
+def failed_within(server: Answering, timeout: float, seconds: float) -> errors.DiffprobeError:
+    """The error a request to ``server`` with ``timeout`` fails with, which must come within ``seconds``."""
     start = time.monotonic()
     with pytest.raises(errors.DiffprobeError) as e:
-        gate.call(server.url, "/server_info", timeout=1)
-    assert time.monotonic() - start < 2.5
-    assert e.value.exit_code == errors.DIFFERS and "no complete answer within 1 s" in e.value.message
+        gate.call(server.url, "/server_info", timeout=timeout)
+    assert time.monotonic() - start < seconds
+    return e.value
+
+
+@pytest.mark.parametrize("head,tail", [(HEAD, BODY), (b"", HEAD + BODY)], ids=["body", "headers"])
+def test_a_request_ends_at_its_deadline_however_slowly_the_server_drips(drip, head, tail):
+    failed = failed_within(drip(head, tail), timeout=1, seconds=2.5)
+    assert failed.exit_code == errors.DIFFERS and "no complete answer within 1 s" in failed.message
 
 
 def test_the_whole_commands_deadline_bounds_each_request(drip):
