@@ -24,6 +24,8 @@ def cmd_audit(args) -> int:
     in_force = {f.fix: survey.pinned_status(f, pinned) for f in rows[0].fixes}
     status.print_audit(rows[0], {n: (", ".join(pinned.fixes[n].sites), word) for n, word in in_force.items()
                                  if n in pinned.fixes and pinned.fixes[n].sites})
+    if args.fix:
+        ui.out.print(f"only {', '.join(f'#{n}' for n in sorted(set(args.fix)))} (--fix): no other pinned fix was probed")
     ui.out.print(f"bundle: {out}")
     # exit 0: every fix in force in the configuration its pin names (each configuration is printed)
     fixed = all(word == "fixed" for word in in_force.values())
@@ -35,6 +37,7 @@ def register(sub) -> None:
     p.add_argument("source")
     p.add_argument("--out", metavar="DIR", help="bundle directory to create")
     options.probe_options(p, parallel=None)
+    options.fixes(p)
     options.baseline(p)
     options.common(p)
     options.signing(p)

@@ -163,7 +163,7 @@ def show(found: list[mutation.Mutation]) -> None:
 def register(sub) -> None:
     p = sub.add_parser("mutate", help="measure the evidence: mutants of each fix's code, and how many its cases detect")
     p.add_argument("source", nargs="?", help="tree to mutate (default: each fix's pinned release with the fix)")
-    p.add_argument("--fix", type=int, action="append", metavar="N", help="only this fix (repeatable)")
+    options.fixes(p, "only this fix (repeatable)")
     p.add_argument("--hunks", metavar="FILE", help="try these changes of the fix's code instead of the operators' "
                    "mutants (JSON list of id, function, old, new): what the tree with each reads, from every case it reaches")
     p.add_argument("--out", metavar="DIR", help="bundle directory to create")

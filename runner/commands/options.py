@@ -19,7 +19,7 @@ class ProbeOptions:
     """How probes run: the interpreter of the environments, parallel runs, per-case timeout, repeats."""
 
     python: str | None = None
-    jobs: int = 1
+    jobs: int | None = 1  # None: as many as the machine's cores and memory allow (pipeline.workers_for_memory)
     case_timeout: int = DEFAULT_CASE_TIMEOUT
     repeat: int = 1  # run each tree's probes this many times; any difference in observations fails
     reuse: bool = True  # take receipts already observed from the receipts store (runner/evidence/results.py)
@@ -96,7 +96,8 @@ def probe_options(p: argparse.ArgumentParser, *, parallel: str | None = "probe r
     """--python, -j (unless ``parallel`` is None: one tree), --case-timeout and --repeat."""
     env_options(p)
     if parallel:
-        p.add_argument("-j", "--jobs", type=errors.positive_int, default=1, metavar="N", help=f"{parallel} (default 1)")
+        p.add_argument("-j", "--jobs", type=errors.positive_int, default=None, metavar="N",
+                       help=f"{parallel} (default: as many as the cores and memory allow)")
     else:
         p.set_defaults(jobs=1)
     p.add_argument("--case-timeout", type=errors.positive_int, default=DEFAULT_CASE_TIMEOUT, metavar="S",
@@ -105,6 +106,13 @@ def probe_options(p: argparse.ArgumentParser, *, parallel: str | None = "probe r
                    help="run each tree's probes N times; exit 1 if any observation differs")
     p.add_argument("--no-reuse", dest="reuse", action="store_false",
                    help="probe every tree even when the receipts store holds its receipts (a new observation)")
+
+
+def fixes(p: argparse.ArgumentParser, help: str = "only this fix's probes (repeatable; default: every pinned fix)",
+          *also: str) -> None:
+    """--fix N (and the names in ``also``): narrow a command to some of the pinned fixes (an unknown
+    one is refused, exit 2)."""
+    p.add_argument("--fix", *also, dest="fix", type=errors.positive_int, action="append", metavar="N", help=help)
 
 
 def probe(args: argparse.Namespace) -> ProbeOptions:

@@ -5,6 +5,7 @@ imports SGLang once for all of that tree's probes."""
 
 from __future__ import annotations
 
+import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
@@ -30,6 +31,7 @@ class Options:
     pinned_sha256: dict[str, str] = field(default_factory=dict)
     pinned_commits: tuple[str, ...] = ()
     bounds: intake.Bounds = intake.Bounds()  # what one tree may hold (--max-files, --max-file-size, --max-tree-size)
+    probes: tuple[str, ...] = tuple(catalog.PROBES)  # what each tree is probed with: the pinned (or --fix) fixes' probes
 
     def sandboxed(self, tree: sources.Tree) -> bool:
         """Whether ``tree`` runs in the sandbox; refuses (exit 2) an unpinned tree where it cannot."""
@@ -40,7 +42,15 @@ class Options:
 def options(args, p: pins.Pins, probe: ProbeOptions = ProbeOptions()) -> Options:
     """Options from a command's --cache-dir, its pins and its probe options."""
     return Options(cache=Store.at(args.cache_dir), probe=probe, package_dir=p.package_dir, pinned_sha256=p.pinned_sha256,
-                   pinned_commits=p.pinned_commits, bounds=bounds(args))
+                   pinned_commits=p.pinned_commits, bounds=bounds(args), probes=probes_of(p, getattr(args, "fix", None)))
+
+
+def probes_of(p: pins.Pins, fixes: list[int] | None = None) -> tuple[str, ...]:
+    """The probes that witness these fixes (default: every pinned one), in the catalog's order: what
+    each tree is probed with, so a pins file or ``--fix`` never runs a probe no fix asks for. (Kept
+    out of runner/evidence: choosing what to run is not judging, and leaves evidence comparable.)"""
+    wanted = {probe for n in (fixes or p.fixes) for probe in p.fix(n).probes}
+    return tuple(probe for probe in catalog.PROBES if probe in wanted)
 
 
 def probe_ref(probe: str, fix: int) -> ProbeRef:
@@ -75,14 +85,18 @@ def same_source(stored, identity: sources.TreeIdentity) -> bool:
     return all(getattr(stored, f, None) == getattr(identity, f, None) for f in fields)
 
 
-def workers_for_memory(requested: int) -> int:
-    """Each probe process holds about 1 GiB (torch + SGLang); never start more than memory allows."""
+def workers_for_memory(requested: int | None) -> int:
+    """Each probe process holds about 1 GiB (torch + SGLang); never start more than memory allows.
+    ``None`` (no -j given): one per core, as memory allows, without a warning."""
+    cores = len(os.sched_getaffinity(0))
     try:
         meminfo = dict(line.split(":", 1) for line in open("/proc/meminfo"))
         available = int(meminfo["MemAvailable"].split()[0]) * 1024
     except (OSError, KeyError, ValueError):
-        return max(1, requested)
+        return max(1, requested or cores)
     allowed = max(1, int(available // PROCESS_BYTES))
+    if requested is None:
+        return min(cores, allowed)
     if requested > allowed:
         ui.warn(f"-j {requested} needs about {requested * PROCESS_BYTES >> 30} GiB; using {allowed} worker(s)")
     return max(1, min(requested, allowed))

@@ -17,7 +17,7 @@ def cmd_run(args) -> int:
     pins_path = options.path(args.pins) or pins.default_path()
     p = pins.load(pins_path)
     out = bundle.out_path(args.out, "run")
-    numbers = args.pr or sorted(n for n, f in p.fixes.items() if args.via == "releases" or f.has_commits)
+    numbers = args.fix or sorted(n for n, f in p.fixes.items() if args.via == "releases" or f.has_commits)
     fixes = {n: p.fix(n) for n in numbers}
     if args.via == "commits":
         bare = [f"#{n}" for n, f in fixes.items() if not f.has_commits]
@@ -67,7 +67,7 @@ def register(sub) -> None:
     p.add_argument("--via", choices=["releases", "commits"], default="releases",
                    help="trees from the release brackets on PyPI, or the pinned commits of a git repository")
     p.add_argument("--repo", metavar="URL|PATH", help="git repository for --via commits (default: the pinned upstream)")
-    p.add_argument("--pr", type=int, action="append", metavar="N", help="only this fix (repeatable)")
+    options.fixes(p, "only this fix (repeatable)", "--pr")
     p.add_argument("--out", metavar="DIR", help="bundle directory to create (must not exist or be empty)")
     p.add_argument("--mutate", action="store_true",
                    help="also measure each fix's evidence at its head: mutation score (diffprobe mutate), in the bundle")

@@ -13,7 +13,7 @@ from pydantic import BaseModel
 
 from runner import errors
 from runner.commands import baseline, pipeline
-from runner.evidence import bundle, catalog, departures, dsse, judging, pins, receipts, static
+from runner.evidence import bundle, departures, dsse, judging, pins, receipts, static
 from runner.evidence.departures import Departures
 from runner.evidence.records import Row, SweepRecord, inconclusive_sites, windows
 from runner.evidence.receipts import Differential, Receipt
@@ -39,7 +39,7 @@ def counted(texts: list[str], opts: pipeline.Options, twins: dict[str, str] | No
     (``against``, else the release it declares: runner/commands/baseline.py), and each fix's
     status says what it rests on."""
     twins = twins or {}
-    probes = list(catalog.PROBES)
+    probes = list(opts.probes)
     findings: dict[str, list[static.Finding]] = {}
     baselines: dict[str, baseline.Baseline] = {}
 

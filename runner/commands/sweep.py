@@ -162,6 +162,7 @@ def register(sub) -> None:
                    "auto: from a Kubernetes Indexed Job, a Slurm array or a CI matrix (docs/deploy/)")
     p.add_argument("--out", metavar="DIR", help="bundle directory to create")
     options.probe_options(p, parallel="trees probed in parallel (memory-bounded)")
+    options.fixes(p)
     options.baseline(p)
     options.common(p)
     options.signing(p)

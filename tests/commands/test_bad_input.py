@@ -73,6 +73,8 @@ ROWS = [
     Row("pins-unknown-probe", ("run", "--pins", "{d}/pins-unknown-probe.toml"), 2, r"unknown probe 'x'"),
     Row("pins-no-fixes", ("run", "--pins", "{d}/pins-no-fixes.toml"), 2, r"pins-no-fixes\.toml: fixes: required key"),
     Row("unknown-fix", ("run", "--pr", "1"), 2, rf"unknown fix #1 \(pinned: {', '.join(f'#{n}' for n in PINNED)}\)"),
+    Row("audit-unknown-fix", ("audit", "pypi:sglang==0.5.21", "--fix", "1"), 2, r"unknown fix #1 \(pinned: "),
+    Row("sweep-fix-word", ("sweep", "pypi:sglang==0.5.21", "--fix", "latest"), 2, r"--fix: expected a positive integer"),
     Row("jobs-zero", ("run", "-j", "0"), 2, r"-j/--jobs: expected a positive integer, got '0'"),
     Row("repeat-word", ("audit", "pypi:sglang==0.5.21", "--repeat", "many"), 2, r"--repeat: expected a positive integer"),
     Row("out-taken", ("run", "--out", "{d}/taken", "--cache-dir", "{cache}"), 2, r"--out .*taken: exists and is not empty"),

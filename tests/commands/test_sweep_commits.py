@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
 from runner import cli
-from runner.commands import survey
 from runner.views.report import incident, matrix, verified
-from runner.evidence import bundle, catalog, pins
+from runner.evidence import bundle
 from runner.evidence.records import SweepRecord
 from tests import gitrepo
 from tests.gitrepo import Step
@@ -21,18 +19,7 @@ from tests.gitrepo import Step
 pytestmark = pytest.mark.slow
 
 FIXES = (36988, 38935)  # the fixes these tests judge: #36988 first in 0.5.20, #38935 first in 0.5.21
-
-
-@pytest.fixture(scope="module", autouse=True)
-def only_these_fixes_probes():
-    """A sweep runs every probe in the catalog; here only FIXES' probes (as pins.toml names them), so that
-    first_fixed holds FIXES alone and each tree costs two probe runs, not seven. The catalog module itself
-    is untouched: each probe's files and digest stay what they are."""
-    project = pins.load(None)
-    probes = {p: catalog.PROBES[p] for fix in FIXES for p in project.fix(fix).probes}
-    with pytest.MonkeyPatch.context() as m:
-        m.setattr(survey, "catalog", SimpleNamespace(PROBES=probes))
-        yield
+ONLY = [a for fix in FIXES for a in ("--fix", str(fix))]  # their probes alone: two probe runs per tree, not seven
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +35,7 @@ def history(tmp_path_factory, release_tree) -> dict:
 
 def _sweep(history, cache, out: Path, *extra: str) -> tuple[int, SweepRecord]:
     code = cli.main(["sweep", "--commits", f"{history['commits']['a19']}..main", "--repo", str(history["path"]),
-                     "--cache-dir", str(cache.root), "--out", str(out), *extra])
+                     "--cache-dir", str(cache.root), "--out", str(out), *ONLY, *extra])
     index, _, _ = bundle.load(out)
     return code, SweepRecord.model_validate(index.extra)
 

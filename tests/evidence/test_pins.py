@@ -2,7 +2,8 @@ from pathlib import Path
 
 import pytest
 
-from runner.evidence import pins
+from runner.commands.pipeline import probes_of
+from runner.evidence import catalog, pins
 from runner.errors import BadInput
 
 PROJECT_PINS = Path(__file__).resolve().parents[2] / "pins.toml"
@@ -24,6 +25,18 @@ def test_project_pins_are_valid_and_complete():
         39500: ("0.5.20", "0.5.21"), 40645: ("0.5.20", "0.5.21"), 41023: ("0.5.20", "0.5.21"),
         41402: ("0.5.21", "0.5.22"), 41404: ("0.5.21", "0.5.22")}
     assert p.fixes[39500].sites == ["with-kv-checksum"] and p.fixes[41023].sites == ["default"]
+
+
+def test_a_tree_is_probed_with_the_probes_its_fixes_name_in_catalog_order():
+    """What ``audit``/``sweep`` run: every pinned fix's probes by default, only the --fix ones' otherwise;
+    a pins file naming fewer fixes runs fewer probes."""
+    p = pins.load(PROJECT_PINS)
+    assert probes_of(p) == tuple(catalog.PROBES)  # the project's pins name every probe
+    assert probes_of(p, [41402, 38935]) == ("admission", "lifetime-peers")
+    narrowed = p.model_copy(update={"fixes": {36988: p.fixes[36988]}})
+    assert probes_of(narrowed) == ("prefill-cleanup",)
+    with pytest.raises(BadInput, match=r"unknown fix #1 \(pinned: #36988\)"):
+        probes_of(narrowed, [1])
 
 
 def test_base_and_head_are_pinned_together(tmp_path):
