@@ -10,6 +10,7 @@ from runner.evidence.observations import Case
 from runner.store.sources import TreeIdentity
 
 ROOT = Path(__file__).resolve().parent.parent  # the project checkout
+EVIDENCE = ROOT / "evidence"
 
 PROBE = receipts.ProbeRef(id="admission", fix=38935, sha256="a" * 64, files={"admission.py": "b" * 64})
 
@@ -91,3 +92,16 @@ def audit_exit(version: str) -> int:
 
     carried = all(version_key(f.releases.with_) <= version_key(version) for f in pins.load().fixes.values())
     return errors.OK if carried else errors.DIFFERS
+
+
+def committed_bundles() -> list:
+    """The bundles committed under evidence/, as test parameters: a release line (hundreds of receipts
+    with their lines: a minute of CPU to load, verify and render) in the slow tier, so that the fast
+    tier stays seconds; the reference runs in the fast one."""
+    import pytest
+
+    from runner.evidence import bundle
+
+    found = sorted(p for p in EVIDENCE.glob("[!.]*") if (p / bundle.MANIFEST).is_file())
+    return [pytest.param(p, id=p.name, marks=[pytest.mark.slow] if p.name.startswith("release-line-") else [])
+            for p in found]

@@ -22,7 +22,7 @@ FIRST_FIXED = {(n, (f.sites or [None])[0]): f"pypi:sglang=={f.releases.with_}" f
 SAMPLE = ["0.4.6", "0.5.5", "0.5.14", "0.5.21"]
 
 
-@pytest.fixture(scope="module", params=LINES, ids=[p.name for p in LINES])
+@pytest.fixture(scope="module", params=[pytest.param(p, id=p.name, marks=pytest.mark.slow) for p in LINES])
 def line(request) -> tuple[Path, SweepRecord, dict[str, receipts.Receipt]]:
     index, named, _ = bundle.load(request.param)
     return request.param, SweepRecord.model_validate(index.extra), named

@@ -25,8 +25,8 @@ from runner.evidence import bundle
 from runner.evidence.observations import Case, CaseError
 from runner.evidence.receipts import Differential, Environment, ModelIdentity, ProbeRef, Standins, differential, make, seal
 from runner.store.sources import TreeIdentity
+from tests.helpers import committed_bundles
 
-EVIDENCE = Path(__file__).resolve().parents[2] / "evidence"
 HOSTILE = '<script>alert(1)</script><img src="https://evil.example/x.png"> [/] [bold]'
 HOSTILE_ID = 'evil [/] [bold]<i>"'
 
@@ -328,10 +328,8 @@ def test_the_page_is_written_atomically_and_replaces_an_old_one(run_bundle, tmp_
     assert out.read_text().startswith("<!DOCTYPE html>") and sorted(p.name for p in tmp_path.iterdir()) == ["bundle", "r.html"]
 
 
-@pytest.mark.parametrize("reference", [p for p in sorted(EVIDENCE.glob("[!.]*")) if (p / bundle.MANIFEST).is_file()] or [None])
+@pytest.mark.parametrize("reference", committed_bundles())
 def test_committed_reference_bundle_renders(reference, tmp_path):
-    if reference is None:
-        pytest.skip("no reference bundle committed under evidence/ yet")
     page = html_of(reference, tmp_path / "r.html")
     assert_self_contained(parse(page))
     assert len(levels(page)) == 7
