@@ -75,10 +75,10 @@ def _compiled(cache: Store, key: str, cache_tag: str, python: Path, sources: dic
         _compile(python, scratch, log)
         for sha in sources:
             compiled = scratch / "__pycache__" / f"{sha}.{cache_tag}.pyc"
-            if compiled.exists():
+            if compiled.exists():  # a new file: compileall gives byte-code its source's mode, maybe read-only
                 pyc = compiled.read_bytes()
-                compiled.write_bytes(_digest(key, sha, pyc) + b"\n" + pyc)
-                os.replace(compiled, cache.pyc(key, sha))
+                (scratch / sha).write_bytes(_digest(key, sha, pyc) + b"\n" + pyc)
+                os.replace(scratch / sha, cache.pyc(key, sha))
                 done[sha] = pyc
     return done
 

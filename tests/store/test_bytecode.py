@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -115,6 +116,16 @@ def test_a_damaged_entry_is_compiled_again_and_replaced_with_one_warning(tmp_pat
     assert imported(overlay)[0]["B"] == 1
     _, again = _fill(store, interp, tmp_path, "third")
     assert (again.compiled, again.copied) == (0, 3) and capsys.readouterr().err == ""
+
+
+def test_two_builders_filing_the_same_entries_at_once_both_file_valid_ones(tmp_path, interp, capsys):
+    store = Store.at(tmp_path / "cache")
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        done = list(pool.map(lambda name: _fill(store, interp, tmp_path, name), ["one", "two"]))
+    assert all(r.compiled + r.copied == 3 for _, r in done)
+    _, again = _fill(store, interp, tmp_path, "three")
+    assert (again.compiled, again.copied) == (0, 3) and "damaged" not in capsys.readouterr().err
+    assert all(imported(overlay)[0]["B"] == 1 for overlay, _ in done)
 
 
 def test_a_module_that_does_not_compile_is_left_to_theimported(tmp_path, interp):
