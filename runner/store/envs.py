@@ -5,7 +5,8 @@ The layer (CPU torch plus the lock in ``runner/data/cpu-lock.txt``) is a virtual
 virtualenv whose single ``.pth`` file puts, in this order, the tree, the layer's site-packages and
 the stand-in finder on ``sys.path``: that tree's sglang is the only one importable, and a second
 tree costs a few seconds (the host puts the tree's byte-code into the environment's overlay of the
-tree when it builds it, compiling only modules whose bytes no earlier tree had: runner/store/bytecode.py). Both are built under a scratch name and renamed when complete, then
+tree when it builds it, compiling only modules whose bytes no earlier tree had:
+runner/store/bytecode.py). Both are built under a scratch name and renamed when complete, then
 described by a stamp; an entry without a valid stamp does not exist. Both are read-only to every
 run (runner/sandbox/). Both are also sealed (runner/store/seal.py), and the seal is checked before
 use: a file added or changed since, a planted ``.pth`` or byte-code, makes a tree's environment
