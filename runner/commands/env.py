@@ -48,6 +48,9 @@ def _print_check(tree, environment, check, layer: envs.LayerStamp | None) -> Non
     o.print(f"[bold]environment[/] {environment.root}")
     o.print(f"[bold]python[/]      {environment.stamp.interpreter.implementation} {environment.stamp.interpreter.version}"
             f"  layer {environment.stamp.layer_key} (lock sha256 {environment.stamp.lock_sha256[:16]}…)")
+    made = environment.stamp.bytecode
+    o.print(f"[bold]byte-code[/]   of {made.modules} modules when built: {made.copied} copied from the byte-code store, "
+            f"the rest from {made.compiled} distinct source(s) compiled")
     if layer:
         o.print(escape(f"torch       {layer.torch.version} from {torch_source.describe(layer.torch.source)}: "
                        f"{layer.torch.url} (sha256 {layer.torch.sha256[:16]}…)"))

@@ -27,7 +27,7 @@ from runner.store.specs import local_path
 ENV_VAR = "DIFFPROBE_CACHE"
 USED = ".last-used"  # an entry's marker file; its mtime is when the entry was last used
 # The kinds of entry, each a directory of the store: what ``gc`` may evict, in this order on a tie.
-KINDS = ("results", "backports", "envs", "trees", "downloads", "git", "layers")
+KINDS = ("results", "backports", "envs", "bytecode", "trees", "downloads", "git", "layers")
 
 
 def default_root() -> Path:
@@ -76,6 +76,17 @@ class Store:
 
     def env(self, key: str) -> Path:
         return self.dir("envs", key)
+
+    def bytecode(self, interpreter: str) -> Path:
+        """One interpreter's byte-code store (runner/store/bytecode.py), shared by all its
+        environments: the unit ``gc`` evicts."""
+        path = self.dir("bytecode", interpreter)
+        path.mkdir(exist_ok=True)
+        return path
+
+    def pyc(self, interpreter: str, source_sha256: str) -> Path:
+        """The entry of that store for a module whose source has this sha256."""
+        return self.root / "bytecode" / interpreter / f"{source_sha256}.pyc"
 
     def backport(self, name: str) -> Path:
         return self.dir("backports", name)

@@ -4,8 +4,9 @@ The layer (CPU torch plus the lock in ``runner/data/cpu-lock.txt``) is a virtual
 (lock digest, interpreter) and never holds sglang. A tree's environment is a ``--no-seed``
 virtualenv whose single ``.pth`` file puts, in this order, the tree, the layer's site-packages and
 the stand-in finder on ``sys.path``: that tree's sglang is the only one importable, and a second
-tree costs a few seconds (the host compiles the tree's byte-code into the environment's overlay of
-the tree when it builds it). Both are built under a scratch name and renamed when complete, then
+tree costs a few seconds (the host puts the tree's byte-code into the environment's overlay of the
+tree when it builds it, compiling only modules whose bytes no earlier tree had:
+runner/store/bytecode.py). Both are built under a scratch name and renamed when complete, then
 described by a stamp; an entry without a valid stamp does not exist. Both are read-only to every
 run (runner/sandbox/). Both are also sealed (runner/store/seal.py), and the seal is checked before
 use: a file added or changed since, a planted ``.pth`` or byte-code, makes a tree's environment
@@ -20,7 +21,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -35,7 +35,7 @@ from runner.errors import BadInput, Infrastructure
 from runner.files import building_dir, digest_name, sha256_bytes, sha256_file
 from runner.store.procs import run_logged
 from runner.store.seal import seal
-from runner.store import torch_source, uv
+from runner.store import bytecode, torch_source, uv
 from runner.store.torch_source import TorchRecord, TorchSource
 from runner.store.pypi import WHEEL_TAG
 from runner.store.trees import PKG, Tree
@@ -50,7 +50,8 @@ CHOICE = (
     "(2.5.1 in 0.4.5 onward); a tree's import check decides whether its code runs with it, and private torch "
     "queries renamed since are answered by this torch under their old names (runner/standins)"
 )
-ENV_FORMAT = 3  # bump when the layout of a tree's environment changes (2: byte-code overlay, 3: compiled by the host, sealed)
+ENV_FORMAT = 4  # bump when the layout of a tree's environment changes (2: byte-code overlay, 3: compiled by the host, sealed,
+# 4: checked-hash byte-code from the byte-code store)
 # What a seal leaves out: the stamp that holds it, and the store's last-used marker (gc), which
 # every use touches. Neither is code a run could load.
 STAMPS = ("env.json", USED)
@@ -64,6 +65,16 @@ class Interpreter(BaseModel):
     version: str  # "3.11.7"
     tag: str  # "cp311"
     machine: str
+    # Which byte-code it reads: ``sys.implementation.cache_tag`` and ``importlib.util.MAGIC_NUMBER``
+    # (hex). Empty only in stamps written before they were recorded.
+    cache_tag: str = ""  # "cpython-311"
+    magic: str = ""  # "a70d0d0a"
+
+    @property
+    def bytecode_key(self) -> str:
+        """Its byte-code store (runner/store/bytecode.py): the cache tag names the implementation and
+        its version, the magic number the byte-code format (which changes within a version's pre-releases)."""
+        return f"{self.cache_tag}-{self.magic}"
 
 
 class StandinRecord(BaseModel):
@@ -95,6 +106,7 @@ class EnvStamp(BaseModel):
     standins: StandinRecord
     notes: list[str]
     seal: str
+    bytecode: bytecode.BytecodeRecord
 
 
 @dataclass(frozen=True)
@@ -132,9 +144,10 @@ class Env:
 
 
 _QUERY = (
-    "import json,platform,sys,sysconfig;"
+    "import importlib.util,json,platform,sys;"
     "print(json.dumps({'implementation':platform.python_implementation(),'version':platform.python_version(),"
-    "'tag':sys.implementation.cache_tag.replace('cpython-','cp'),'machine':platform.machine()}))"
+    "'tag':sys.implementation.cache_tag.replace('cpython-','cp'),'machine':platform.machine(),"
+    "'cache_tag':sys.implementation.cache_tag,'magic':importlib.util.MAGIC_NUMBER.hex()}))"
 )
 
 
@@ -304,32 +317,17 @@ def _env(tree: Tree, cache: Store, interp: Interpreter, torch: list[TorchSource]
             f"{standins_dir}\n"
             "import cpu_standins; cpu_standins.install()\n"
         )
-        _compile(scratch, [scratch / "tree", scratch / "standins"], cache.log(f"env-{key}-compile.log"))
+        modules = [scratch / "tree" / rel for rel in tree.files if rel.endswith(".py")] + sorted((scratch / "standins").glob("*.py"))
+        compiled = bytecode.fill(cache, interp.bytecode_key, interp.cache_tag, scratch / "bin" / "python", modules,
+                                 cache.log(f"env-{key}-compile.log"))
         stamp = EnvStamp(
             format=ENV_FORMAT, key=key, tree_digest=tree.identity.tree_digest, layer_key=layer_stamp.key,
             lock_sha256=layer_stamp.lock_sha256, interpreter=interp,
             standins=StandinRecord(declared=DECLARED_STANDINS, sha256=standins_sha, tree_lacks=_tree_lacks(tree)),
-            notes=_notes(tree, interp), seal=seal(scratch, exclude=STAMPS),
+            notes=_notes(tree, interp), seal=seal(scratch, exclude=STAMPS), bytecode=compiled,
         )
         write_model(scratch / "env.json", stamp)
     return Env(final, stamp, tree, layer_root)
-
-
-def _compile(venv: Path, dirs: list[Path], log: Path) -> None:
-    """Byte-code for every module of the tree and the stand-ins, compiled by the host before any
-    run: runs see the environment read-only, so nothing a tree runs can write byte-code that a
-    later run would load. ``-S``: compiling runs no ``.pth`` and no code of the tree. A file that
-    does not compile is left to the import, which reports it."""
-    with open(log, "wb") as sink:
-        proc = subprocess.Popen([str(venv / "bin" / "python"), "-I", "-S", "-m", "compileall", "-q", "-j", "0", *map(str, dirs)],
-                                stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-        try:
-            proc.wait()
-        finally:  # interrupted: its pool of workers goes too, not only the process we started
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-
 
 
 def layer_key(interp: Interpreter) -> str:

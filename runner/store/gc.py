@@ -2,7 +2,8 @@
 killed processes left behind (``.building-*`` and ``.scratch-*`` directories, probe run directories).
 
 Eviction is always safe: every entry is rebuilt on demand (a tree from its source, an environment
-from its tree and layer), and an environment whose tree or layer was evicted fails its health
+from its tree and layer, byte-code from its source at the next environment build, while built
+environments keep their own copies), and an environment whose tree or layer was evicted fails its health
 check and is rebuilt (``envs.env``). An entry whose build lock is held is never touched.
 """
 

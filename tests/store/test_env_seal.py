@@ -4,10 +4,12 @@ added or changed in it since it was sealed (a planted .pth or .pyc) makes it reb
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 
 from runner.store import envs, sources, specs
+from tests.store.test_bytecode import FILES, imported
 
 pytestmark = pytest.mark.slow  # the shared layer
 
@@ -26,6 +28,23 @@ def test_the_host_compiles_every_module_of_the_tree(tiny):
     _, environment = tiny
     compiled = {p.name for p in (environment.root / "tree").rglob("*.pyc")}
     assert {n.split(".")[0] for n in compiled} >= {"__init__", "mod"}
+
+
+def test_a_tree_differing_in_one_file_compiles_only_that_file_and_imports_under_its_own_paths(cache, interp, tmp_path):
+    token = f"{os.getpid()}-{time.time_ns()}"  # sources no earlier run of the session's store compiled
+    built = []
+    for name, b in (("release", "B = 1"), ("fork", "B = 2")):
+        for rel, text in {**FILES, "sglang/b.py": f"{b}  # {token}\n", "sglang/c.py": f"C = {token!r}\n"}.items():
+            (tmp_path / name / rel).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / name / rel).write_text(text)
+        built.append(envs.env(sources.resolve(specs.parse(f"path:{tmp_path / name}"), cache), cache, interp))
+    release, fork = (e.stamp.bytecode for e in built)
+    assert release.modules == fork.modules == 5 and release.compiled >= 2  # 4 of the tree's, 1 stand-in
+    assert (fork.compiled, fork.copied) == (1, 4)
+    seen, log = imported(built[1].root / "tree", built[1].python)
+    a = built[1].root / "tree" / "sglang" / "a.py"
+    assert seen == {"co_filename": str(a), "traceback": str(a), "B": 2}
+    assert f"code object from '{a.parent / '__pycache__' / ('a.' + interp.cache_tag + '.pyc')}'" in log
 
 
 @pytest.mark.parametrize("plant", ["pyc", "pth", "rewrite"])

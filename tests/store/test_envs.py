@@ -44,12 +44,13 @@ def test_release_env_reuses_everything_on_second_call(cache, interp, release_tre
 
 
 def test_interrupted_env_build_leaves_nothing_valid(tmp_path, cache, interp, release_tree, monkeypatch):
-    """Share the session's layer but build the tree env in a fresh place, and crash half-way."""
+    """Share the session's layer and byte-code store but build the tree env in a fresh place, and crash half-way."""
     tree = release_tree("0.5.20")
     layer_root, stamp = envs.layer(cache, interp)
     private = Store.at(tmp_path / "c")
     (private.root / "layers").mkdir(parents=True)
     (private.root / "layers" / stamp.key).symlink_to(layer_root)
+    (private.root / "bytecode").symlink_to(cache.bytecode(interp.bytecode_key).parent)
     real = envs._site_packages
 
     def crash(python):
