@@ -78,7 +78,10 @@ def test_an_interrupted_run_leaves_nothing_half_written_and_no_probe_running(cac
     out = tmp_path / "work" / "bundle"
     argv = [sys.executable, "-m", "runner.cli", "run", "--via", "releases", "--pr", "38935", "--out", str(out),
             "--cache-dir", str(cache.root), "-j", "2", "--no-reuse"]  # probes must run to be interrupted
-    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # As from a terminal: SIGINT at its default even where this suite runs in a background job (which
+    # starts with SIGINT ignored, and Python then leaves it ignored: the run would not be interrupted).
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 600
     while not (groups := _harness_groups(proc.pid)):
         assert proc.poll() is None and time.monotonic() < deadline, "no probe started"
