@@ -4,7 +4,8 @@ release's environment.
 Run by tests/conftest.py as its own process at the start of a large test run (output to a log, so
 nothing it prints lands in a test's captured output): the layer is built on one thread while the
 releases download on two others (I/O); then each release's environment is built (a virtualenv and
-the tree's byte-code, ~9 s of CPU each), in the order given, on the core the tests leave idle while
+the tree's byte-code: ~9 s of CPU for the first, then only the modules the byte-code store lacks),
+in the order given, on the core the tests leave idle while
 they wait on one probe process. The store's build locks and scratch directories make it safe beside
 the tests, which wait for what they need (``conftest.prefetch``; an environment's build lock).
 
