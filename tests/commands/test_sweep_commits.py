@@ -91,16 +91,17 @@ ENGINES = {
 }
 
 
-@pytest.mark.parametrize("engine", sorted(ENGINES))
-def test_shards_from_each_engines_variables_merge_into_the_whole_sweep(engine, history, cache, tmp_path, monkeypatch):
+def test_shards_from_each_engines_variables_merge_into_the_whole_sweep(history, cache, tmp_path, monkeypatch):
+    """Three slices, each placed by another engine's own variables (their parsing, engine by engine, is
+    tests/commands/test_shards.py's), merge into the whole sweep."""
     _, whole = _sweep(history, cache, tmp_path / "whole")
     shards = []
-    for i in range(3):
+    for i, engine in enumerate(sorted(ENGINES)):
         with monkeypatch.context() as m:
-            for k, v in ENGINES[engine](i, 3).items():
+            for k, v in ENGINES[engine](i, len(ENGINES)).items():
                 m.setenv(k, v)
             _, part = _sweep(history, cache, tmp_path / f"shard{i}", "--shard", "auto")
-        assert part.shard == f"{i + 1}/3"
+        assert part.shard == f"{i + 1}/{len(ENGINES)}", engine
         shards.append(str(tmp_path / f"shard{i}"))
     assert cli.main(["merge", *shards, "--out", str(tmp_path / "merged")]) == 0
     index, _, diffs = bundle.load(tmp_path / "merged")
