@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from runner import cli
-from runner.evidence import attest, bundle, dsse, receipts
+import pytest
+
+from runner import cli, errors
+from runner.commands.sweep import version_key
+from runner.evidence import attest, bundle, dsse, pins, receipts
 from runner.evidence.observations import Case
 from runner.store.sources import TreeIdentity
 
@@ -86,10 +89,6 @@ def pins_38935(dest: Path, base: str, head: str) -> Path:
 def audit_exit(version: str) -> int:
     """What ``audit`` of release ``version`` must exit with by the project's pins: 0 only when every
     pinned fix's first release is at or before it (a later defence still missing is exit 1)."""
-    from runner import errors
-    from runner.commands.sweep import version_key
-    from runner.evidence import pins
-
     carried = all(version_key(f.releases.with_) <= version_key(version) for f in pins.load().fixes.values())
     return errors.OK if carried else errors.DIFFERS
 
@@ -98,10 +97,6 @@ def committed_bundles() -> list:
     """The bundles committed under evidence/, as test parameters: a release line (hundreds of receipts
     with their lines: a minute of CPU to load, verify and render) in the slow tier, so that the fast
     tier stays seconds; the reference runs in the fast one."""
-    import pytest
-
-    from runner.evidence import bundle
-
     found = sorted(p for p in EVIDENCE.glob("[!.]*") if (p / bundle.MANIFEST).is_file())
     return [pytest.param(p, id=p.name, marks=[pytest.mark.slow] if p.name.startswith("release-line-") else [])
             for p in found]

@@ -11,8 +11,8 @@ import pytest
 from runner import cli
 from runner.evidence import bundle, judging, pins, receipts
 from runner.evidence.records import SweepRecord, windows
+from tests.helpers import EVIDENCE
 
-EVIDENCE = Path(__file__).resolve().parents[2] / "evidence"
 LINES = sorted(p for p in EVIDENCE.glob("release-line-*") if (p / bundle.MANIFEST).is_file())
 PINS = pins.load().fixes
 # Each fix's first fixed release as pins.toml brackets it, in the configuration its pin names (none: every case).
