@@ -45,7 +45,7 @@ package = importlib.util.module_from_spec(spec)
 sys.modules["probes"] = package
 spec.loader.exec_module(package)
 from probes.case import Places, run_case
-probes = [importlib.import_module(m).PROBE for m in ("probes.admission", "probes.prefill_cleanup")]
+probes = [importlib.import_module("probes." + m).PROBE for m in sys.argv[2:]]
 for probe in probes:
     for name in probe.imports:
         try:
@@ -73,7 +73,8 @@ def cli(*argv: str) -> None:
 
 
 def bare(environment: envs.Env, work: Path) -> str:
-    out = subprocess.run([str(environment.python), "-I", "-c", BARE, str(catalog.probes_dir())],
+    modules = [name.removesuffix(".py") for name in catalog.PROBES.values()]  # every probe audit runs
+    out = subprocess.run([str(environment.python), "-I", "-c", BARE, str(catalog.probes_dir()), *modules],
                          capture_output=True, text=True, check=True, env=envs.scrubbed_env(work), cwd=work)
     return out.stdout.strip()
 

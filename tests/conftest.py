@@ -34,6 +34,15 @@ REAL = {"release_tree", "upstream_repo"}  # fixtures that download real SGLang r
 SUITE_RELEASES = ["0.5.21", "0.5.20", "0.5.19", "0.5.22", "0.5.23", "0.4.5", "0.4.6", "0.4.7", "0.4.9", "0.4.10", "0.5.5",
                   "0.5.10", "0.5.13", "0.5.14", "0.5.18"]
 PREFETCH_FROM = 20  # slow tests selected
+WORKER = os.environ.get("PYTEST_XDIST_WORKER")  # this session is one of pytest-xdist's workers (gw0, gw1, ...)
+
+
+def pytest_xdist_auto_num_workers(config) -> int:
+    """``-n auto`` (pyproject's addopts): one test worker per usable core, at most four (each may run
+    two probe processes of ~1.5 GiB at once; beyond four the longest modules bound the run anyway).
+    Much of a slow test is waiting (downloads, a case's timeout, one probe process), so workers keep
+    the cores busy that one test at a time leaves idle."""
+    return min(4, len(os.sched_getaffinity(0)))
 
 
 def pytest_addoption(parser):
@@ -47,7 +56,9 @@ def _cpu() -> float:
 
 
 TIMES: dict[str, tuple[float, float]] = {}  # test id -> (wall, CPU) seconds, set-up and tear-down included
+UNCONFINED: set[str] = set()  # tests that ran fixture trees unconfined, from every worker's reports
 SESSION: dict[str, float] = {}
+STARTED: dict[str, tuple[float, float]] = {}
 
 
 def pytest_sessionstart(session):
@@ -59,10 +70,27 @@ RUNNING = [""]  # the test running now (its set-up included): what ran a tree un
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    wall, cpu = time.monotonic(), _cpu()
+    STARTED[item.nodeid] = (time.monotonic(), _cpu())
     RUNNING[0] = item.nodeid
     yield
-    TIMES[item.nodeid] = (time.monotonic() - wall, _cpu() - cpu)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A test's cost (and whether it ran a tree unconfined) rides on its tear-down report, which
+    pytest-xdist carries from the worker that ran it to the process that prints the summary."""
+    if call.when == "teardown":
+        wall, cpu = STARTED.pop(item.nodeid)
+        item.user_properties.append(("diffprobe-cost", (time.monotonic() - wall, _cpu() - cpu, item.nodeid in tools.UNCONFINED)))
+    yield
+
+
+def pytest_runtest_logreport(report):
+    for key, value in report.user_properties if report.when == "teardown" else ():
+        if key == "diffprobe-cost":
+            TIMES[report.nodeid] = (value[0], value[1])
+            if value[2]:
+                UNCONFINED.add(report.nodeid)
 
 
 def pytest_collection_modifyitems(items):
@@ -129,15 +157,24 @@ def pytest_terminal_summary(terminalreporter, config):
     if counts:
         terminalreporter.write_line("skipped for a missing system tool: " + ", ".join(
             f"{n} need {tool} ({tools.TOOLS[tool].install})" for tool, n in sorted(counts.items())), yellow=True)
-    if tools.UNCONFINED:
-        terminalreporter.write_line(f"bubblewrap cannot run here: {len(tools.UNCONFINED)} test(s) ran the project's trusted fixture "
+    if UNCONFINED:
+        terminalreporter.write_line(f"bubblewrap cannot run here: {len(UNCONFINED)} test(s) ran the project's trusted fixture "
                                     "trees unconfined (with bubblewrap they run sandboxed)", yellow=True)
 
 
 @pytest.fixture(scope="session")
 def cache(tmp_path_factory) -> Store:
+    """One cache for the whole run. Under pytest-xdist every worker's session shares it (the store's
+    build locks, ready markers and atomic writes make concurrent builders safe, as for ``-j``), so
+    each release's tree, environment and receipts are built once for all workers, not once each."""
     root = os.environ.get("DIFFPROBE_TEST_CACHE")
-    return Store.at(root) if root else Store.at(tmp_path_factory.mktemp("cache"))
+    if root:
+        return Store.at(root)
+    if WORKER:
+        shared = tmp_path_factory.getbasetemp().parent / "cache"
+        shared.mkdir(exist_ok=True)
+        return Store.at(shared)
+    return Store.at(tmp_path_factory.mktemp("cache"))
 
 
 @pytest.fixture(scope="session")
@@ -146,17 +183,39 @@ def interp():
 
 
 class Prefetch:
-    """tests/prefetch.py running beside the tests; what a test needs from it, it waits for."""
+    """tests/prefetch.py running beside the tests; what a test needs from it, it waits for. Under
+    pytest-xdist the first worker to create ``claim`` (one file for the run) starts it; the others
+    wait on the same ready markers while that process lives."""
 
-    def __init__(self, cache: Store, interp, log: Path) -> None:
-        self.cache, self.interp = cache, interp
+    def __init__(self, cache: Store, interp, log: Path, claim: Path | None = None) -> None:
+        self.cache, self.interp, self.proc = cache, interp, None
+        try:
+            fd = os.open(claim, os.O_WRONLY | os.O_CREAT | os.O_EXCL) if claim else None
+        except FileExistsError:
+            while not claim.stat().st_size:  # the owner is writing its process id
+                time.sleep(0.1)
+            self.pid = int(claim.read_text())
+            return
         self.log = open(log, "wb")
         self.proc = subprocess.Popen([sys.executable, "-m", "tests.prefetch", str(cache.root), *SUITE_RELEASES],
                                      cwd=Path(__file__).resolve().parent.parent, stdout=self.log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL)
+        self.pid = self.proc.pid
+        if fd is not None:
+            os.write(fd, str(self.pid).encode())
+            os.close(fd)
+
+    def running(self) -> bool:
+        if self.proc is not None:
+            return self.proc.poll() is None
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return False
+        return Path(f"/proc/{self.pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"  # ended, not yet reaped
 
     def wait_for(self, ready: Path) -> None:
-        while self.proc.poll() is None and not ready.exists():
+        while not ready.exists() and self.running():
             time.sleep(0.5)
 
     def layer(self) -> None:
@@ -167,17 +226,20 @@ class Prefetch:
             self.wait_for(self.cache.index("pypi", version))
 
     def close(self) -> None:
-        self.proc.wait()
-        self.log.close()
+        if self.proc is not None:
+            self.proc.wait()
+            self.log.close()
 
 
 @pytest.fixture(scope="session", autouse=True)
-def prefetch(request, cache, interp) -> Prefetch | None:
+def prefetch(request, cache, interp, tmp_path_factory) -> Prefetch | None:
     """In a session of at least ``PREFETCH_FROM`` slow tests, the layer and ``SUITE_RELEASES`` are
-    fetched by tests/prefetch.py from the start (its log: the cache's logs/prefetch.log); else None."""
+    fetched by tests/prefetch.py from the start (its log: the cache's logs/prefetch.log); else None.
+    Under pytest-xdist one process serves all workers."""
     if sum(1 for item in request.session.items if item.get_closest_marker("slow")) < PREFETCH_FROM:
         return None
-    ahead = Prefetch(cache, interp, cache.log("prefetch.log"))
+    claim = tmp_path_factory.getbasetemp().parent / "prefetch.pid" if WORKER else None
+    ahead = Prefetch(cache, interp, cache.log("prefetch.log"), claim)
     request.addfinalizer(ahead.close)
     return ahead
 
