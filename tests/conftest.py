@@ -49,10 +49,14 @@ def pytest_addoption(parser):
     parser.addoption("--times", metavar="PATH", help="write each test's wall and CPU seconds to PATH (JSON lines)")
 
 
+ASIDE = [0.0]  # CPU of the prefetch process (tests/prefetch.py): reaped during some test, but not its cost
+
+
 def _cpu() -> float:
-    """CPU seconds of this process and of its children that ended (probe runs, builds, sandboxes)."""
+    """CPU seconds of this process and of its children that ended (probe runs, builds, sandboxes),
+    the prefetch process's left out."""
     t = os.times()
-    return t.user + t.system + t.children_user + t.children_system
+    return t.user + t.system + t.children_user + t.children_system - ASIDE[0]
 
 
 TIMES: dict[str, tuple[float, float]] = {}  # test id -> (wall, CPU) seconds, set-up and tear-down included
@@ -141,7 +145,7 @@ def pytest_terminal_summary(terminalreporter, config):
         for nodeid, (wall, cpu) in sorted(TIMES.items(), key=lambda kv: -kv[1][1])[:10]:
             terminalreporter.write_line(f"{cpu:8.1f} CPU {wall:8.1f} wall  {nodeid}")
         terminalreporter.write_line(
-            f"this run: {_cpu() - SESSION['cpu']:.0f} s CPU in {time.monotonic() - SESSION['wall']:.0f} s wall; "
+            f"this run: {_cpu() + ASIDE[0] - SESSION['cpu']:.0f} s CPU in {time.monotonic() - SESSION['wall']:.0f} s wall; "
             f"load average {SESSION['load']:.1f} at its start, {os.getloadavg()[0]:.1f} at its end ({os.cpu_count()} CPUs)")
     path = config.getoption("times")
     if path:
@@ -207,7 +211,13 @@ class Prefetch:
 
     def running(self) -> bool:
         if self.proc is not None:
-            return self.proc.poll() is None
+            if self.proc.returncode is not None:
+                return False
+            before = _cpu()
+            if self.proc.poll() is None:
+                return True
+            ASIDE[0] += _cpu() - before  # reaped just now: its CPU joined this process's children's
+            return False
         try:
             os.kill(self.pid, 0)
         except ProcessLookupError:
@@ -227,7 +237,8 @@ class Prefetch:
 
     def close(self) -> None:
         if self.proc is not None:
-            self.proc.wait()
+            while self.running():
+                time.sleep(0.5)
             self.log.close()
 
 

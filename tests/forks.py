@@ -42,7 +42,8 @@ WITHOUT_GRAMMAR_CLEANUP: list[Edit] = [(PREFILL, GRAMMAR_CLEANUP, "")]
 # The gate still recognises the rejected request, but hangs or crashes instead of retiring it,
 # so only that case is hit and the others go on.
 RETIRE = "            self.scheduler.retire_unadmitted_request(req)\n"
-HANG_AT_PREFILL_DOOR: list[Edit] = [(PREFILL, PREFILL_GATE, PREFILL_GATE.replace(RETIRE, "            while True:\n                pass\n"))]
+# The hang sleeps: its timeout kills it as it would a spinning one, without burning a core meanwhile.
+HANG_AT_PREFILL_DOOR: list[Edit] = [(PREFILL, PREFILL_GATE, PREFILL_GATE.replace(RETIRE, "            import time\n            time.sleep(3600)\n"))]
 CRASH_AT_DECODE_DOOR: list[Edit] = [
     (DECODE, DECODE_GATE, DECODE_GATE.replace(RETIRE, "            import os, signal\n            os.kill(os.getpid(), signal.SIGSEGV)\n"))
 ]

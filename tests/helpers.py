@@ -86,10 +86,12 @@ def pins_38935(dest: Path, base: str, head: str) -> Path:
     return dest
 
 
-def audit_exit(version: str) -> int:
-    """What ``audit`` of release ``version`` must exit with by the project's pins: 0 only when every
-    pinned fix's first release is at or before it (a later defence still missing is exit 1)."""
-    carried = all(version_key(f.releases.with_) <= version_key(version) for f in pins.load().fixes.values())
+def audit_exit(version: str, fixes: tuple[int, ...] = ()) -> int:
+    """What ``audit`` of release ``version`` (narrowed to ``fixes`` by ``--fix``, if any) must exit with
+    by the project's pins: 0 only when each such pinned fix's first release is at or before it (a later
+    defence still missing is exit 1)."""
+    pinned = pins.load().fixes
+    carried = all(version_key(pinned[n].releases.with_) <= version_key(version) for n in (fixes or pinned))
     return errors.OK if carried else errors.DIFFERS
 
 

@@ -6,6 +6,7 @@ imports SGLang once for all of that tree's probes."""
 from __future__ import annotations
 
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
@@ -102,6 +103,13 @@ def workers_for_memory(requested: int | None) -> int:
     return max(1, min(requested, allowed))
 
 
+# CPython before 3.13 keeps the AST constructor's recursion depth per interpreter, not per thread:
+# two threads building ASTs at once can fail with "SystemError: AST constructor recursion depth
+# mismatch" (python/cpython#106905; seen here under load). The host's readings of a tree that parse
+# Python (a receipt's fix-code measure, the static scan and departures of ``on_tree``) take turns;
+# they hold the GIL for most of their time anyway, while the probe runs they overlap with do not.
+PARSING = threading.Lock()
+
 PROCESS_BYTES = 3 << 29  # 1.5 GiB: a probe process's peak with headroom
 
 
@@ -144,6 +152,11 @@ class Probing:
         return len({text for text, probe in self.receipts if (text, probe) not in self.reused})
 
 
+def _parsing(fn: Callable, *args):
+    with PARSING:
+        return fn(*args)
+
+
 def probe(
     plan: dict[str, list[str]], opts: Options, on_tree: Callable[[str, sources.Tree], None] | None = None,
 ) -> Probing:
@@ -174,7 +187,8 @@ def probe(
             _same_or_fail(text, runs, again, attempt)
         fresh = {}
         for probe, run in runs.items():
-            receipt = receipt_of(probe_ref(probe, run.observations.fix), trees[text], environment, run)
+            with PARSING:
+                receipt = receipt_of(probe_ref(probe, run.observations.fix), trees[text], environment, run)
             results.record(opts.cache, receipt, key)
             ui.err.print(f"[green]✓[/] {probe} on {escape(text)}: {tally(receipt)}")
             fresh[(text, probe)] = receipt
@@ -202,7 +216,7 @@ def probe(
                 trees[text] = resolve(text, opts)
             digest = trees[text].identity.tree_digest
             if on_tree:
-                read.append(beside.submit(on_tree, text, trees[text]))
+                read.append(beside.submit(_parsing, on_tree, text, trees[text]))
             earlier = first_of.setdefault(f"{digest} {trees[text].identity.left_out}", text)  # what each left out is its own
             if earlier != text and set(plan[text]) <= set(plan[earlier]):  # the same bytes: one probe run serves both
                 same[text] = earlier

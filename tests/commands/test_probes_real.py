@@ -17,7 +17,7 @@ EVIDENCE = Path(__file__).resolve().parents[2] / "evidence"
 
 @pytest.fixture(scope="session")
 def opts(cache):
-    return pipeline.Options(cache=cache, probe=options.ProbeOptions(jobs=2, case_timeout=20))
+    return pipeline.Options(cache=cache, probe=options.ProbeOptions(jobs=2, case_timeout=10))
 
 
 @pytest.fixture(scope="session")
