@@ -68,8 +68,11 @@ def timed(fn) -> tuple[float, object]:
 
 
 def cli(*argv: str) -> None:
-    subprocess.run([sys.executable, "-m", "runner.cli", *argv], cwd=ROOT, check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    """A diffprobe command; exit 1 is a verdict (0.5.21 lacks the later defences), not a failure."""
+    run = subprocess.run([sys.executable, "-m", "runner.cli", *argv], cwd=ROOT,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    if run.returncode not in (0, 1):
+        raise SystemExit(f"diffprobe {' '.join(argv)} failed ({run.returncode}): {run.stderr.decode(errors='replace')[-500:]}")
 
 
 def bare(environment: envs.Env, work: Path) -> str:
