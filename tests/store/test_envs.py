@@ -7,18 +7,19 @@ from runner.store import envs, sources, specs
 from runner.store.cache import Store
 from runner.errors import Infrastructure
 from runner.files import sha256_file
+from tests import tools
 
 pytestmark = pytest.mark.slow  # real releases, environments and SGLang imports
 
 
-def test_git_commit_env_imports_only_its_own_files(upstream_repo, cache, interp):
+def test_git_commit_env_imports_only_its_own_files(request, upstream_repo, cache, interp):
     path, commits = upstream_repo["path"], upstream_repo["commits"]
     a = sources.resolve(specs.parse(f"git+{path}@{commits['0.5.19']}"), cache)
     b = sources.resolve(specs.parse(f"git+{path}@{commits['0.5.20']}"), cache)
     env_a, env_b = envs.env(a, cache, interp), envs.env(b, cache, interp)
     assert env_a.root != env_b.root
     assert env_a.stamp.layer_key == env_b.stamp.layer_key  # one shared dependency layer
-    check = import_check(env_a, a)
+    check = import_check(env_a, a, sandboxed=tools.sandboxed(request))
     assert check.ok, check.modules
     assert check.outside == []
     assert len(check.files) > 100
@@ -31,7 +32,7 @@ def test_git_commit_env_imports_only_its_own_files(upstream_repo, cache, interp)
     assert {"triton", "torchvision"} <= set(check.standins)
 
 
-def test_release_env_reuses_everything_on_second_call(cache, interp, release_tree):
+def test_release_env_reuses_everything_on_second_call(request, cache, interp, release_tree):
     tree = release_tree("0.5.21")
     first = envs.env(tree, cache, interp)
     second = envs.env(tree, cache, interp)
@@ -39,7 +40,7 @@ def test_release_env_reuses_everything_on_second_call(cache, interp, release_tre
     assert first.stamp.standins.tree_lacks == []
     assert set(first.stamp.standins.declared) >= {"triton", "torchvision"}
     assert first.stamp.lock_sha256 == envs.lock_sha256()
-    check = import_check(first, tree)
+    check = import_check(first, tree, sandboxed=tools.sandboxed(request))
     assert check.ok and check.outside == []
 
 

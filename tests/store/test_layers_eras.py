@@ -12,6 +12,7 @@ import pytest
 
 from runner.sandbox.import_check import PROBED_MODULES, import_check
 from runner.store import envs
+from tests import tools
 
 # release -> stand-ins (or moved torch queries) its import must have used, and why that era is here
 ERAS = {
@@ -25,14 +26,15 @@ ERAS = {
 
 
 @pytest.fixture(scope="module")
-def checked(release_tree, cache, interp) -> dict[str, Future]:
+def checked(request, release_tree, cache, interp) -> dict[str, Future]:
     """version -> its (environment, import check), every era checked two at a time (each check is one
-    process); a failure stays with its own version's test."""
+    process); a failure stays with its own version's test. In the sandbox where bubblewrap runs."""
+    sandboxed = tools.sandboxed(request)
 
     def one(version: str):
         tree = release_tree(version)
         environment = envs.env(tree, cache, interp)
-        return environment, import_check(environment, tree)
+        return environment, import_check(environment, tree, sandboxed=sandboxed)
 
     with ThreadPoolExecutor(max_workers=2) as pool:
         return {v: pool.submit(one, v) for v in ERAS}
