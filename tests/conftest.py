@@ -175,10 +175,15 @@ def cache(tmp_path_factory) -> Store:
     if root:
         return Store.at(root)
     if WORKER:
-        shared = tmp_path_factory.getbasetemp().parent / "cache"
+        shared = _run_dir(tmp_path_factory) / "cache"
         shared.mkdir(exist_ok=True)
         return Store.at(shared)
     return Store.at(tmp_path_factory.mktemp("cache"))
+
+
+def _run_dir(tmp_path_factory) -> Path:
+    """The directory every pytest-xdist worker of this run shares (each worker's own is inside it)."""
+    return tmp_path_factory.getbasetemp().parent
 
 
 @pytest.fixture(scope="session")
@@ -211,8 +216,6 @@ class Prefetch:
 
     def running(self) -> bool:
         if self.proc is not None:
-            if self.proc.returncode is not None:
-                return False
             before = _cpu()
             if self.proc.poll() is None:
                 return True
@@ -249,7 +252,7 @@ def prefetch(request, cache, interp, tmp_path_factory) -> Prefetch | None:
     Under pytest-xdist one process serves all workers."""
     if sum(1 for item in request.session.items if item.get_closest_marker("slow")) < PREFETCH_FROM:
         return None
-    claim = tmp_path_factory.getbasetemp().parent / "prefetch.pid" if WORKER else None
+    claim = _run_dir(tmp_path_factory) / "prefetch.pid" if WORKER else None
     ahead = Prefetch(cache, interp, cache.log("prefetch.log"), claim)
     request.addfinalizer(ahead.close)
     return ahead

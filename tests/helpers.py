@@ -86,6 +86,14 @@ def pins_38935(dest: Path, base: str, head: str) -> Path:
     return dest
 
 
+INCIDENT = (36988, 38935)  # the incident's two fixes: what a test narrowed by ``--fix`` usually checks
+
+
+def fix_args(fixes: tuple[int, ...] = INCIDENT) -> list[str]:
+    """``--fix N`` for each of ``fixes``: a command probing only their probes."""
+    return [a for n in fixes for a in ("--fix", str(n))]
+
+
 def audit_exit(version: str, fixes: tuple[int, ...] = ()) -> int:
     """What ``audit`` of release ``version`` (narrowed to ``fixes`` by ``--fix``, if any) must exit with
     by the project's pins: 0 only when each such pinned fix's first release is at or before it (a later

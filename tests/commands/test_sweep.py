@@ -8,7 +8,7 @@ from runner import cli
 from runner.evidence import bundle
 from runner.commands.sweep import version_key
 from runner.evidence.records import SweepRecord
-from tests import forks
+from tests import forks, helpers
 from tests.conftest import git
 
 # ../shared/CPU-FEASIBILITY.md: which fix each release carries, by behaviour; the later defences' statuses
@@ -88,7 +88,7 @@ def test_bisect_finds_first_commits_in_fewer_runs(upstream_repo, cache, tmp_path
     git(repo, "update-ref", "refs/heads/bisect", parent)
     out = tmp_path / "b"
     code = cli.main(["sweep", "--commits", f"{chain[0][:12]}..bisect", "--repo", str(repo), "--bisect", "--no-reuse",
-                     "--out", str(out), "--cache-dir", str(cache.root), "--fix", "36988", "--fix", "38935"])  # the two it checks
+                     "--out", str(out), "--cache-dir", str(cache.root), *helpers.fix_args()])  # the two it checks
     assert code == 0
     record = _record(out)
     assert len(record.order) == 9
@@ -112,7 +112,7 @@ def test_bisect_finds_first_commits_in_fewer_runs(upstream_repo, cache, tmp_path
 def test_audit_of_a_fork_reports_exactly_the_removed_part(tmp_path, cache, release_tree, version, edits, expected, bugs):
     root = forks.make(release_tree(version).root, tmp_path / "fork", edits)
     out = tmp_path / "audit"
-    code = cli.main(["audit", f"path:{root}", "--out", str(out), "--cache-dir", str(cache.root), "--fix", "36988", "--fix", "38935"])
+    code = cli.main(["audit", f"path:{root}", "--out", str(out), "--cache-dir", str(cache.root), *helpers.fix_args()])
     assert code == 1  # by the removed part alone: --fix leaves the later defences 0.5.21 lacks unprobed
     (row,) = _record(out).rows
     assert sorted(f.fix for f in row.fixes) == [36988, 38935]

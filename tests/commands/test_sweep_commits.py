@@ -13,13 +13,12 @@ from runner import cli
 from runner.views.report import incident, matrix, verified
 from runner.evidence import bundle
 from runner.evidence.records import SweepRecord
-from tests import gitrepo
+from tests import gitrepo, helpers
 from tests.gitrepo import Step
 
 pytestmark = pytest.mark.slow
 
-FIXES = (36988, 38935)  # the fixes these tests judge: #36988 first in 0.5.20, #38935 first in 0.5.21
-ONLY = [a for fix in FIXES for a in ("--fix", str(fix))]  # their probes alone: two probe runs per tree, not seven
+ONLY = helpers.fix_args()  # #36988 (first in 0.5.20) and #38935 (0.5.21) alone: two probe runs per tree, not seven
 
 
 @pytest.fixture(scope="module")

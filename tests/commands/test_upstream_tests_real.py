@@ -17,6 +17,7 @@ import pytest
 
 from runner import cli
 from runner.commands import upstream_layout, upstream_tests
+from runner.commands.sweep import version_key
 from runner.evidence import bundle, pins
 from runner.store import envs
 from runner.evidence.upstream import Grading
@@ -27,7 +28,7 @@ STYLE = Path(__file__).resolve().parent / "upstream_style"
 HELPERS = {"conftest.py": (STYLE / "conftest.py").read_bytes(), "door_stubs.py": (STYLE / "door_stubs.py").read_bytes()}
 # The oldest and the newest pinned release: the grading does not change between them (every run is
 # one pytest process importing SGLang; the three between cost six more and showed the same).
-PINNED = sorted(pins.load().releases, key=lambda v: tuple(int(p) for p in v.split(".")))
+PINNED = sorted(pins.load().releases, key=version_key)
 RELEASES = [PINNED[0], PINNED[-1]]
 DOOR = "test_admission_door.py"
 

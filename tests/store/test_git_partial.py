@@ -107,11 +107,11 @@ def test_an_audit_is_the_same_from_each_clone(clones, cache, tmp_path):
     """The blobless clone's audit observes anew (no reuse); the others may reuse receipts of the
     same tree. Every probe's observation digest is the same (the two incident fixes' probes: what
     a clone could get wrong is the tree's bytes, which every probe reads alike)."""
-    runs, fixes = {}, (36988, 38935)
+    runs = {}
     for name, reuse in (("full", True), ("blobless", False), ("outside", True)):
         out = tmp_path / name
         code = diffprobe.main(["audit", f"git+{clones[name]}@v0.5.21", "--out", str(out), "--cache-dir", str(cache.root),
-                               *([] if reuse else ["--no-reuse"]), *[a for n in fixes for a in ("--fix", str(n))]])
-        assert code == helpers.audit_exit("0.5.21", fixes), name
+                               *([] if reuse else ["--no-reuse"]), *helpers.fix_args()])
+        assert code == helpers.audit_exit("0.5.21", helpers.INCIDENT), name
         runs[name] = _observed(out)
     assert runs["full"] and runs["full"] == runs["blobless"] == runs["outside"]
