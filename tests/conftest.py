@@ -23,7 +23,7 @@ from runner.evidence import catalog, pins
 from runner.sandbox import bwrap, execute
 from runner.store import envs, sources, specs
 from runner.store.cache import Store
-from tests import tools
+from tests import costs, tools
 
 RELEASES = ["0.5.19", "0.5.20", "0.5.21"]
 REAL = {"release_tree", "upstream_repo"}  # fixtures that download real SGLang releases
@@ -100,13 +100,15 @@ def pytest_runtest_logreport(report):
 def pytest_collection_modifyitems(items):
     """A test that asks for a real release is slow wherever it is declared (files marked by hand
     mark the tests that build environments in other ways). A test marked ``needs(tool)`` is skipped,
-    with one line naming the tool and its install, where that tool cannot run."""
+    with one line naming the tool and its install, where that tool cannot run. Modules then run in
+    the order tests/costs.py gives (quick ones first, then the costliest)."""
     for item in items:
         if REAL & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
         reasons = [tools.missing(name) for mark in item.iter_markers("needs") for name in mark.args]
         if any(reasons):
             item.add_marker(pytest.mark.skip(reason=next(r for r in reasons if r)))
+    costs.order(items, lambda item: item.get_closest_marker("slow") is not None)
 
 
 @pytest.fixture(scope="session", autouse=True)
