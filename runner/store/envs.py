@@ -377,14 +377,16 @@ def healthy(cache: Store, environment: Env) -> bool:
 def scrubbed_env(home: Path | None = None) -> dict[str, str]:
     """What a probed tree's process may see of ours: nothing but a minimal, fixed environment.
 
-    No proxies, tokens or credentials, no PYTHON* variables; one thread per library so that runs
-    are comparable; a hash seed so that set ordering cannot differ between runs.
+    No proxies, tokens or credentials, no PYTHON* variables (every tree process runs ``-I``, which
+    ignores them anyway: a ``PYTHONHASHSEED`` here never took effect); one thread per library so
+    that runs are comparable. String hashing stays randomised per run, as in production: a fixed
+    seed would be one more thing a tree could read (``sys.flags``) to tell it is probed, and
+    ``--repeat`` shows an observation that depends on it.
     """
     env = {
         "PATH": "/usr/bin:/bin",
         "LANG": "C.UTF-8",
         "LC_ALL": "C.UTF-8",
-        "PYTHONHASHSEED": "0",
         "OMP_NUM_THREADS": "1",
         "MKL_NUM_THREADS": "1",
         "TOKENIZERS_PARALLELISM": "false",
