@@ -1,4 +1,5 @@
-"""The ``diffprobe`` command. Each subcommand composes the same pipeline with other inputs."""
+"""The diffprobe command: which SGLang fixes a tree carries, judged from behaviour observed on CPU.
+Each command composes the same pipeline with other inputs."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import traceback
 from typing import NoReturn
 
 from runner import __version__, errors, ui
+from runner.store import specs
 from runner.commands import (
     accept, attest, audit, backport, compare, env, gate, gc, keygen, merge, model, mutate, report, resolve, run, sweep,
     upstream_tests, verify,
@@ -30,7 +32,9 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="diffprobe", description=__doc__)
+    parser = _Parser(prog="diffprobe", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                     epilog=f"a SOURCE is {specs.SYNTAX}\nevery command: diffprobe COMMAND --help "
+                            "(its arguments, an example and its exit codes)\nreading a verdict: docs/reading-a-verdict.md")
     parser.add_argument("--version", action="version", version=f"diffprobe {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in COMMANDS:

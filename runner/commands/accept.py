@@ -34,6 +34,7 @@ from runner.evidence.observations import Case
 from runner.evidence.receipts import Receipt, ServerIdentity, host_environment, host_probe, make
 from runner.evidence.records import Acceptance, GateResult
 from runner.sandbox import execute, server_config
+from runner.store import specs
 from runner.views.acceptance import GATES, KIND, print_gates
 
 NOT_BACKENDS = {"base", "common", "utils"}
@@ -429,12 +430,17 @@ def cmd_accept(args) -> int:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("accept", help="the four acceptance gates of a live PD deployment, bound to the tree it runs")
+    p = options.command(
+        sub, "accept", "a live PD deployment passes the four acceptance gates",
+        about="Checks the four acceptance gates of a live PD deployment, each bound to the tree and configuration each worker runs.",
+        example="diffprobe accept --prefill http://p0:30000 --decode http://d0:30001 --router http://r:8000 --negative",
+        ok="accepted: every gate passed", differs="a gate failed or could not run (each gate's line says why)")
     p.add_argument("--prefill", action="append", required=True, metavar="URL", help="a prefill worker (repeatable)")
     p.add_argument("--decode", action="append", required=True, metavar="URL", help="a decode worker (repeatable)")
     p.add_argument("--router", metavar="URL", help="the router, for --negative and --canary")
     p.add_argument("--tree", action="append", default=[], metavar="[URL=]SOURCE",
-                   help="the tree a worker runs (a vendor build); default pypi:sglang==<reported version>")
+                   help="the tree a worker runs (a vendor build), on every worker or on the one at URL; default "
+                        f"pypi:sglang==<reported version>; SOURCE: {specs.SYNTAX}")
     p.add_argument("--env", action="append", default=[], metavar="[URL=]NAME=VALUE",
                    help="an environment variable as set on every worker, or on the worker at URL (which wins over every "
                         "worker's, in any order); a worker that reports its own (SGLANG_EXPOSE_OWN_ENV_VARS) wins over both")
@@ -445,7 +451,7 @@ def register(sub) -> None:
                         "router: must be refused (4xx)")
     p.add_argument("--canary", type=int, metavar="N", help="also run the sentinel check through the router at N and N+1 tokens")
     options.http_deadlines(p, whole_command=True)
-    p.add_argument("--out", metavar="DIR", help="bundle directory to create")
+    options.out(p, KIND)
     options.probe_options(p)
     options.common(p)
     options.signing(p)

@@ -31,8 +31,11 @@ def cmd_attest(args) -> int:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("attest", help="sign an existing bundle: in-toto Statements in DSSE envelopes (Ed25519)")
-    p.add_argument("bundle", metavar="BUNDLE")
+    p = options.command(
+        sub, "attest", "who vouches for a bundle: signed in-toto Statements (DSSE)",
+        about="Signs a bundle already written: its Statements in DSSE envelopes (Ed25519).",
+        example="diffprobe attest diffprobe-out/run-1 --sign keys/diffprobe-signing.key", ok="signed")
+    p.add_argument("bundle", metavar="BUNDLE", help="the bundle directory to sign (written by any command)")
     options.signing(p)
     options.nonce(p, "bind the signed Statements to a verifier's challenge (verify --nonce checks it); "
                      "default: the nonce the bundle's attestations already carry, if any")

@@ -33,9 +33,14 @@ def cmd_audit(args) -> int:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("audit", help="every probe against one tree: fixed / not fixed / inconclusive per fix and door")
-    p.add_argument("source")
-    p.add_argument("--out", metavar="DIR", help="bundle directory to create")
+    p = options.command(
+        sub, "audit", "which pinned fixes one tree carries, by observed behaviour",
+        about="Runs every probe against one tree: fixed / not fixed / inconclusive per fix, with the reason that decides each.",
+        example="diffprobe audit pypi:sglang==0.5.21",
+        ok="every pinned fix is fixed in the configuration its pin names (a fix off by default: with its option on)",
+        differs="a fix is not fixed, inconclusive or not probed there (each line says which and why), or --strict refused one")
+    options.source(p, what="the tree to audit (a release, a commit of a fork, a directory)")
+    options.out(p, "audit")
     options.probe_options(p, parallel=None)
     options.fixes(p)
     options.baseline(p)

@@ -182,6 +182,14 @@ def behaves_like_head(rows: list[BackportRow]) -> bool:
     return all(r.same for r in rows) and any(judging.conclusive(r.head) for r in rows)
 
 
+PATCH_FORMAT = f"""\
+The patch (--patch FILE): the output of git diff or git format-patch (unified diff with "diff --git"
+headers). Its paths may start at the repository (python/{specs.PACKAGE}/srt/...) or at the package
+({specs.PACKAGE}/srt/...): everything before the first "{specs.PACKAGE}/" is stripped. It is applied as is;
+with --pr against a repository (no --patch), a patch that does not apply is merged three-way with the
+PR's base. Offline: --patch FILE and --head SOURCE (a release in the cache or a path:DIR)."""
+
+
 def cmd_backport(args) -> int:
     signers = options.signers(args)
     baseline.check_against(args.against)
@@ -271,14 +279,21 @@ def _print(record: BackportRecord) -> None:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("backport", help="apply a PR onto another tree, probe it, and compare with the PR's head")
-    p.add_argument("--pr", type=int, required=True, metavar="N")
-    p.add_argument("--onto", required=True, metavar="SOURCE", help="the tree to backport onto (or, with --applied, the backport)")
-    p.add_argument("--repo", metavar="URL|PATH", help="repository holding the PR (default: the pinned upstream)")
-    p.add_argument("--patch", metavar="FILE", help="apply this patch instead of the PR's base..head diff")
+    p = options.command(
+        sub, "backport", "a backport behaves like the PR's head on every case",
+        about=PATCH_FORMAT,
+        example="diffprobe backport --pr 38935 --onto pypi:sglang==0.5.20 --patch 38935.diff --head pypi:sglang==0.5.21",
+        ok="the backport behaves like head on every case (and at least one case was observed)",
+        differs="it does not (each differing case and the duty it failed are named), or --strict refused it")
+    p.add_argument("--pr", type=int, required=True, metavar="N", help="the pinned fix (pull request number) to backport")
+    options.source(p, "--onto", what="the tree to backport onto (or, with --applied, the backport itself)", required=True)
+    p.add_argument("--repo", metavar="URL|PATH", help="repository holding the PR (default: the pinned upstream; "
+                   "not needed with --patch and --head)")
+    p.add_argument("--patch", metavar="FILE", help="apply this patch instead of the PR's base..head diff (format below)")
     p.add_argument("--applied", action="store_true", help="--onto already carries the backport: only compare with head")
-    p.add_argument("--head", metavar="SOURCE", help="what to compare with (default: the PR's pinned head commit)")
-    p.add_argument("--out", metavar="DIR")
+    options.source(p, "--head", what="what to compare with (default: the PR's pinned head commit, which needs the "
+                                     "repository; offline, give a release or a directory)")
+    options.out(p, "backport-N")
     options.probe_options(p)
     options.baseline(p)
     options.common(p)

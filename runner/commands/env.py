@@ -79,8 +79,11 @@ def _declared_name(name: str) -> str:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("env", help="build or reuse a source's probe environment and check its imports")
-    p.add_argument("source")
+    p = options.command(
+        sub, "env", "a source's environment builds and imports from the tree",
+        about="Builds or reuses the probe environment of a source and checks that every import comes from the tree.",
+        example="diffprobe env pypi:sglang==0.5.21", ok="the environment is ready and its imports check")
+    options.source(p, what="the tree whose environment to build")
     p.add_argument("--json", action="store_true", help="print the full result as JSON")
     options.common(p)
     options.env_options(p)

@@ -350,23 +350,30 @@ def cmd_gate(args) -> int:
 
 
 def register(sub) -> None:
-    gate = sub.add_parser("gate", help="check a running SGLang deployment: pool vs context, canary, prefill latency")
+    gate = options.command(
+        sub, "gate", "a live server passes one check: pool, canary or latency",
+        about="Checks a running SGLang deployment over HTTP: the KV pool against the context, a planted canary, prefill latency.",
+        example="diffprobe gate pool --url http://127.0.0.1:30000", ok="the gate passed", differs="the gate failed (or failed closed: named)")
     gates = gate.add_subparsers(dest="gate", required=True, metavar="GATE")
-    pl = gates.add_parser("pool", help="the KV pool read from the live server covers the context with headroom")
+    codes = {"ok": "the gate passed", "differs": "the gate failed, or the server's answer failed it closed (the line says which)"}
+    pl = options.command(gates, "pool", "the KV pool read from the live server covers the context with headroom",
+                         example="diffprobe gate pool --url http://127.0.0.1:30000 --headroom 1.25", **codes)
     pl.add_argument("--context", type=int, metavar="N", help="context length when the server reports none")
     pl.add_argument("--headroom", default="1.25", metavar="X", help="required pool / context ratio (default 1.25)")
-    c = gates.add_parser("canary", help="a planted sentinel never surfaces in unrelated long prompts (limit, limit+1)")
+    c = options.command(gates, "canary", "a planted sentinel never surfaces in unrelated long prompts (limit, limit+1)",
+                        example="diffprobe gate canary --url http://127.0.0.1:30000 --tokens 32768", **codes)
     c.add_argument("--tokens", type=int, required=True, metavar="N", help="the limit: prompts of N and N+1 tokens are sent")
     c.add_argument("--plant-tokens", type=int, metavar="N", help="length of the sentinel prompt (default N/2, ~4 chars a token)")
     c.add_argument("--max-new-tokens", type=int, default=64, metavar="M", help="tokens generated per probe (default 64)")
-    lat = gates.add_parser("latency", help="prefill time by prompt length; flag a long prompt answered as fast as a short one")
+    lat = options.command(gates, "latency", "prefill time grows with prompt length: a long prompt answered as fast as a short one is flagged",
+                          example="diffprobe gate latency --url http://127.0.0.1:30000 --tokens 32768", **codes)
     lat.add_argument("--tokens", type=int, required=True, metavar="N", help="longest bucket; others are N/2, N/8, N/64")
     lat.add_argument("--repeats", type=int, default=3, metavar="R", help="requests per bucket, fastest taken (default 3)")
     lat.add_argument("--tolerance", default="1.5", metavar="X",
                      help="flag when a longer prompt's fastest time is within X times the shortest's (default 1.5)")
     for p in (pl, c, lat):
         p.add_argument("--url", required=True, help="server base URL, e.g. http://127.0.0.1:30000")
-        p.add_argument("--out", metavar="DIR", help="bundle directory to create (must not exist or be empty)")
+        options.out(p, "gate-GATE")
         options.http_deadlines(p, whole_command=False)
         options.signing(p)
         p.set_defaults(func=cmd_gate, ends=None)

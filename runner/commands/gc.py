@@ -30,7 +30,10 @@ def cmd_gc(args) -> int:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("gc", help="evict least recently used store entries down to a size; remove what killed runs left")
+    p = options.command(
+        sub, "gc", "the store kept within a size budget, leftovers removed",
+        about="Evicts least recently used store entries down to --max-size and removes what killed runs left behind.",
+        example="diffprobe gc --max-size 20G --dry-run", ok="done (or, with --dry-run, said)")
     p.add_argument("--max-size", metavar="SIZE", help="keep at most this much (e.g. 20G, 500M); default: only remove leftovers")
     p.add_argument("--dry-run", action="store_true", help="say what would be removed, remove nothing")
     options.cache_dir(p)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from runner import errors, ui
+from runner.commands import options
 from runner.evidence import dsse
 
 
@@ -18,6 +19,9 @@ def cmd_keygen(args) -> int:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("keygen", help=f"write an Ed25519 key pair ({dsse.PRIVATE_NAME}, {dsse.PUBLIC_NAME}) into DIR")
+    p = options.command(
+        sub, "keygen", "a signing identity: an Ed25519 key pair written into DIR",
+        about="Writes an Ed25519 key pair for signing bundles; existing keys are never overwritten.",
+        example="diffprobe keygen keys", ok="written")
     p.add_argument("dir", metavar="DIR", help="directory for the key pair (created if missing; keys are never overwritten)")
     p.set_defaults(func=cmd_keygen)

@@ -53,8 +53,12 @@ def cmd_merge(args) -> int:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("merge", help="join the shard bundles of one sweep")
-    p.add_argument("bundles", nargs="+", metavar="BUNDLE")
-    p.add_argument("--out", metavar="DIR")
+    p = options.command(
+        sub, "merge", "one sweep from its shard bundles",
+        about="Joins the shard bundles of one sweep (sweep --shard I/N) into one bundle, rows in the sweep's order.",
+        example="diffprobe merge shard-1 shard-2 --out sweep",
+        ok="merged; every site of every tree has a conclusive status", differs="a site is inconclusive somewhere (named)")
+    p.add_argument("bundles", nargs="+", metavar="BUNDLE", help="the shard bundles of one sweep (sweep --shard I/N)")
+    options.out(p, "sweep")
     options.signing(p)
     p.set_defaults(func=cmd_merge)

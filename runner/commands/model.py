@@ -61,8 +61,12 @@ def cmd_model(args) -> int:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("model", help=f"run the incident model ({LABEL}) under each defence; write a bundle")
-    p.add_argument("--out", metavar="DIR", help="bundle directory to create (must not exist or be empty)")
+    p = options.command(
+        sub, "model", "where each defence stops the incident, in a synthetic model",
+        about=f"Runs the executable incident model ({LABEL}) under each defence and writes a bundle.",
+        example="diffprobe model --defence reject_at_admission", ok="every guard case held in every configuration",
+        differs="a guard case was dropped or mishandled (named)")
+    options.out(p, "model")
     p.add_argument("--defence", action="append", choices=DEFENCES,
                    help="run one configuration with this defence on (repeatable) instead of the standard set")
     p.add_argument("--fault-off", action="append", choices=FAULTS, help="with --defence: turn this fault off (repeatable)")

@@ -161,12 +161,16 @@ def show(found: list[mutation.Mutation]) -> None:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("mutate", help="measure the evidence: mutants of each fix's code, and how many its cases detect")
-    p.add_argument("source", nargs="?", help="tree to mutate (default: each fix's pinned release with the fix)")
+    p = options.command(
+        sub, "mutate", "how strong a fix's evidence is: mutants its cases detect",
+        about="Mutates each fix's code and counts how many mutants its cases detect: how strong the evidence that a tree is fixed is.",
+        example="diffprobe mutate pypi:sglang==0.5.21 --fix 38935",
+        ok="the evidence holds: the unmutated tree reads fixed and every surviving mutant is explained", differs="a score does not hold (named)")
+    options.source(p, what="tree to mutate (default: each fix's pinned release with the fix)", nargs="?")
     options.fixes(p, "only this fix (repeatable)")
     p.add_argument("--hunks", metavar="FILE", help="try these changes of the fix's code instead of the operators' "
                    "mutants (JSON list of id, function, old, new): what the tree with each reads, from every case it reaches")
-    p.add_argument("--out", metavar="DIR", help="bundle directory to create")
+    options.out(p, "mutate")
     p.add_argument("--case-timeout", type=errors.positive_int, default=CASE_TIMEOUT, metavar="S",
                    help=f"seconds a case may run on one mutant (default {CASE_TIMEOUT}; a hang counts as detected)")
     options.env_options(p)

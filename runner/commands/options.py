@@ -10,8 +10,38 @@ from pathlib import Path
 from runner import errors
 from runner.evidence import dsse
 from runner.sandbox.execute import DEFAULT_CASE_TIMEOUT
-from runner.store import gc, intake, torch_source
+from runner.store import gc, intake, specs, torch_source
 from runner.store.torch_source import TorchSource
+
+
+# What exit codes 2 and up mean is the same for every command (runner/errors.py).
+EXIT_CODES = {
+    errors.BAD_INPUT: "bad input: an argument, a source, the pins or a bundle path is wrong (one line says which)",
+    errors.INFRASTRUCTURE: "the machine failed: network, pip, git, or a probe process that died",
+    130: "interrupted (Ctrl-C; 143: SIGTERM): completed entries are kept, partial ones discarded",
+}
+
+
+def command(sub, name: str, proves: str, *, example: str, ok: str, differs: str | None = None,
+            about: str | None = None) -> argparse.ArgumentParser:
+    """A subcommand's parser. ``proves`` is its one line in ``diffprobe --help``; its own --help adds
+    ``about`` (plain text, no markup), then one example and what each exit code means."""
+    codes = {errors.OK: ok, **({errors.DIFFERS: differs} if differs else {}), **EXIT_CODES}
+    epilog = (f"example:\n  {example}\n\nexit codes:\n"
+              + "\n".join(f"  {code:<4}{meaning}" for code, meaning in codes.items()))
+    return sub.add_parser(name, help=proves, description=proves + (f"\n\n{about}" if about else ""), epilog=epilog,
+                          formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
+def out(p: argparse.ArgumentParser, kind: str) -> None:
+    """--out: where the bundle goes (runner/evidence/bundle.out_path names the default)."""
+    p.add_argument("--out", metavar="DIR",
+                   help=f"bundle directory to create (must not exist or be empty; default ./diffprobe-{kind}-<UTC time>)")
+
+
+def source(p: argparse.ArgumentParser, name: str = "source", *, what: str, **kw) -> None:
+    """A source argument (``name``: positional, or an option like ``--head``): what it is for, then the one syntax."""
+    p.add_argument(name, help=f"{what}; {specs.SYNTAX}", **{"metavar": "SOURCE", **kw})
 
 
 @dataclass(frozen=True)
@@ -124,9 +154,8 @@ def probe(args: argparse.Namespace) -> ProbeOptions:
 def baseline(p: argparse.ArgumentParser) -> None:
     """--against and --strict: what each tree is compared with (runner/commands/baseline.py), and
     whether a verdict resting on code that differs from it fails."""
-    p.add_argument("--against", metavar="SOURCE",
-                   help="compare each tree with this upstream source (default: the PyPI release its own sglang/version.py "
-                        "declares) and show where it departs from it")
+    source(p, "--against", what="compare each tree with this upstream source and show where it departs from it "
+                                "(default: the PyPI release its own sglang/version.py declares)")
     p.add_argument("--strict", action="store_true",
                    help="exit 1 when a 'fixed' rests on code that differs from the baseline where the fix's cases ran")
 

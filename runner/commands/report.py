@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 
 from runner import errors
+from runner.commands import options
 from runner.views.report import html, terminal, verified
 
 
@@ -21,8 +22,12 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def register(sub) -> None:
     """The ``report`` command; it reads only the bundle, so the cache and pins options do not apply."""
-    p = sub.add_parser("report", help="show a verified bundle: terminal summary, optionally a self-contained HTML page")
-    p.add_argument("bundle")
+    p = options.command(
+        sub, "report", "what a verified bundle shows, in the terminal or as HTML",
+        about="Shows a verified bundle in the terminal; --html also writes it as one self-contained page.",
+        example="diffprobe report evidence/releases-20261201 --html report.html",
+        ok="the bundle verified and was shown", differs="the bundle does not verify (it is never shown then)")
+    p.add_argument("bundle", metavar="BUNDLE", help="a bundle directory written by run, audit, sweep, backport, ...")
     p.add_argument("--html", metavar="OUT.html", help="also write a single self-contained HTML report here")
     p.add_argument("--departures", action="store_true",
                    help="print the lines of every changed place where a tree departs from its baseline (folded otherwise)")

@@ -26,7 +26,10 @@ def cmd_resolve(args) -> int:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("resolve", help="resolve a source to its identity (kind, commit/artifact, tree digest, path)")
-    p.add_argument("source", help="git+URL_OR_PATH@REV[#ref=REF] | pypi:sglang==VERSION | path:DIR")
+    p = options.command(
+        sub, "resolve", "a source's identity: kind, commit or artifact, tree digest",
+        about="Prints its identity as JSON (kind, commit or artifact, tree digest, local path).",
+        example="diffprobe resolve pypi:sglang==0.5.21", ok="resolved; the identity is on stdout")
+    options.source(p, what="the tree to resolve")
     options.common(p)
     p.set_defaults(func=cmd_resolve)

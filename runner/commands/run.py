@@ -63,12 +63,17 @@ def cmd_run(args) -> int:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("run", help="reproduce the evidence bundle from pins.toml (base and head of each fix)")
+    p = options.command(
+        sub, "run", "each pinned fix changes behaviour from its base to its head",
+        about="Probes base and head of every pinned fix (from the release brackets on PyPI, or the pinned commits) and writes one differential each.",
+        example="diffprobe run --via releases --fix 38935",
+        ok="every differential's verdict is the one pins.toml expects",
+        differs="a verdict differs from the pin (each fix's line says which case decided it), or --repeat observed differently")
     p.add_argument("--via", choices=["releases", "commits"], default="releases",
                    help="trees from the release brackets on PyPI, or the pinned commits of a git repository")
     p.add_argument("--repo", metavar="URL|PATH", help="git repository for --via commits (default: the pinned upstream)")
     options.fixes(p, "only this fix (repeatable)", "--pr")
-    p.add_argument("--out", metavar="DIR", help="bundle directory to create (must not exist or be empty)")
+    options.out(p, "run")
     p.add_argument("--mutate", action="store_true",
                    help="also measure each fix's evidence at its head: mutation score (diffprobe mutate), in the bundle")
     options.probe_options(p)

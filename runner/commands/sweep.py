@@ -152,15 +152,19 @@ def cmd_sweep(args) -> int:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("sweep", help="the probes across many trees: a matrix and the first tree with each fix")
-    p.add_argument("sources", nargs="*", metavar="SOURCE")
+    p = options.command(
+        sub, "sweep", "where each fix entered a line of trees: a status matrix",
+        about="Probes many trees (releases, a commit range or given sources): a matrix of fix status and the first tree with each fix.",
+        example="diffprobe sweep --releases 0.5.19..0.5.23",
+        ok="every site of every tree has a conclusive status", differs="a site is inconclusive somewhere (named), or --strict refused one")
+    options.source(p, "sources", what="trees to sweep, in order (or --releases, or --commits)", nargs="*")
     p.add_argument("--releases", metavar="A..B", help="every release of sglang from A to B on the package index")
     p.add_argument("--commits", metavar="BASE..HEAD", help="BASE and every first-parent commit up to HEAD (needs --repo)")
-    p.add_argument("--repo", metavar="URL|PATH")
+    p.add_argument("--repo", metavar="URL|PATH", help="the git repository of --commits (a URL or a local clone)")
     p.add_argument("--bisect", action="store_true", help="find the first tree with each fix in log(n) probe runs")
-    p.add_argument("--shard", metavar="I/N|auto", help="probe only slice I of N (join the shards with `diffprobe merge`); "
+    p.add_argument("--shard", metavar="I/N|auto", help="probe only slice I of N (join the shard bundles with diffprobe merge); "
                    "auto: from a Kubernetes Indexed Job, a Slurm array or a CI matrix (docs/deploy/)")
-    p.add_argument("--out", metavar="DIR", help="bundle directory to create")
+    options.out(p, "sweep")
     options.probe_options(p, parallel="trees probed in parallel (memory-bounded)")
     options.fixes(p)
     options.baseline(p)

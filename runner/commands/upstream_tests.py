@@ -585,16 +585,20 @@ def cmd_upstream_tests(args: argparse.Namespace) -> int:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("upstream-tests", help="run an upstream pytest file against base and head; grade it like SWE-bench")
+    p = options.command(
+        sub, "upstream-tests", "an upstream test file fails at base and passes at head",
+        about="Runs an upstream pytest file against base and head and grades it like SWE-bench, naming why each test failed.",
+        example="diffprobe upstream-tests --tests test/srt/test_disaggregation.py --base pypi:sglang==0.5.20 --head pypi:sglang==0.5.21",
+        ok="graded as passed (fail-to-pass and pass-to-pass hold)", differs="not passed (each test's cause named), or --strict refused it")
     p.add_argument("--tests", required=True, metavar="PATH",
                    help="the test file's path in HEAD's git commit (its conftest.py chain and the sibling modules "
                         "it imports come with it), or a local file (then used for both sides)")
     p.add_argument("--with", dest="with_paths", action="append", metavar="PATH",
                    help="a local --tests file's conftest.py or helper module (a directory: a helper package), "
                         "placed beside it; repeatable")
-    p.add_argument("--base", required=True, metavar="SOURCE", help="git+URL_OR_PATH@REV | pypi:sglang==VERSION | path:DIR")
-    p.add_argument("--head", required=True, metavar="SOURCE")
-    p.add_argument("--out", metavar="DIR", help="bundle directory to create (must not exist or be empty)")
+    options.source(p, "--base", what="the tree before the fix", required=True)
+    options.source(p, "--head", what="the tree with the fix", required=True)
+    options.out(p, PROBE_ID)
     p.add_argument("--timeout", type=int, default=DEFAULT_TIMEOUT, metavar="S",
                    help=f"seconds per side before pytest is killed (default {DEFAULT_TIMEOUT})")
     options.common(p)

@@ -86,8 +86,12 @@ def _instant(text: str) -> datetime:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("verify", help="recompute a bundle's manifest and every receipt digest; check its signatures")
-    p.add_argument("bundle")
+    p = options.command(
+        sub, "verify", "a bundle is intact, and signed by the keys given",
+        about="Recomputes the manifest, every receipt digest and schema; with --key, checks the signatures (and freshness if asked).",
+        example="diffprobe verify evidence/releases-20261201 --key keys/diffprobe-signing.pub",
+        ok="intact (and with --key: signed, fresh if asked)", differs="tampered or damaged: each problem once, the first in the error line")
+    p.add_argument("bundle", metavar="BUNDLE", help="the bundle directory to check")
     p.add_argument("--key", action="append", metavar="PUBLIC_KEY",
                    help="Ed25519 public key file(s) (PEM; a file may hold several keys; repeatable): every attestation "
                         "must carry valid signatures by --threshold of them, each checked against the key its id names")

@@ -23,6 +23,8 @@ _SAFE_SCHEMES = ("https://", "http://", "ssh://", "git://", "file://")
 # scp-like ssh syntax: user@host:path (no scheme, a colon before any slash)
 _SCP_LIKE = re.compile(r"^[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:[A-Za-z0-9._/~-]+$")
 PACKAGE = "sglang"
+# The syntax as help texts and errors show it (one place: every command that takes a source says it).
+SYNTAX = f"git+URL_OR_PATH@REV[#ref=REF], pypi:{PACKAGE}==VERSION or path:DIR"
 
 
 class GitSpec(BaseModel):
@@ -83,7 +85,7 @@ def parse(text: str) -> GitSpec | PypiSpec | PathSpec:
         if any(ord(c) < 32 for c in d):
             raise BadInput(f"source {text!r}: refused, control characters in a path")
         return PathSpec(dir=d)
-    raise BadInput(f"source {text!r}: expected git+URL_OR_PATH@REV[#ref=REF], pypi:{PACKAGE}==VERSION or path:DIR")
+    raise BadInput(f"source {text!r}: expected {SYNTAX}")
 
 
 def check_git_url(url: str) -> str:
