@@ -1,4 +1,4 @@
-"""The layering that README "Architecture" declares, checked on the imports themselves.
+"""The layering that docs/architecture.md declares, checked on the imports themselves.
 
 Every import of every module is read with ``ast`` (``import``, ``from ... import``, relative
 imports, and module names given as string literals to ``importlib.import_module``, ``__import__``

@@ -1,0 +1,116 @@
+"""MkDocs hook: the reference pages are generated from what the code holds, so they cannot drift.
+
+A page names what it wants with a marker line; the hook replaces it when the site is built:
+
+- ``<!-- generated: commands -->``: every command's ``--help``, from ``runner.cli.build_parser()``
+  (the parser ``diffprobe`` itself runs), at a fixed width;
+- ``<!-- generated: schemas -->``: every file format, from the JSON schemas in ``evidence/schema/``
+  (themselves generated from the pydantic models, and kept current by a test);
+- ``<!-- generated: duties -->``: every duty, from ``probes/duties.py`` (what the host judges with).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT))
+
+WIDTH = "100"  # argparse wraps help at $COLUMNS; fixed so that the page does not depend on the terminal
+
+
+def commands() -> str:
+    from runner import cli
+
+    previous = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = WIDTH
+    try:
+        parser = cli.build_parser()
+        [sub] = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        summary = {a.dest: a.help for a in sub._choices_actions}
+        out = ["| command | what it does |", "|---|---|"]
+        out += [f"| [`{name}`](#{name}) | {summary[name]} |" for name in sub.choices]
+        out += ["", "## `diffprobe`", "", "```text", parser.format_help().rstrip(), "```"]
+        for name, command in sub.choices.items():
+            out += ["", f"## `{name}` {{#{name}}}", "", summary[name][0].upper() + summary[name][1:] + ".", "",
+                    "```text", command.format_help().rstrip(), "```"]
+        return "\n".join(out)
+    finally:
+        if previous is None:
+            del os.environ["COLUMNS"]
+        else:
+            os.environ["COLUMNS"] = previous
+
+
+def _type(spec: dict, prefix: str) -> str:
+    """One JSON-schema type, in words short enough for a table cell; a reference links to its table."""
+    if "$ref" in spec:
+        name = spec["$ref"].rsplit("/", 1)[-1]
+        return f"[{name}](#{prefix}-{name.lower()})"
+    if "anyOf" in spec:
+        return " or ".join(_type(s, prefix) for s in spec["anyOf"])
+    if "enum" in spec:
+        return " \\| ".join(f"`{json.dumps(v)}`" for v in spec["enum"])
+    if "const" in spec:
+        return f"`{json.dumps(spec['const'])}`"
+    kind = spec.get("type", "any")
+    if kind == "array":
+        if "prefixItems" in spec:
+            return "[" + ", ".join(_type(s, prefix) for s in spec["prefixItems"]) + "]"
+        return f"list of {_type(spec.get('items', {}), prefix)}"
+    if kind == "object" and isinstance(spec.get("additionalProperties"), dict):
+        return f"map of {_type(spec['additionalProperties'], prefix)}"
+    return kind
+
+
+def _cell(text: str) -> str:
+    return " ".join(text.split()).replace("|", "\\|")
+
+
+def _object(name: str, spec: dict, prefix: str) -> list[str]:
+    out = [f"### {name} {{#{prefix}-{name.lower()}}}", ""]
+    if spec.get("description"):
+        out += [_cell(spec["description"]), ""]
+    props = spec.get("properties", {})
+    if not props:
+        return out + [f"Type: {_type(spec, prefix)}", ""]
+    required = set(spec.get("required", ()))
+    out += ["| field | type | required | meaning |", "|---|---|---|---|"]
+    for field, sub in props.items():
+        out.append(f"| `{field}` | {_type(sub, prefix)} | {'yes' if field in required else ''} | {_cell(sub.get('description', ''))} |")
+    return out + [""]
+
+
+def schemas() -> str:
+    out: list[str] = []
+    for path in sorted((ROOT / "evidence" / "schema").glob("*.schema.json")):
+        schema = json.loads(path.read_text())
+        prefix = path.name.removesuffix(".schema.json")
+        out += [f"## `{path.name}` {{#{prefix}}}", "", f"`evidence/schema/{path.name}`: the top-level object first.", ""]
+        out += _object(schema.get("title", prefix), schema, prefix)
+        for name, sub in sorted(schema.get("$defs", {}).items()):
+            out += _object(name, sub, prefix)
+    return "\n".join(out)
+
+
+def duties() -> str:
+    from probes import duties as d
+
+    out = ["| duty | fix | what must hold |", "|---|---|---|"]
+    out += [f"| `{duty.id}` | #{duty.fix} | {_cell(duty.promise)} |" for duty in d.DUTIES.values()]
+    return "\n".join(out)
+
+
+GENERATORS = {"commands": commands, "schemas": schemas, "duties": duties}
+
+
+def on_page_markdown(markdown: str, page, config, files) -> str:
+    for name, make in GENERATORS.items():
+        marker = f"<!-- generated: {name} -->"
+        if marker in markdown:
+            markdown = markdown.replace(marker, make())
+    return markdown
