@@ -63,3 +63,19 @@ def test_github_actions_matrix_shards_and_merges():
     assert sorted(s for part in placed for s in part) == sorted(order)
     merged = next(s["run"] for s in merge["steps"] if "diffprobe merge" in s.get("run", ""))
     assert _parse(shlex.split(merged.split("&&")[0])[1:]).func.__module__ == "runner.commands.merge"
+
+
+def test_slurm_array_shards_and_merges():
+    script = (DEPLOY / "slurm-array.sh").read_text()
+    low, high = map(int, re.search(r"^#SBATCH --array=(\d+)-(\d+)$", script, re.MULTILINE).groups())
+    count = high - low + 1
+    order = [f"s{i}" for i in range(9)]
+    placed = [shards.select(order, *shards.parse("auto", {"SLURM_ARRAY_TASK_ID": str(i), "SLURM_ARRAY_TASK_MIN": str(low),
+                                                          "SLURM_ARRAY_TASK_COUNT": str(count)})[:2])
+              for i in range(low, high + 1)]
+    assert sorted(s for part in placed for s in part) == sorted(order)
+    sweep = next(line for line in script.splitlines() if line.startswith(".venv/bin/diffprobe sweep"))
+    args = _parse(shlex.split(re.sub(r'"?\$\{?\w+[^ "]*"?', "X", sweep.split("||")[0]))[1:])
+    assert args.shard == "auto"
+    merge = re.search(r'--wrap="\.venv/bin/(diffprobe merge [^&]*)&&', script).group(1)
+    assert _parse(shlex.split(re.sub(r"\$\w+", "X", merge))[1:]).func.__module__ == "runner.commands.merge"
