@@ -51,8 +51,9 @@ def _type(spec: dict, prefix: str) -> str:
     if "$ref" in spec:
         name = spec["$ref"].rsplit("/", 1)[-1]
         return f"[{name}](#{prefix}-{name.lower()})"
-    if "anyOf" in spec:
-        return " or ".join(_type(s, prefix) for s in spec["anyOf"])
+    for union in ("anyOf", "oneOf"):
+        if union in spec:
+            return " or ".join(_type(s, prefix) for s in spec[union])
     if "enum" in spec:
         return " \\| ".join(f"`{json.dumps(v)}`" for v in spec["enum"])
     if "const" in spec:
