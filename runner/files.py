@@ -145,7 +145,8 @@ def dirhash1(files: Iterable[tuple[str, str]]) -> str:
     every other that is not plain and printable, before anything is hashed). Recompute without
     diffprobe in the directory holding ``sglang/``: ``find sglang -type f ! -path '*/__pycache__/*'
     ! -name '*.py[co]' -print0 | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1
-    | xxd -r -p | base64``.
+    | xxd -r -p | base64`` (a tree with links: docs/sources-and-intake.md, whose lines for links come
+    from ``trees.link_line``).
     """
     lines = []
     for rel, digest in sorted(files):

@@ -16,6 +16,7 @@ from runner.errors import BadInput
 
 TREE = "40000"
 SUBMODULE = "160000"  # a commit id in a tree: no bytes of it here
+LINK = "120000"  # a symbolic link: its blob is the target's text
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,7 @@ def canonical_mode(mode: str) -> str:
     kind = stat.S_IFMT(m)
     if kind == stat.S_IFREG:
         return "100755" if m & 0o100 else "100644"
-    return {stat.S_IFLNK: "120000", stat.S_IFDIR: TREE}.get(kind, SUBMODULE)
+    return {stat.S_IFLNK: LINK, stat.S_IFDIR: TREE}.get(kind, SUBMODULE)
 
 
 def object_id(kind: str, body: bytes, hexlen: int = 40) -> str:

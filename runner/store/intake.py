@@ -2,17 +2,21 @@
 
 A source hands its package over as a stream of ``Entry`` (name, mode, size, content): a directory
 walked without following anything (``directory``), a wheel's members (``wheel``), a git commit's
-``ls-tree -r -l`` and ``cat-file`` (runner/store/mirrors.py). ``take`` admits regular files and
-directories only, under plain printable names, within ``Bounds``: every entry is checked before one
-byte of any is read. Then it reads each file once, exactly the size declared, writes it into the
+``ls-tree -r -l`` and ``cat-file`` (runner/store/mirrors.py). ``take`` admits regular files,
+directories and links that stay inside the package (``_lead``), under plain printable names, within
+``Bounds``: every entry is checked before one byte of any is read. Then it reads each file once, exactly the size declared, writes it into the
 store's scratch and hashes the bytes it wrote. Nothing of the source is read twice, so the stored
 tree and its digest name the same bytes whatever the source does meanwhile.
 
-Why so strict: a fork's layout acts on the host before any of its code runs. A link would make
-the host read (and store, and byte-compile) a host file, or block on a FIFO or ``/dev/stdin``; a
-sparse file would fill the disk; a newline in a name would let two trees share one digest (Go's
-``dirhash`` refuses those names for that reason). Real releases hold none of these: 0.5.21 and
-0.5.23 are regular files and directories only, printable ASCII names, no link.
+Why so strict: a fork's layout acts on the host before any of its code runs. A link followed
+would make the host read (and store, and byte-compile) a host file, or block on a FIFO or
+``/dev/stdin``; a sparse file would fill the disk; a newline in a name would let two trees share
+one digest (Go's ``dirhash`` refuses those names for that reason). Release wheels hold none of
+these; upstream's git tree holds one link (``srt/mem_cache/cpp_radix_tree/.clang-format ->
+../../../../../sgl-kernel/.clang-format``, from v0.5.10 on), which leaves the package for a
+regular file of the repository: such a link is left out and named, as the wheel leaves it out.
+No link is ever followed on the host: its target is text, resolved against the names the source
+listed (``_lead``).
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ import zlib
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterable, Iterator
+from typing import BinaryIO, Callable, Iterable, Iterator, Sequence
 
 from runner.errors import BadInput
 from runner.files import is_bytecode
@@ -83,6 +87,21 @@ class Taken:
     bytecode: tuple[str, ...] = ()  # not stored: written by whoever imported the tree, and Python
     # would run it in place of the source
     empty: tuple[str, ...] = ()  # directories with no file below them: not stored (a git commit holds none)
+    links: tuple[tuple[str, str], ...] = ()  # (name, target as the source spells it): links to a file of
+    # the package, stored as links (``_lead``), by name
+    out: tuple[tuple[str, str], ...] = ()  # (name, target): links out of the package to a file of its
+    # repository; not stored (a wheel leaves them out too)
+
+
+@dataclass(frozen=True)
+class Around:
+    """Where the package sits in its source (a git commit, the directory ``path:`` names), for a
+    link that leaves the package: ``parts``, the package directory's path there; ``kind``, what a
+    path there is without following anything: "file", "dir", "link", another word for anything
+    else, None when absent. Only asked about paths whose parents were all "dir"."""
+
+    parts: tuple[str, ...]
+    kind: Callable[[tuple[str, ...]], str | None]
 
 
 class Refused(BadInput):
@@ -158,16 +177,95 @@ def _kind(mode: int) -> str:
     return _KINDS.get(kind, f"of file type {kind:o}")
 
 
-def _plan(entries: Iterable[Entry], bounds: Bounds, where: str) -> tuple[dict[str, Entry], int, list[str], list[str]]:
-    """Check every entry (names, types, bounds) before anything is read: the files to store, their
-    total size, and what is left out (byte-code, empty directories)."""
+@dataclass
+class _Plan:
+    files: dict[str, Entry]
+    total: int
+    bytecode: list[str]
+    empty: list[str]
+    links: dict[str, str]  # name -> target, stored
+    out: dict[str, str]  # name -> target, left out
+
+
+# What Python imports or runs by name: a link out of the package under such a name would leave the
+# probed tree without a module a checkout has (setuptools copies the target into a wheel).
+_IMPORTED = (".py", ".pyi", ".pyw", ".so", ".pyd", ".pth")
+
+
+def _target(raw: bytes, where: str, name: str) -> list[str]:
+    """A link's target text as parts: valid UTF-8, printable, no backslash, relative, no empty
+    part (a trailing ``/`` or ``//``), at most ``NAME_BYTES``."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeError:
+        raise refuse(where, name, "a symbolic link whose target is not valid UTF-8") from None
+    if not text or len(raw) > NAME_BYTES or not text.isprintable() or "\\" in text:
+        raise refuse(where, name, f"a symbolic link whose target ({text[:80]!r}) is empty, longer than {NAME_BYTES} "
+                                  "bytes, or not plain printable text")
+    if text.startswith("/"):
+        raise refuse(where, name, f"a symbolic link to an absolute path ({text[:80]!r}): it would name a host file")
+    parts = text.split("/")
+    if "" in parts:
+        raise refuse(where, name, f"a symbolic link whose target ({text[:80]!r}) has an empty part or a trailing '/'")
+    return parts
+
+
+def _lead(name: str, raw: bytes, inside: Callable[[str], str | None], around: Around | None,
+          where: str) -> tuple[bool, str]:
+    """Where the link ``name`` (target ``raw``) leads, resolved as the kernel would, one part at a
+    time, against what the source listed (``inside``: a path of the package; ``around``: one
+    beside it), never against the host: (whether it stays inside the package, its target text).
+    Refused, naming it: an absolute target, one that leaves the repository (the package, without
+    ``around``), passes through or ends on a link (a chain, a loop), ends on a directory or on
+    nothing (dangles), or leaves the package and comes back (stored, it would climb out of the
+    store's copy)."""
+    parts = _target(raw, where, name)
+    text = raw.decode()
+    top = list(around.parts if around else ())
+    here = [*top, *name.split("/")[:-1]]
+    left = False
+    for i, part in enumerate(parts):
+        last = i == len(parts) - 1
+        if part == "..":
+            if not here:
+                place = "the repository" if around else "the package"
+                raise refuse(where, name, f"a symbolic link ({text[:80]!r}) that leaves {place}")
+            here.pop()
+            left = left or len(here) < len(top)
+        elif part != ".":
+            here.append(part)
+            rel = here[len(top):]
+            kind = inside("/".join(rel)) if here[:len(top)] == top and rel else around.kind(tuple(here)) if around else None
+            if kind == "dir" and not last:
+                continue
+            if kind == "file" and last:
+                break
+            why = {"link": "to another link (a chain of links, or a loop)", "dir": "to a directory",
+                   None: "whose target does not exist (it dangles)"}.get(kind, f"to {kind}, not a regular file")
+            raise refuse(where, name, f"a symbolic link ({text[:80]!r}) {why}")
+        if last:
+            raise refuse(where, name, f"a symbolic link ({text[:80]!r}) to a directory")
+    stays = here[:len(top)] == top and len(here) > len(top)
+    if stays and left:
+        raise refuse(where, name, f"a symbolic link ({text[:80]!r}) that leaves the package and comes back")
+    if not stays and name.endswith(_IMPORTED):
+        raise refuse(where, name, f"a symbolic link ({text[:80]!r}) out of the package under a name Python imports: "
+                                  "the package does not hold what a checkout would run")
+    return stays, text
+
+
+def _plan(entries: Iterable[Entry], bounds: Bounds, where: str, around: Around | None) -> _Plan:
+    """Check every entry (names, types, bounds, where links lead) before anything is read: the
+    files to store, their total size, the links, and what is left out (byte-code, empty
+    directories, links out of the package)."""
     files: dict[str, Entry] = {}
     dirs: set[str] = set()
     bytecode: set[str] = set()
+    links: dict[str, bytes] = {}
     count = total = 0
     for e in entries:
         name = check_name(e.name, where, bounds.depth)
-        if name in files or name in dirs or name in bytecode:
+        if name in files or name in dirs or name in bytecode or name in links:
             raise refuse(where, name, "it appears twice")
         count += 1
         if count > bounds.files:
@@ -175,8 +273,11 @@ def _plan(entries: Iterable[Entry], bounds: Bounds, where: str) -> tuple[dict[st
         kind = stat.S_IFMT(e.mode)
         if kind == stat.S_IFDIR:
             dirs.add(name)
+        elif kind == stat.S_IFLNK and isinstance(e.content, bytes):
+            links[name] = e.content  # its target: bytes the source read (bounded), nothing followed
         elif kind != stat.S_IFREG:
-            raise refuse(where, name, f"it is {_kind(e.mode)}; only regular files and directories are taken in")
+            raise refuse(where, name, f"it is {_kind(e.mode)}; only regular files, directories and links inside "
+                                      "the package are taken in")
         elif is_bytecode(name):
             bytecode.add(name)
         elif not 0 <= e.size <= bounds.file_size:
@@ -188,16 +289,32 @@ def _plan(entries: Iterable[Entry], bounds: Bounds, where: str) -> tuple[dict[st
                 raise Refused(f"{where}: refused: more than {bounds.total_size} bytes in all (raise it with --max-tree-size)")
             files[name] = e
     parents: set[str] = set()
-    for name in [*files, *bytecode]:
+    for name in [*files, *bytecode, *links]:
         parent = name.rpartition("/")[0]
         while parent and parent not in parents:
-            if parent in files or parent in bytecode:
+            if parent in files or parent in bytecode or parent in links:
                 raise refuse(where, parent, "it is both a file and a directory")
             parents.add(parent)
             parent = parent.rpartition("/")[0]
-    _twins([*files, *bytecode, *dirs, *(parents - dirs)], where)
+    _twins([*files, *bytecode, *links, *dirs, *(parents - dirs)], where)
+
+    def inside(rel: str) -> str | None:
+        if rel in files:
+            return "file"
+        if rel in dirs or rel in parents:
+            return "dir"
+        return "link" if rel in links else "byte-code, which is not taken in" if rel in bytecode else None
+
+    stored: dict[str, str] = {}
+    out: dict[str, str] = {}
+    for name in sorted(links):
+        stays, text = _lead(name, links[name], inside, around, where)
+        if is_bytecode(name):
+            bytecode.add(name)
+        else:
+            (stored if stays else out)[name] = text
     empty = sorted(d for d in dirs if d not in parents and not is_bytecode(d + "/"))
-    return files, total, sorted(bytecode), empty
+    return _Plan(files, total, sorted(bytecode), empty, stored, out)
 
 
 def _chunks(e: Entry, where: str, name: str) -> Iterator[bytes]:
@@ -287,17 +404,37 @@ def _copy(files: dict[str, Entry], dest: int | None, where: str) -> list[tuple[s
     return out
 
 
-def take(entries: Iterable[Entry], dest: Path | None, bounds: Bounds, where: str) -> Taken:
-    """Take a package in: check every entry, then copy its files under ``dest`` (a fresh scratch
-    directory of the store; None: only hash them, to verify a stored tree). ``where`` (the source,
-    as the user wrote it) starts every refusal's line."""
-    files, total, bytecode, empty = _plan(entries, bounds, where)
+def _link(links: dict[str, str], dest: int) -> None:
+    """Make each link under ``dest`` with its target text: each leads, inside the copy, to the copy
+    of a file stored beside it (``_lead``)."""
+    made = _Chain(dest, create=True)  # a directory may hold links only
+    try:
+        for name in sorted(links):
+            *parts, base = name.split("/")
+            os.symlink(links[name], base, dir_fd=made.open_dir(parts))
+    finally:
+        made.close()
+
+
+def take(entries: Iterable[Entry], dest: Path | None, bounds: Bounds, where: str, around: Around | None = None) -> Taken:
+    """Take a package in: check every entry, then copy its files and links under ``dest`` (a fresh
+    scratch directory of the store; None: only hash them, to verify a stored tree). ``where`` (the
+    source, as the user wrote it) starts every refusal's line; ``around`` is where a link out of the
+    package may lead (none: such a link is refused)."""
+    plan = _plan(entries, bounds, where, around)
+
+    def taken(files: list[tuple[str, str]]) -> Taken:
+        return Taken(tuple(files), plan.total, tuple(plan.bytecode), tuple(plan.empty), tuple(sorted(plan.links.items())),
+                     tuple(sorted(plan.out.items())))
+
     if dest is None:
-        return Taken(tuple(_copy(files, None, where)), total, tuple(bytecode), tuple(empty))
+        return taken(_copy(plan.files, None, where))
     dest.mkdir(parents=True, exist_ok=True)
     fd = os.open(dest, _DIR)
     try:
-        return Taken(tuple(_copy(files, fd, where)), total, tuple(bytecode), tuple(empty))
+        files = _copy(plan.files, fd, where)
+        _link(plan.links, fd)
+        return taken(files)
     finally:
         os.close(fd)
 
@@ -345,6 +482,9 @@ def _walk(chain: _Chain, where: str) -> Iterator[Entry]:
                     seen = links.setdefault((st.st_dev, st.st_ino), [st.st_nlink, 0, name])
                     seen[1] += 1
                 yield Entry(name, st.st_mode, st.st_size, _reader(chain, here, st, where))
+                continue
+            if stat.S_ISLNK(st.st_mode):  # its text, never followed (``_lead`` says where it leads)
+                yield Entry(name, st.st_mode, st.st_size, os.fsencode(os.readlink(entry.name, dir_fd=chain.open_dir(parts))))
                 continue
             yield Entry(name, st.st_mode, st.st_size)  # intake refuses anything but a directory
             if stat.S_ISDIR(st.st_mode):
@@ -395,6 +535,32 @@ def directory(top: Path, where: str, inside: tuple[str, ...] = ()) -> Iterator[I
         os.close(fd)
 
 
+_KIND_WORDS = {stat.S_IFREG: "file", stat.S_IFDIR: "dir", stat.S_IFLNK: "link"}
+
+
+def beside(top: Path, inside: tuple[str, ...]) -> Around:
+    """The directory ``top`` (the user's own path) around the package ``top/inside...``, for links
+    that leave it: each path asked about is looked up from ``top``, every part opened
+    ``O_NOFOLLOW``, its type read with ``lstat``; nothing there is read or followed."""
+    def kind(parts: tuple[str, ...]) -> str | None:
+        try:
+            fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError:
+            return None
+        try:
+            for part in parts[:-1]:
+                inner = os.open(part, _DIR, dir_fd=fd)
+                os.close(fd)
+                fd = inner
+            mode = os.stat(parts[-1], dir_fd=fd, follow_symlinks=False).st_mode
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+        return _KIND_WORDS.get(stat.S_IFMT(mode), _kind(mode))
+    return Around(inside, kind)
+
+
 def wheel(zf: zipfile.ZipFile, package: str, where: str = "") -> Iterator[Entry]:
     """The members of an open wheel (or any zip) under ``package/``, with the names and modes the
     archive records (a member without Unix mode bits is a regular file); a member is a directory
@@ -412,6 +578,9 @@ def wheel(zf: zipfile.ZipFile, package: str, where: str = "") -> Iterator[Entry]
         elif stat.S_ISDIR(mode):  # an installer writes it as a file (a member's name decides): which is it?
             raise refuse(where or "wheel", name, "its mode says a directory but its name a file; installers write it "
                                                  "as a file")
+        elif stat.S_ISLNK(mode):
+            raise refuse(where or "wheel", name, "it is a symbolic link in a wheel; installers write it as a file "
+                                                 "holding the link's text")
         else:
             yield Entry(name, mode if stat.S_IFMT(mode) else stat.S_IFREG | 0o644, info.file_size,
                         lambda info=info: zf.open(info))

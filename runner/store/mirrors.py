@@ -39,7 +39,7 @@ from runner.errors import BadInput, Infrastructure
 from runner.files import building_dir, sha256_bytes
 from runner.store import gitobjects, intake
 from runner.store.cache import Store
-from runner.store.gitobjects import SUBMODULE, TREE
+from runner.store.gitobjects import LINK, SUBMODULE, TREE
 
 GIT_ENV = {
     "GIT_TERMINAL_PROMPT": "0",  # never hang on a credential prompt
@@ -476,20 +476,41 @@ def package_files(m: Mirror, tree: str, where: str, bounds: intake.Bounds = inta
 
 def entries(m: Mirror, tree: str, where: str, bounds: intake.Bounds = intake.Bounds()) -> list[intake.Entry]:
     """The package under ``tree`` as intake takes it in (runner/store/intake.py): names and modes
-    as git stores them, sizes known; the blobs are read, each hashed against its id, in one
+    as git stores them, sizes known; a link's target text (its blob, at most ``intake.NAME_BYTES``:
+    a longer one is refused unread) read at once, since intake checks where it leads before
+    reading anything else; the other blobs are read, each hashed against its id, in one
     ``cat-file --batch`` when intake first asks for bytes, after every entry passed its rules
-    and bounds (so a link or a submodule is refused before anything is read)."""
+    and bounds (so a submodule is refused before anything is read)."""
     files = package_files(m, tree, where, bounds)
+    links = [f for f in files if f.mode == LINK]
+    if long := next((f for f in links if (f.size or 0) > intake.NAME_BYTES), None):
+        raise intake.refuse(where, long.path, f"a symbolic link whose target is {long.size} bytes, over the bound of "
+                                              f"{intake.NAME_BYTES}")
+    targets = read_blobs(m, sorted({f.oid for f in links})) if links else {}
     blobs: dict[str, bytes] = {}
 
     def opener(oid: str) -> Callable[[], BinaryIO]:
         def open_() -> BinaryIO:
             if not blobs:
-                blobs.update(read_blobs(m, sorted({f.oid for f in files if f.size is not None})))
+                blobs.update(read_blobs(m, sorted({f.oid for f in files if f.size is not None and f.mode != LINK})))
             return io.BytesIO(blobs[oid])
         return open_
 
-    return [intake.Entry(f.path, int(f.mode, 8), f.size or 0, opener(f.oid) if f.size is not None else None) for f in files]
+    return [intake.Entry(f.path, int(f.mode, 8), f.size or 0,
+                         targets[f.oid] if f.mode == LINK else opener(f.oid) if f.size is not None else None)
+            for f in files]
+
+
+def around(m: Mirror, sha: str, package_dir: str) -> intake.Around:
+    """The commit ``sha`` around its package directory, for links that leave the package: each path
+    asked about is looked up in the commit's trees (each hashed against its id), never in a
+    checkout; a blob there is never read."""
+    kinds = {TREE: "dir", LINK: "link", SUBMODULE: "a submodule"}
+
+    def kind(parts: tuple[str, ...]) -> str | None:
+        found = _lookup(m, [sha], "/".join(parts))[0]
+        return None if found is None else kinds.get(found.mode, "file")
+    return intake.Around(tuple(PurePosixPath(package_dir).parts), kind)
 
 
 def read_blobs(m: Mirror, oids: list[str]) -> dict[str, bytes]:

@@ -45,8 +45,10 @@ def resolve(spec: specs.PathSpec, cache: Store, bounds: intake.Bounds = intake.B
     if parts is None:
         raise BadInput(f"{spec}: no {PKG} package in it (looked for {PKG}/, python/{PKG}/ or the directory itself)")
     inside = parts or (PKG,)
-    with intake.directory(directory if parts else directory.parent, str(spec), inside) as entries:
-        stored = trees.store(cache, entries, where=str(spec), bounds=bounds)
+    top = directory if parts else directory.parent
+    around = intake.beside(top, inside) if parts else None  # the package itself named: nothing around it is the user's
+    with intake.directory(top, str(spec), inside) as entries:
+        stored = trees.store(cache, entries, where=str(spec), bounds=bounds, around=around)
     identity = TreeIdentity(kind="path", source=str(spec), path=str(directory), tree_digest=stored.stamp.tree_digest,
                             files=stored.stamp.files, left_out=stored.left_out)
     return Tree(identity, stored.root, stored.files)

@@ -55,7 +55,7 @@ def _resolve_git(spec: specs.GitSpec, cache: Store, package_dir: str, bounds: in
     hit = trees.from_index(cache, index_path, bounds)
     if hit is None:
         entries = mirrors.entries(m, tree_id, f"commit {sha[:12]}: {package_dir}", bounds)
-        stored = trees.store(cache, entries, where=str(spec), bounds=bounds)
+        stored = trees.store(cache, entries, where=str(spec), bounds=bounds, around=mirrors.around(m, sha, package_dir))
         write_model(index_path, trees.Index(tree_digest=stored.stamp.tree_digest, left_out=stored.left_out))
         hit = (None, stored)
     stored = hit[1]

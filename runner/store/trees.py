@@ -16,7 +16,7 @@ from rich.markup import escape
 
 from runner import errors, ui
 from runner.errors import BadInput, Infrastructure
-from runner.files import dirhash1, scratch_dir
+from runner.files import dirhash1, scratch_dir, sha256_bytes
 from runner.store import intake, specs
 from runner.store.cache import Store, read_model, write_model
 from runner.store.mirrors import RemoteState
@@ -50,7 +50,8 @@ class TreeIdentity(BaseModel):
 class Tree:
     identity: TreeIdentity
     root: Path  # the directory that holds the ``sglang`` package and nothing else
-    files: tuple[str, ...]  # its regular files (``sglang/...``), as verified: nothing else is in it
+    files: tuple[str, ...]  # its regular files and links (``sglang/...``), as verified: nothing else is in
+    # it; each link leads to one of its files (intake._lead)
 
     @property
     def compiled_modules(self) -> list[str]:
@@ -73,20 +74,34 @@ class Index(BaseModel):
 class Stored:
     root: Path
     stamp: TreeStamp
-    files: tuple[str, ...]  # ``sglang/...``, as hashed from the stored bytes
+    files: tuple[str, ...]  # ``sglang/...``, files and links as hashed from the stored bytes
     left_out: tuple[str, ...] = ()  # what this source held that the tree does not (TreeIdentity.left_out)
 
 
 def left_out(taken: intake.Taken, outside: Iterable[str] = ()) -> tuple[str, ...]:
-    """What a source held that its stored tree does not: byte-code and empty directories of the
-    package (``sglang/...``, a directory with a trailing ``/``), then ``outside`` (a wheel's members
-    beyond the package, as the wheel names them)."""
-    return (*sorted([f"{PKG}/{n}" for n in taken.bytecode] + [f"{PKG}/{d}/" for d in taken.empty]), *sorted(outside))
+    """What a source held that its stored tree does not: byte-code, empty directories and links out
+    of the package (``sglang/...``, a directory with a trailing ``/``, a link as ``name -> target``),
+    then ``outside`` (a wheel's members beyond the package, as the wheel names them)."""
+    return (*sorted([f"{PKG}/{n}" for n in taken.bytecode] + [f"{PKG}/{d}/" for d in taken.empty]
+                    + [f"{PKG}/{n} -> {t}" for n, t in taken.out]), *sorted(outside))
+
+
+def link_line(target: str) -> str:
+    """What stands for a link in its digest line, where a file's sha256 does: ``symlink:`` and the
+    sha256 of its target text (git's blob of a link is that text). A file's line starts with 64 hex
+    digits, so no file, whatever its bytes, reads as a link."""
+    return f"symlink:{sha256_bytes(target.encode())}"
 
 
 def digest(taken: intake.Taken) -> str:
-    """The tree digest (``files.dirhash1``) of a package taken in: its files under ``sglang/``."""
-    return dirhash1((f"{PKG}/{name}", sha) for name, sha in taken.files)
+    """The tree digest (``files.dirhash1``) of a package taken in: its files and links under
+    ``sglang/`` (a link's line: ``link_line``). Without links, the same as before links were taken."""
+    return dirhash1([*((f"{PKG}/{name}", sha) for name, sha in taken.files),
+                     *((f"{PKG}/{name}", link_line(target)) for name, target in taken.links)])
+
+
+def _names(taken: intake.Taken) -> tuple[str, ...]:
+    return tuple(sorted(f"{PKG}/{name}" for name, _ in (*taken.files, *taken.links)))
 
 
 def read_back(root: Path, bounds: intake.Bounds = intake.Bounds()) -> intake.Taken:
@@ -101,7 +116,8 @@ def _check(root: Path, tree_digest: str, bounds: intake.Bounds) -> tuple[intake.
     and why not: its stamp does not read or names another digest; it holds what intake never stores
     (a link, a special file, byte-code, an empty directory) or more than this run's bounds; its
     bytes hash to another digest. Python would run planted byte-code in place of the source the
-    digest covers, so it is damage like any other."""
+    digest covers, so it is damage like any other. Its links are read back as intake reads any
+    tree: each must still lead to one of its files (nothing around the stored package is asked)."""
     stamp = read_model(root / "tree.json", TreeStamp)
     if stamp is None or stamp.tree_digest != tree_digest:
         return None, "its stamp tree.json does not read or names another digest"
@@ -113,6 +129,8 @@ def _check(root: Path, tree_digest: str, bounds: intake.Bounds) -> tuple[intake.
         return None, f"planted byte-code {taken.bytecode[0]!r}"
     if taken.empty:
         return None, f"an empty directory {taken.empty[0] + '/'!r}, which intake never stores"
+    if taken.out:
+        return None, f"a link out of the package {taken.out[0][0]!r}, which intake never stores"
     if digest(taken) != tree_digest:
         return None, "digest mismatch"
     return taken, ""
@@ -135,21 +153,21 @@ def load(cache: Store, tree_digest: str, bounds: intake.Bounds = intake.Bounds()
         _drop(root, why)
         return None
     cache.used(root)
-    return Stored(root, TreeStamp(tree_digest=tree_digest, files=len(taken.files)),
-                  tuple(f"{PKG}/{name}" for name, _ in taken.files))
+    return Stored(root, TreeStamp(tree_digest=tree_digest, files=len(taken.files)), _names(taken))
 
 
 def store(cache: Store, entries: Iterable[intake.Entry], *, where: str, bounds: intake.Bounds = intake.Bounds(),
-          outside: Iterable[str] = ()) -> Stored:
+          outside: Iterable[str] = (), around: intake.Around | None = None) -> Stored:
     """Take a package in (runner/store/intake.py) and file it under its own digest; what the source
     holds beside it (byte-code, empty directories, ``outside``: a wheel's other members) is said and
-    returned as ``left_out``, for the receipt.
+    returned as ``left_out``, for the receipt. ``around``: where a link out of the package may
+    lead (intake.Around; none, and such a link is refused).
 
     An entry already filed under that digest is kept only if its bytes, read back, are the very
     files just taken in; anything else there is replaced, never served.
     """
     with scratch_dir(cache.trees()) as scratch:
-        taken = intake.take(entries, scratch / PKG, bounds, where)
+        taken = intake.take(entries, scratch / PKG, bounds, where, around)
         names = {name for name, _ in taken.files}
         if "__init__.py" not in names:
             raise BadInput(f"{where}: no {PKG} package found (expected {PKG}/__init__.py)")
@@ -159,27 +177,30 @@ def store(cache: Store, entries: Iterable[intake.Entry], *, where: str, bounds: 
             left.append(f"{len(taken.bytecode)} byte-code file(s) (a deployment of this tree may run them in place of the source probed)")
         if taken.empty:
             left.append(f"{len(taken.empty)} empty director(ies)")
+        if taken.out:
+            left.append(f"{len(taken.out)} link(s) out of the package (a wheel leaves them out too)")
         if outside:
             left.append(f"{len(outside)} member(s) outside {PKG}/ (an installation of it carries them)")
         if left:
-            first = (*taken.bytecode, *taken.empty, *outside)[0]
+            first = (*taken.bytecode, *taken.empty, *(f"{n} -> {t}" for n, t in taken.out), *outside)[0]
             ui.warn(escape(errors.printable(f"{where}: not taken in: {' and '.join(left)}, first {first!r}; the stored "
                                             "tree holds the package's source only, and its receipts list what was left out")))
         stamp = TreeStamp(tree_digest=digest(taken), files=len(taken.files))
         write_model(scratch / "tree.json", stamp)
         final = cache.tree(stamp.tree_digest)
-        files = tuple(f"{PKG}/{name}" for name, _ in taken.files)
+        files = _names(taken)
         gone = left_out(taken, outside)
         if final.exists():
             existing, why = _check(final, stamp.tree_digest, bounds)
-            if existing is not None and existing.files == taken.files:
+            if existing is not None and (existing.files, existing.links) == (taken.files, taken.links):
                 cache.used(final)
                 return Stored(final, stamp, files, gone)
             _drop(final, why or "digest mismatch")
         try:
             os.replace(scratch, final)
         except OSError:  # another process filed it meanwhile: served only if it is these bytes too
-            if (_check(final, stamp.tree_digest, bounds)[0] or intake.Taken((), 0)).files != taken.files:
+            other = _check(final, stamp.tree_digest, bounds)[0] or intake.Taken((), 0)
+            if (other.files, other.links) != (taken.files, taken.links):
                 raise Infrastructure(f"cache entry {final} is being replaced by another process with other bytes") from None
     return Stored(final, stamp, files, gone)
 

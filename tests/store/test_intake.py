@@ -59,12 +59,13 @@ def test_a_plain_tree_is_taken_in_and_its_digest_is_the_documented_one(tmp_path)
     (lambda p, host: os.symlink(host, p / "srt" / "b.py"), "symbolic link"),
     (lambda p, host: os.symlink("/nonexistent/x", p / "srt" / "b.py"), "symbolic link"),  # dangling
     (lambda p, host: os.symlink(host.parent, p / "srt" / "pkg"), "symbolic link"),  # a directory link
-    (lambda p, host: os.symlink("a.py", p / "srt" / "b.py"), "symbolic link"),  # even inside the package
+    (lambda p, host: os.symlink(".", p / "srt" / "b.py"), "symbolic link"),  # inside, to a directory
+    (lambda p, host: os.symlink("../../host/secret.py", p / "srt" / "b.py"), "symbolic link"),  # out, to a host file
     (lambda p, host: os.symlink("/dev/zero", p / "srt" / "b.py"), "symbolic link"),
     (lambda p, host: os.mkfifo(p / "srt" / "b.py"), "FIFO"),
     (lambda p, host: os.link(host, p / "srt" / "b.py"), "hard links"),
 ])
-def test_links_and_special_files_are_refused_naming_the_entry(tmp_path, make, what):
+def test_links_that_leave_or_special_files_are_refused_naming_the_entry(tmp_path, make, what):
     host = tmp_path / "host" / "secret.py"
     host.parent.mkdir()
     host.write_text("SECRET = 'host'\n")

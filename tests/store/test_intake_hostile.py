@@ -100,7 +100,7 @@ CASES = {
     "module-links-to-dev-stdin": (SCHEDULER, lambda h: lambda p: os.symlink("/dev/stdin", p), "symbolic link"),
     "dangling-link": ("srt/gone.py", lambda h: lambda p: os.symlink("/nonexistent/gone.py", p), "symbolic link"),
     "directory-link-python-imports-through": ("srt/plugins", lambda h: lambda p: os.symlink(h["dir"], p), "symbolic link"),
-    "link-inside-the-package": (SCHEDULER, lambda h: lambda p: os.symlink("schedule_batch.py", p), "symbolic link"),
+    "link-inside-the-package-to-a-directory": (SCHEDULER, lambda h: lambda p: os.symlink("..", p), "symbolic link"),
     "relative-link-climbing-out": (SCHEDULER, lambda h: lambda p: os.symlink("../../../../../" * 4 + "etc/hostname", p),
                                    "symbolic link"),
     # special files and hard links

@@ -13,6 +13,7 @@ could not see).
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import stat
 import tempfile
@@ -99,7 +100,10 @@ def _as_the_oracle_says(expected, layout, take):
 
 
 def _stream(layout):
-    return [Entry(name.encode("utf-8", "surrogatepass"), mode, len(data) + lie, data) for name, mode, data, lie in layout]
+    """A link's target given only as a reader (as a wheel gives it): refused, like every other type
+    but files and directories (links whose text the source gives: test_intake_links.py)."""
+    return [Entry(name.encode("utf-8", "surrogatepass"), mode, len(data) + lie, (lambda d=data: io.BytesIO(d)) if mode == LNK else data)
+            for name, mode, data, lie in layout]
 
 
 def _digest(files: dict[str, bytes]) -> str:
@@ -193,12 +197,15 @@ fs_layout = st.lists(st.tuples(st.lists(fs_part, min_size=1, max_size=3),
                                content), max_size=7)
 
 
-def _build(root: Path, layout, outside: Path) -> dict[str, bytes] | None:
-    """Make the layout under ``root/sglang``; return what the oracle says is stored (None: refused)."""
+def _build(root: Path, layout, outside: Path) -> tuple[dict[str, bytes], dict[str, str]] | None:
+    """Make the layout under ``root/sglang``; return what the oracle says is stored (None: refused):
+    the files, and the links (name -> the file it leads to). A "link-in" is ``__init__.py`` beside
+    it: taken in as a link when that is a file of the tree, refused otherwise (it dangles or chains)."""
     pkg = root / "sglang"
     pkg.mkdir(parents=True)
     (pkg / "__init__.py").write_bytes(b"")
     made: dict[str, bytes | None] = {"__init__.py": b""}  # None: a directory
+    links: dict[str, str] = {}
     legal = True
     for parts, kind, data in layout:
         name = "/".join(parts)
@@ -220,10 +227,16 @@ def _build(root: Path, layout, outside: Path) -> dict[str, bytes] | None:
          "dirlink": lambda: os.symlink(outside.parent, target), "fifo": lambda: os.mkfifo(target),
          "hardlink": lambda: os.link(outside, target)}[kind]()
         made[name] = b"?"
-        legal = False
+        if kind == "link-in":
+            links[name] = "/".join([*parts[:-1], "__init__.py"])
+        else:
+            legal = False
+    files = {n: d for n, d in made.items() if d is not None and n not in links}
     if not legal or not all(_legal_part(p) for name in made for p in name.split("/")) or not _twin_free(made):
         return None
-    return {n: d for n, d in made.items() if d is not None and not _bytecode(n)}
+    if any(t not in files or _bytecode(t) for t in links.values()):
+        return None
+    return ({n: d for n, d in files.items() if not _bytecode(n)}, {n: t for n, t in links.items() if not _bytecode(n)})
 
 
 def _reachable(root: Path) -> tuple[set[str], list[str]]:
@@ -252,12 +265,15 @@ def test_a_directory_is_taken_in_exactly_as_the_oracle_says(a, b):
             tree = _as_the_oracle_says(expected, layout, lambda: path.resolve(specs.PathSpec(dir=str(tmp / f"t{i}")), cache))
             if tree is None:
                 continue
+            files, links = expected
             stored = {f.removeprefix("sglang/"): (tree.root / f).read_bytes() for f in tree.files}
-            assert stored == expected
-            assert tree.identity.tree_digest == _digest(expected)
+            assert stored == {**files, **{n: files[t] for n, t in links.items()}}
+            assert tree.identity.tree_digest == dirhash1([*((f"sglang/{n}", hashlib.sha256(d).hexdigest()) for n, d in files.items()),
+                                                          *((f"sglang/{n}", trees.link_line("__init__.py")) for n in links)])
             reachable, empty = _reachable(tree.root / "sglang")
-            assert reachable == set(expected) and not empty  # what Python can import is what the digest covers
-            assert all(stat.S_ISREG(os.lstat(tree.root / "sglang" / f).st_mode) for f in reachable)
+            assert reachable == set(files) | set(links) and not empty  # what Python can import is what the digest covers
+            assert all(stat.S_ISREG(os.lstat(tree.root / "sglang" / f).st_mode) for f in files)
+            assert all(os.readlink(tree.root / "sglang" / n) == "__init__.py" for n in links)  # a link, to the stored copy
             got.append((expected, tree.identity.tree_digest))
         if len(got) == 2:
             (files_a, digest_a), (files_b, digest_b) = got
