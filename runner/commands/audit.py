@@ -7,7 +7,7 @@ from runner.commands import baseline, options, pipeline, survey
 from runner.evidence import bundle, judging, pins
 from runner.evidence.records import SweepRecord
 from runner.sandbox import execute
-from runner.views import status
+from runner.views import status, verdict
 
 
 def cmd_audit(args) -> int:
@@ -21,15 +21,19 @@ def cmd_audit(args) -> int:
     rows = [p.row for p in probed]
     record = SweepRecord(order=[args.source], shard=None, rows=rows, first_fixed=survey.first_fixed(rows), probe_runs=runs)
     out = survey.write(target, "audit", started, probed, record, signers=signers)
-    in_force = {f.fix: survey.pinned_status(f, pinned) for f in rows[0].fixes}
-    status.print_audit(rows[0], {n: (", ".join(pinned.fixes[n].sites), word) for n, word in in_force.items()
-                                 if n in pinned.fixes and pinned.fixes[n].sites})
+    lines = verdict.of_tree(rows[0].fixes, probed[0].receipts, {n: f.sites for n, f in pinned.fixes.items()})
+    status.print_audit(rows[0], lines, probed[0].receipts, out)
     if args.fix:
         ui.out.print(f"only {', '.join(f'#{n}' for n in sorted(set(args.fix)))} (--fix): no other pinned fix was probed")
     ui.out.print(f"bundle: {out}")
-    # exit 0: every fix in force in the configuration its pin names (each configuration is printed)
-    fixed = all(word == "fixed" for word in in_force.values())
-    return errors.OK if fixed and not (args.strict and judging.strict_fails(rows[0].fixes)) else errors.DIFFERS
+    return exit_code(lines, rows[0].fixes, args.strict)
+
+
+def exit_code(lines: list[verdict.Line], fixes: list[judging.FixStatus], strict: bool) -> int:
+    """0 when every headline says the tree carries the fix (in the configuration its pin names), so the
+    two never disagree; with ``strict``, not when a "fixed" rests on code that differs from its baseline."""
+    fixed = all(line.carried for line in lines)
+    return errors.OK if fixed and not (strict and judging.strict_fails(fixes)) else errors.DIFFERS
 
 
 def register(sub) -> None:

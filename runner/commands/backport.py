@@ -19,10 +19,10 @@ import tempfile
 from pathlib import Path
 
 from rich.markup import escape
-from rich.table import Table
 
 from runner import errors, ui
 from runner.commands import baseline, options, pipeline
+from runner.views import verdict
 from runner.evidence import bundle, departures, judging, pins, receipts
 from runner.sandbox import execute
 from runner.store import intake, sources, specs
@@ -190,6 +190,17 @@ with --pr against a repository (no --patch), a patch that does not apply is merg
 PR's base. Offline: --patch FILE and --head SOURCE (a release in the cache or a path:DIR)."""
 
 
+def _reach(text: str, opts: pipeline.Options, offline: str | None) -> sources.Tree:
+    """Resolve a tree the user did not name (the PR's commits in its repository): when it is out of
+    reach, the one line says what to give instead."""
+    try:
+        return pipeline.resolve(text, opts)
+    except errors.DiffprobeError as e:
+        if offline is None or e.exit_code != errors.INFRASTRUCTURE:
+            raise
+        raise errors.Infrastructure(f"{e.message}; {offline}") from None
+
+
 def cmd_backport(args) -> int:
     signers = options.signers(args)
     baseline.check_against(args.against)
@@ -206,8 +217,10 @@ def cmd_backport(args) -> int:
     head_spec = specs.parse(head_text)
     if isinstance(head_spec, specs.GitSpec) and head_spec.ref is None:  # the PR's head may live only under its ref
         head_text = specs.pull_request(head_spec.url, head_spec.rev, args.pr)
+    head = _reach(head_text, opts, None if args.head else
+                  "offline, give --head SOURCE (a release or path:DIR carrying the fix)" + ("" if args.patch else
+                                                                                            " and --patch FILE"))
     onto = pipeline.resolve(args.onto, opts)
-    head = pipeline.resolve(head_text, opts)
     patch_sha = None
     if args.applied:
         how, files, target_text = "taken as applied", [], args.onto
@@ -219,7 +232,7 @@ def cmd_backport(args) -> int:
             except OSError as e:
                 raise errors.BadInput(f"--patch {args.patch}: {e.strerror}") from None
         else:
-            base = pipeline.resolve(f"git+{repo}@{fix.base}", opts)
+            base = _reach(f"git+{repo}@{fix.base}", opts, "offline, give --patch FILE (the PR's diff) and --head SOURCE")
             if head.identity.kind != "git":
                 raise errors.BadInput("--head must be a git source of the same repository unless --patch is given")
             patch = sources.diff(repo, base.identity.commit, head.identity.commit, p.package_dir, opts.cache)
@@ -255,27 +268,28 @@ def cmd_backport(args) -> int:
                        differentials=diffs, pins_sha256=None, extra=record.model_dump(mode="json"),
                        files={departures.file_name(bundle.label(trees[target_text].identity)): bundle.dump(departed)},
                        signers=signers)
-    _print(record)
+    _print(record, mine, diffs, {bundle.receipt_name(r): r for r in got.values()}, out)
     ui.out.print(f"bundle: {out}")
     return errors.OK if record.behaves_like_head and not (args.strict and record.rests_on) else errors.DIFFERS
 
 
-def _print(record: BackportRecord) -> None:
+def _print(record: BackportRecord, mine: dict[str, Receipt], diffs: list, receipts: dict[str, Receipt], out) -> None:
+    """The verdict screen: backport against head, then the tree before the patch against it (what the patch changed)."""
     ui.out.print(f"#{record.pr} onto {escape(record.onto)}: {record.applied}"
-                 + (f" ({len(record.files)} files, patch sha256 {record.patch_sha256[:16]}…)" if record.patch_sha256 else ""))
-    table = Table("probe", "case", "backport", "head", "same", title=f"backport vs head ({escape(record.head)})", title_justify="left")
-    for r in record.rows:
-        table.add_row(r.probe, escape(r.case), r.backport, r.head, "[green]yes[/]" if r.same else "[red]NO[/]")
-    ui.out.print(table)
-    verdict = "[green]behaves like head on every case[/]" if record.behaves_like_head else "[red]does not behave like head[/]"
+                 + (f" ({len(record.files)} files, patch sha256 {record.patch_sha256[:16]}…)" if record.patch_sha256 else "")
+                 + f"; compared with {escape(record.head)}")
+    cases = {c.id: c for r in mine.values() for c in r.cases}
+    lines = [verdict.of_backport(record, cases)]
+    lines += [verdict.of_differential(d, receipts, what="before vs after the patch:") for d in diffs]
+    verdict.show(lines, receipts.values())
     if record.rests_on:
         fs = judging.FixStatus(fix=record.pr, status="fixed", sites=[], departed=record.rests_on)
-        verdict += f", [yellow]{escape(judging.shown(fs).removeprefix('fixed, '))}[/]"
+        ui.out.print(f"  [yellow]{escape(judging.shown(fs).removeprefix('fixed, '))}[/]")
         for place in record.rests_on.places:
             ui.out.print(f"  ran: {escape(place)}")
         for place in record.rests_on.aware:
             ui.out.print(f"  [bold red]can tell it is being probed:[/] {escape(place)}")
-    ui.out.print(f"verdict: {verdict}")
+    ui.out.print(verdict.read_more(out), style="dim", markup=False)
 
 
 def register(sub) -> None:

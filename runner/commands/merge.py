@@ -45,9 +45,9 @@ def cmd_merge(args) -> int:
     merged = [p.row for p in probed]
     record = SweepRecord(order=order, shard=None, rows=merged, first_fixed=survey.first_fixed(merged),
                          windows=windows(merged), probe_runs=sum(r.probe_runs for r in records))
-    out = survey.write(target, "sweep", execute.now(), probed, record, survey.differentials(probed, pins.load(None)),
-                       signers=signers)
-    status.print_matrix(record)
+    pinned = pins.load(None)
+    out = survey.write(target, "sweep", execute.now(), probed, record, survey.differentials(probed, pinned), signers=signers)
+    status.print_matrix(record, probed, {n: f.sites for n, f in pinned.fixes.items()}, out)
     ui.out.print(f"bundle: {out}")
     return survey.exit_code(merged)
 

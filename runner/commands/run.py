@@ -9,7 +9,7 @@ from runner.evidence.records import RunRecord
 from runner.files import sha256_file
 from runner.sandbox import execute
 from runner.store import envs, specs
-from runner.views import summary
+from runner.views import verdict
 
 
 def cmd_run(args) -> int:
@@ -57,7 +57,8 @@ def cmd_run(args) -> int:
         extra=RunRecord(via=args.via, fixes=numbers, repo=repo if args.via == "commits" else None,
                         scores=scores if args.mutate else None).model_dump(mode="json"), signers=signers,
     )
-    summary.differentials(diffs)
+    by_name = {bundle.receipt_name(r): r for r in got.values()}
+    verdict.show([verdict.of_differential(d, by_name) for d in diffs], by_name.values(), verdict.read_more(out))
     ui.out.print(f"bundle: {out}  (check with: diffprobe verify {out}  or  cd {out} && sha256sum -c {bundle.MANIFEST})")
     return errors.OK if all(d.as_expected for d in diffs) else errors.DIFFERS
 

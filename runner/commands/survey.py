@@ -89,17 +89,6 @@ def first_fixed(rows: list[Row]) -> dict[int, str | None]:
     return {w.fix: w.first_fixed for w in windows(rows) if w.site is None}
 
 
-def pinned_status(fs: judging.FixStatus, p: pins.Pins) -> str:
-    """A fix's status in the configuration its pin names (``sites``: an option off by default, on),
-    else over all its sites: what "the tree carries the fix" means for an audit's verdict. Every
-    configuration's status is still reported beside it."""
-    sites = p.fixes[fs.fix].sites if fs.fix in p.fixes else []
-    if not sites:
-        return fs.status
-    return judging.worst([st.status for st in fs.sites if st.site in sites]) if any(
-        st.site in sites for st in fs.sites) else "not probed"
-
-
 def status_of(row: Row, fix: int, site: str | None = None) -> str:
     found = next((f for f in row.fixes if f.fix == fix), None)
     if site is not None:

@@ -146,7 +146,7 @@ def cmd_sweep(args) -> int:
     record = SweepRecord(order=order, shard=shard, rows=rows, first_fixed=survey.first_fixed(rows), windows=windows(rows),
                          bisect=path, probe_runs=runs)
     out = survey.write(target, "sweep", started, probed, record, survey.differentials(probed, p), signers=signers)
-    status.print_matrix(record)
+    status.print_matrix(record, probed, {n: f.sites for n, f in p.fixes.items()}, out)
     ui.out.print(f"bundle: {out}")
     return survey.exit_code(rows, strict=args.strict)
 

@@ -2,31 +2,38 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from runner import ui
 from runner.evidence import judging
+from runner.evidence.receipts import Receipt
 from runner.evidence.records import Row, SweepRecord, inconclusive_sites
-from runner.views import styles, timeline
+from runner.views import styles, timeline, verdict
 
 
-def _cell(fs) -> str:
-    """A fix's status and, unless fixed, each site's own: "not fixed" at one door and
-    "inconclusive" at the other are two different facts."""
+def _cell(fs, pinned: list[str]) -> str:
+    """A fix's headline as audit reads it (verdict.of_fix: in the configuration its pin names) and, unless
+    carried, each site's own: "not fixed" at one door and "inconclusive" at the other are two different facts."""
     if fs is None:
         return "[dim]not probed[/]"
-    sites = "" if fs.status == "fixed" else ", ".join(
+    line = verdict.of_fix(fs, {}, pinned)
+    sites = "" if line.carried or len(fs.sites) < 2 else ", ".join(
         f"{escape(s.site)} [{styles.STATUS.get(s.status, 'red')}]{s.status}[/]" for s in fs.sites)
     if fs.departed:  # the same behaviour, on code upstream never had
         d = fs.departed
         more = "".join(f", {len(v)} {k}" for k, v in (("at import", d.at_import), ("renamed", d.renamed)) if v)
         return f"[yellow]fixed, on differing code ({len(d.places)} ran, {len(d.aware)} can tell{more})[/]"
-    word = judging.shown(fs)
-    return f"[{styles.status(word)}]{word}[/]" + (f" ({sites})" if sites else "")
+    word = f"fixed ({len(fs.not_covered)} lines unreached)" if line.word.startswith("fixed, with") else line.word
+    return f"[{verdict.style(line.word)}]{escape(word)}[/]" + (f" ({sites})" if sites else "")
 
 
-def print_matrix(record: SweepRecord) -> None:
+def print_matrix(record: SweepRecord, probed: list, pinned: dict[int, list[str]], bundle: Path) -> None:
+    """The matrix of every tree, then the verdict screen of the newest one (``probed``: survey.Probed rows,
+    with their receipts) and how the trees' code ran when it was not the sandbox."""
     fixes = sorted({f.fix for r in record.rows for f in r.fixes})
     table = Table(title="fix status by source (observed behaviour)", title_justify="left")
     table.add_column("source")
@@ -35,7 +42,7 @@ def print_matrix(record: SweepRecord) -> None:
     table.add_column("static findings (not observed)")
     labels = {r.source: r.label for r in record.rows}
     for row in record.rows:
-        cells = [_cell(next((f for f in row.fixes if f.fix == fix), None)) for fix in fixes]
+        cells = [_cell(next((f for f in row.fixes if f.fix == fix), None), pinned.get(fix, [])) for fix in fixes]
         found = ", ".join(f"{f.id}={f.default}" if f.default else f.id for f in row.static if f.present)
         name = escape(row.label) + (f" [dim](same tree as {escape(labels[row.same_tree_as])})[/]" if row.same_tree_as else "")
         table.add_row(name, *cells, escape(found or "none"))
@@ -44,7 +51,11 @@ def print_matrix(record: SweepRecord) -> None:
         for text in timeline.strip(record):
             ui.out.print(text)
     for fix, source in record.first_fixed.items():
-        ui.out.print(f"#{fix}: first fixed in {escape(source) if source else '[red]none of these trees[/]'}")
+        sites = pinned.get(fix, [])
+        at = next((w for w in record.windows if w.fix == fix and sites == [w.site]), None)
+        where = f" (configuration {escape(at.site)}, as pinned)" if at and at.site != verdict.DEFAULT else ""
+        source = at.first_fixed if at else source
+        ui.out.print(f"#{fix}: first fixed in {escape(source) if source else '[red]none of these trees[/]'}{where}")
     for fix, read in (record.bisect or {}).items():
         ui.out.print(f"#{fix}: bisection read {len(read)} of {len(record.order)} sources")
     distinct = len({r.tree_digest for r in record.rows})
@@ -54,43 +65,24 @@ def print_matrix(record: SweepRecord) -> None:
     gaps = inconclusive_sites(record.rows)
     if gaps:
         ui.out.print(f"[yellow]inconclusive ({len(gaps)}): {escape(', '.join(gaps))}[/]")
+    newest = record.rows[-1] if record.rows else None
+    if newest is not None:
+        mine = next((p.receipts for p in probed if p.row.tree_digest == newest.tree_digest and p.receipts), [])
+        ui.out.print(Text.assemble(("the newest tree, ", "bold"), newest.label, (" (every fix, why):", "bold")))
+        verdict.show(verdict.of_tree(newest.fixes, mine, pinned), [r for p in probed for r in p.receipts],
+                     verdict.read_more(bundle))
 
 
-def print_audit(row: Row, pinned: dict[int, tuple[str, str]] | None = None) -> None:
-    """``pinned``: fix -> (the configuration its pin names, its status there), for a defence whose
-    verdict is read in one configuration (an option off by default, on)."""
-    ui.out.print(f"[bold]audit[/] {escape(row.source)}  {row.tree_digest}")
+def print_audit(row: Row, lines: list[verdict.Line], receipts: list[Receipt], bundle: Path) -> None:
+    """One tree: the verdict screen (runner/views/verdict.py), then the static findings, one line each."""
+    ui.out.print(Text.assemble(("audit ", "bold"), row.source, (f"  {row.tree_digest}", "dim")))
     if row.departures:
-        ui.out.print(f"baseline: {escape(row.departures)}")
-    for fs in row.fixes:
-        word = judging.shown(fs)
-        config = (pinned or {}).get(fs.fix)
-        said = f"  (pinned configuration {escape(config[0])}: [{styles.status(config[1])}]{config[1]}[/])" if config else ""
-        ui.out.print(f"#{fs.fix}: [{styles.status(word)}]{escape(word)}[/]{said}")
-        for place in fs.departed.places if fs.departed else ():
-            ui.out.print(f"  ran on changed code: {escape(place)}")
-        for place in fs.departed.aware if fs.departed else ():
-            ui.out.print(f"  [bold red]can tell it is being probed:[/] {escape(place)}")
-        for place in fs.departed.renamed if fs.departed else ():
-            ui.out.print(f"  [bold red]its module ran code under another file's name:[/] {escape(place)}")
-        for place in fs.departed.at_import if fs.departed else ():
-            ui.out.print(f"  ran at import (module-level code): {escape(place)}")
-        if fs.not_covered:
-            ui.out.print(f"  not covered (statements of the fix's code no case ran): {escape(', '.join(fs.not_covered))}")
-        for site in fs.sites:
-            cases = ", ".join(f"{k}={v}" for k, v in site.cases.items())
-            ui.out.print(f"  {site.site}: [{styles.status(site.status)}]{site.status}[/]  ({escape(cases)})")
+        ui.out.print(Text(f"baseline: {row.departures}"))
+    verdict.show(lines, receipts)
     ui.out.print("static findings (code or option present; not behaviour observed):")
     for f in row.static:
         state = ("present" + (f", default {f.default}" if f.default else "")) if f.present else "absent"
-        prs = ", ".join(f"#{n}" for n in f.prs)
-        ui.out.print(f"  {f.id} ({prs}): {state}. {escape(f.what)}")
-        for line in f.evidence[:2]:
-            ui.out.print(f"      {escape(line)}", style="dim")
-        seen = [fs for fs in row.fixes if fs.fix in f.prs]
-        if seen:  # the cross-check: what the behaviour of the same defences showed
-            said = "; ".join(f"#{fs.fix} {fs.status} (" + ", ".join(f"{s.site} {s.status}" for s in fs.sites) + ")"
-                             for fs in seen)
-            ui.out.print(f"      behaviour: {escape(said)}", style="dim")
-        if f.present and f.caveat:
-            ui.out.print(f"      caveat: {escape(f.caveat)}", style="dim")
+        caveat = f" Caveat: {f.caveat}" if f.present and f.caveat else ""
+        prs = f" ({', '.join(f'#{n}' for n in f.prs)})" if f.prs else ""
+        ui.out.print(Text(f"  {f.id}{prs}: {state}. {f.what}{caveat}"))
+    ui.out.print(Text(verdict.read_more(bundle), style="dim"))

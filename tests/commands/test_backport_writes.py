@@ -90,3 +90,19 @@ def test_a_hostile_target_is_refused_before_backport_writes_anything(tmp_path, v
     err = capsys.readouterr().err.strip().splitlines()
     assert code == BadInput.exit_code and len(err) == 1 and "symbolic link" in err[0]
     assert victim.read_text() == "HOST = 1\n" and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("patched", [True, False])
+def test_out_of_reach_says_in_one_line_what_to_give_offline(tmp_path, capsys, patched):
+    """The README's recipe offline: the PR's repository cannot be reached, and the line names --head
+    (and --patch when it is missing too), not just the clone that failed."""
+    from runner import cli
+    _tree(tmp_path / "fork", Store(tmp_path / "c"))
+    patch = tmp_path / "fix.patch"
+    patch.write_bytes(b"diff --git a/python/sglang/srt/a.py b/python/sglang/srt/a.py\n")
+    code = cli.main(["backport", "--pr", "38935", "--onto", f"path:{tmp_path / 'fork'}", "--repo", "https://nonexistent.invalid/sglang.git",
+                     *(["--patch", str(patch)] if patched else []), "--cache-dir", str(tmp_path / "c"), "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 3 and err[-1].startswith("diffprobe: error: ") and len([e for e in err if "error" in e]) == 1
+    wanted = "offline, give --head SOURCE (a release or path:DIR carrying the fix)" + ("" if patched else " and --patch FILE")
+    assert err[-1].endswith(wanted) and not (tmp_path / "out").exists()

@@ -7,6 +7,7 @@ from __future__ import annotations
 from runner.commands import survey
 from runner.evidence import judging, pins, receipts
 from runner.evidence.records import Row, windows
+from runner.views import verdict
 from tests.helpers import case, receipt
 
 CHECKSUM = receipts.ProbeRef(id="handoff", fix=39500, sha256="e" * 64, files={"handoff.py": "f" * 64})
@@ -44,9 +45,9 @@ def test_a_fix_pinned_on_its_option_is_judged_there():
     fs = rows()[2].fixes[0]
     assert fs.status == "not fixed" and judging.at_site(fs, "with-kv-checksum").status == "fixed"
     assert judging.at_site(fs, "default").status == "not fixed" and judging.at_site(fs, "nowhere") is None
-    p = pins.load()
-    assert survey.pinned_status(fs, p) == "fixed"  # #39500 is pinned with the checksum on
-    assert survey.pinned_status(rows()[1].fixes[0], p) == "not fixed"
+    sites = pins.load().fix(39500).sites  # #39500 is pinned with the checksum on
+    assert verdict.of_fix(fs, {}, sites).word == verdict.OFF_BY_DEFAULT
+    assert verdict.of_fix(rows()[1].fixes[0], {}, sites).word == "not fixed"
 
 
 def test_the_differential_compares_the_pinned_configuration_only():
