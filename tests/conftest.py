@@ -23,7 +23,7 @@ from runner.evidence import catalog, pins
 from runner.sandbox import bwrap, execute
 from runner.store import envs, sources, specs
 from runner.store.cache import Store
-from tests import costs, tools
+from tests import costs, tiers, tools
 
 RELEASES = ["0.5.19", "0.5.20", "0.5.21"]
 REAL = {"release_tree", "upstream_repo"}  # fixtures that download real SGLang releases
@@ -47,6 +47,16 @@ def pytest_xdist_auto_num_workers(config) -> int:
 
 def pytest_addoption(parser):
     parser.addoption("--times", metavar="PATH", help="write each test's wall and CPU seconds to PATH (JSON lines)")
+    parser.addoption("--exhaustive-slice", metavar="K/N", default=os.environ.get("DIFFPROBE_EXHAUSTIVE_SLICE", "all"),
+                     help="run only slice K of N of the exhaustive corpus ('all', 'commit' or K/N; tests/tiers.py); "
+                          "default: $DIFFPROBE_EXHAUSTIVE_SLICE or all")
+
+
+def pytest_configure(config):
+    try:
+        SLICE[0] = tiers.parse_slice(config.getoption("exhaustive_slice"))
+    except ValueError as e:
+        raise pytest.UsageError(str(e)) from None
 
 
 ASIDE = [0.0]  # CPU of the prefetch process (tests/prefetch.py): reaped during some test, but not its cost
@@ -60,6 +70,8 @@ def _cpu() -> float:
 
 
 TIMES: dict[str, tuple[float, float]] = {}  # test id -> (wall, CPU) seconds, set-up and tear-down included
+TIER: dict[str, str] = {}  # test id -> its tier (tests/tiers.py), for the summary
+SLICE: list = [None]  # the exhaustive slice this run is limited to: (K, N), or None for all of it
 UNCONFINED: set[str] = set()  # tests that ran fixture trees unconfined, from every worker's reports
 SESSION: dict[str, float] = {}
 STARTED: dict[str, tuple[float, float]] = {}
@@ -85,7 +97,8 @@ def pytest_runtest_makereport(item, call):
     pytest-xdist carries from the worker that ran it to the process that prints the summary."""
     if call.when == "teardown":
         wall, cpu = STARTED.pop(item.nodeid)
-        item.user_properties.append(("diffprobe-cost", (time.monotonic() - wall, _cpu() - cpu, item.nodeid in tools.UNCONFINED)))
+        item.user_properties.append(("diffprobe-cost", (time.monotonic() - wall, _cpu() - cpu, item.nodeid in tools.UNCONFINED,
+                                                         TIER.get(item.nodeid, "fast"))))
     yield
 
 
@@ -93,21 +106,34 @@ def pytest_runtest_logreport(report):
     for key, value in report.user_properties if report.when == "teardown" else ():
         if key == "diffprobe-cost":
             TIMES[report.nodeid] = (value[0], value[1])
+            TIER[report.nodeid] = value[3]
             if value[2]:
                 UNCONFINED.add(report.nodeid)
 
 
-def pytest_collection_modifyitems(items):
+def pytest_collection_modifyitems(config, items):
     """A test that asks for a real release is slow wherever it is declared (files marked by hand
-    mark the tests that build environments in other ways). A test marked ``needs(tool)`` is skipped,
-    with one line naming the tool and its install, where that tool cannot run. Modules then run in
-    the order tests/costs.py gives (quick ones first, then the costliest)."""
+    mark the tests that build environments in other ways); a slow test is then ``integration`` or
+    ``exhaustive`` (tests/tiers.py), and with a slice given, the exhaustive modules outside it are
+    deselected. A test marked ``needs(tool)`` is skipped, with one line naming the tool and its
+    install, where that tool cannot run. Modules then run in the order tests/costs.py gives (quick
+    ones first, then the costliest)."""
     for item in items:
         if REAL & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+        TIER[item.nodeid] = tiers.tier(item.nodeid, item.get_closest_marker("slow") is not None)
+        if TIER[item.nodeid] != "fast":
+            item.add_marker(getattr(pytest.mark, TIER[item.nodeid]))
         reasons = [tools.missing(name) for mark in item.iter_markers("needs") for name in mark.args]
         if any(reasons):
             item.add_marker(pytest.mark.skip(reason=next(r for r in reasons if r)))
+    if SLICE[0] is not None:
+        k, n = SLICE[0]
+        kept = set(tiers.cut({tiers.module_of(i.nodeid) for i in items if TIER[i.nodeid] == "exhaustive"}, n)[k - 1])
+        out = [i for i in items if TIER[i.nodeid] == "exhaustive" and tiers.module_of(i.nodeid) not in kept]
+        if out:
+            config.hook.pytest_deselected(items=out)
+            items[:] = [i for i in items if i not in set(out)]
     costs.order(items, lambda item: item.get_closest_marker("slow") is not None)
 
 
@@ -140,8 +166,8 @@ def unconfined_where_bubblewrap_is_missing():
 
 def pytest_terminal_summary(terminalreporter, config):
     """The ten tests that took most CPU and the run's CPU and load (on a loaded machine the wall
-    clock says little); how many tests were skipped for which missing tool, and how many ran fixture
-    trees unconfined."""
+    clock says little); each tier's tests, CPU and summed test wall, and the exhaustive slice that ran;
+    how many tests were skipped for which missing tool, and how many ran fixture trees unconfined."""
     if TIMES:
         terminalreporter.write_sep("=", "ten most CPU-hungry tests (seconds of CPU: pytest and its children; wall)")
         for nodeid, (wall, cpu) in sorted(TIMES.items(), key=lambda kv: -kv[1][1])[:10]:
@@ -149,6 +175,15 @@ def pytest_terminal_summary(terminalreporter, config):
         terminalreporter.write_line(
             f"this run: {_cpu() + ASIDE[0] - SESSION['cpu']:.0f} s CPU in {time.monotonic() - SESSION['wall']:.0f} s wall; "
             f"load average {SESSION['load']:.1f} at its start, {os.getloadavg()[0]:.1f} at its end ({os.cpu_count()} CPUs)")
+        for name in ("fast", "integration", "exhaustive"):
+            ran = [TIMES[t] for t in TIMES if TIER.get(t) == name]
+            if ran:
+                terminalreporter.write_line(f"tier {name}: {len(ran)} tests, {sum(c for _, c in ran):.0f} s CPU, "
+                                            f"{sum(w for w, _ in ran):.0f} s of test wall (summed over workers)")
+        exhaustive = sorted({tiers.module_of(t) for t in TIMES if TIER.get(t) == "exhaustive"})
+        if exhaustive:
+            which = "all of it" if SLICE[0] is None else "slice {}/{}".format(*SLICE[0])
+            terminalreporter.write_line(f"exhaustive corpus, {which}: {len(exhaustive)} modules ({', '.join(exhaustive)})")
     path = config.getoption("times")
     if path:
         with open(path, "w") as out:
@@ -198,8 +233,8 @@ class Prefetch:
     pytest-xdist the first worker to create ``claim`` (one file for the run) starts it; the others
     wait on the same ready markers while that process lives."""
 
-    def __init__(self, cache: Store, interp, log: Path, claim: Path | None = None) -> None:
-        self.cache, self.interp, self.proc = cache, interp, None
+    def __init__(self, cache: Store, interp, log: Path, releases: list[str], claim: Path | None = None) -> None:
+        self.cache, self.interp, self.proc, self.releases = cache, interp, None, releases
         try:
             fd = os.open(claim, os.O_WRONLY | os.O_CREAT | os.O_EXCL) if claim else None
         except FileExistsError:
@@ -208,7 +243,7 @@ class Prefetch:
             self.pid = int(claim.read_text())
             return
         self.log = open(log, "wb")
-        self.proc = subprocess.Popen([sys.executable, "-m", "tests.prefetch", str(cache.root), *SUITE_RELEASES],
+        self.proc = subprocess.Popen([sys.executable, "-m", "tests.prefetch", str(cache.root), *releases],
                                      cwd=Path(__file__).resolve().parent.parent, stdout=self.log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL)
         self.pid = self.proc.pid
@@ -237,7 +272,7 @@ class Prefetch:
         self.wait_for(self.cache.layer(envs.layer_key(self.interp)) / "layer.json")
 
     def release(self, version: str) -> None:
-        if version in SUITE_RELEASES:
+        if version in self.releases:
             self.wait_for(self.cache.index("pypi", version))
 
     def close(self) -> None:
@@ -249,13 +284,16 @@ class Prefetch:
 
 @pytest.fixture(scope="session", autouse=True)
 def prefetch(request, cache, interp, tmp_path_factory) -> Prefetch | None:
-    """In a session of at least ``PREFETCH_FROM`` slow tests, the layer and ``SUITE_RELEASES`` are
-    fetched by tests/prefetch.py from the start (its log: the cache's logs/prefetch.log); else None.
-    Under pytest-xdist one process serves all workers."""
-    if sum(1 for item in request.session.items if item.get_closest_marker("slow")) < PREFETCH_FROM:
+    """In a session of at least ``PREFETCH_FROM`` slow tests, the layer and the releases are fetched by
+    tests/prefetch.py from the start (its log: the cache's logs/prefetch.log); else None: every release
+    of ``SUITE_RELEASES`` where exhaustive tests run, the pinned ones (``tiers.INTEGRATION_RELEASES``)
+    for the README's command. Under pytest-xdist one process serves all workers."""
+    items = request.session.items
+    if sum(1 for item in items if item.get_closest_marker("slow")) < PREFETCH_FROM:
         return None
+    releases = SUITE_RELEASES if any(i.get_closest_marker("exhaustive") for i in items) else tiers.INTEGRATION_RELEASES
     claim = _run_dir(tmp_path_factory) / "prefetch.pid" if WORKER else None
-    ahead = Prefetch(cache, interp, cache.log("prefetch.log"), claim)
+    ahead = Prefetch(cache, interp, cache.log("prefetch.log"), releases, claim)
     request.addfinalizer(ahead.close)
     return ahead
 
