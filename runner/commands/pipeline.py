@@ -82,7 +82,7 @@ def same_source(stored, identity: sources.TreeIdentity) -> bool:
     """A stored receipt serves a later call only for the source it names (the same commit, artifact or
     directory): the same bytes from another source are shared within one call, where it is said, but a
     receipt from the store must not answer for a commit, release or fork it never named."""
-    fields = ("kind", "commit", "artifact_sha256", "path", "version", "left_out")
+    fields = ("kind", "commit", "artifact_sha256", "path", "version", "left_out", "image")
     return all(getattr(stored, f, None) == getattr(identity, f, None) for f in fields)
 
 

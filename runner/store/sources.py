@@ -1,16 +1,16 @@
-"""Turn a source spec into a Tree (runner/store/trees.py): ``pypi:`` (pypi.py), ``path:`` (path.py)
-or ``git+`` (here; git plumbing in mirrors.py)."""
+"""Turn a source spec into a Tree (runner/store/trees.py): ``pypi:`` (pypi.py), ``path:`` (path.py),
+``wheel:`` (wheels.py), a container image (images.py) or ``git+`` (here; git plumbing in mirrors.py)."""
 
 from __future__ import annotations
 
 from runner.errors import BadInput
-from runner.store import intake, mirrors, path, pypi, specs, trees
+from runner.store import images, intake, mirrors, path, pypi, specs, trees, wheels
 from runner.store.cache import Store, write_model
 from runner.store.trees import PKG, Tree, TreeIdentity
 
 
 def resolve(
-    spec: specs.GitSpec | specs.PypiSpec | specs.PathSpec,
+    spec: specs.Spec,
     cache: Store,
     *,
     package_dir: str = "python/sglang",
@@ -22,6 +22,10 @@ def resolve(
         return _resolve_git(spec, cache, package_dir, bounds)
     if isinstance(spec, specs.PypiSpec):
         return pypi.resolve(spec, cache, (pinned_sha256 or {}).get(spec.version), bounds)
+    if isinstance(spec, specs.WheelSpec):
+        return wheels.resolve(spec, cache, bounds)
+    if isinstance(spec, specs.ImageSpec):
+        return images.resolve(spec, cache, bounds)
     return path.resolve(spec, cache, bounds)
 
 

@@ -1,4 +1,6 @@
-"""The one source syntax: ``git+URL_OR_PATH@REV[#ref=REF]``, ``pypi:sglang==VERSION``, ``path:DIR``.
+"""The one source syntax: ``git+URL_OR_PATH@REV[#ref=REF]``, ``pypi:sglang==VERSION``, ``path:DIR``,
+``wheel:FILE.whl`` and the container images ``oci:DIR[@TAG|@sha256:HEX]``, ``docker-archive:FILE.tar``,
+``registry:HOST/NAME[:TAG|@sha256:HEX]``.
 
 Parsing is pure and strict. Everything a git source carries ends up on a git command line, so
 anything that could be read as an option or a command transport is refused here, before any
@@ -24,7 +26,8 @@ _SAFE_SCHEMES = ("https://", "http://", "ssh://", "git://", "file://")
 _SCP_LIKE = re.compile(r"^[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:[A-Za-z0-9._/~-]+$")
 PACKAGE = "sglang"
 # The syntax as help texts and errors show it (one place: every command that takes a source says it).
-SYNTAX = f"git+URL_OR_PATH@REV[#ref=REF], pypi:{PACKAGE}==VERSION or path:DIR"
+SYNTAX = (f"git+URL_OR_PATH@REV[#ref=REF], pypi:{PACKAGE}==VERSION, path:DIR, wheel:FILE.whl, "
+          "oci:DIR[@TAG|@sha256:HEX], docker-archive:FILE.tar or registry:HOST/NAME[:TAG|@sha256:HEX]")
 
 
 class GitSpec(BaseModel):
@@ -63,8 +66,76 @@ class PathSpec(BaseModel):
         return f"path:{self.dir}"
 
 
-def parse(text: str) -> GitSpec | PypiSpec | PathSpec:
+class WheelSpec(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    kind: Literal["wheel"] = "wheel"
+    file: str
+
+    def __str__(self) -> str:
+        return f"wheel:{self.file}"
+
+
+class ImageSpec(BaseModel):
+    """A container image: ``where`` is the layout directory (oci), the archive (docker-archive) or
+    ``HOST/NAME`` (registry); ``tag`` or ``digest`` picks one image of it (a registry's default tag:
+    ``latest``)."""
+
+    model_config = ConfigDict(frozen=True)
+    kind: Literal["oci", "docker-archive", "registry"]
+    where: str
+    tag: str | None = None
+    digest: str | None = None
+
+    def __str__(self) -> str:
+        pick = f"@{self.digest}" if self.digest else f"{':' if self.kind == 'registry' else '@'}{self.tag}" if self.tag else ""
+        return f"{self.kind}:{self.where}{pick}"
+
+
+Spec = GitSpec | PypiSpec | PathSpec | WheelSpec | ImageSpec
+_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$")
+DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+# a registry host (a name or an IPv4 address, an optional port) and a repository path, as the
+# distribution spec spells them: nothing skopeo could read as an option or another transport
+_HOST = re.compile(r"^(localhost|[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)+)(:[0-9]{1,5})?$")
+_REPO = re.compile(r"^[a-z0-9]+([._-]+[a-z0-9]+)*(/[a-z0-9]+([._-]+[a-z0-9]+)*)*$")
+
+
+def _local(text: str, body: str, what: str) -> str:
+    if not body:
+        raise BadInput(f"source {text!r}: {what}")
+    if any(ord(c) < 32 for c in body):
+        raise BadInput(f"source {text!r}: refused, control characters in a path")
+    return body
+
+
+def _image(text: str, kind: str, body: str) -> ImageSpec:
+    if kind == "registry":
+        host, _, repo = body.partition("/")
+        repo, at, digest = repo.partition("@")
+        tag = None
+        if not at and ":" in repo:
+            repo, _, tag = repo.rpartition(":")
+        if not _HOST.match(host) or not _REPO.match(repo):
+            raise BadInput(f"source {text!r}: expected registry:HOST[:PORT]/NAME[:TAG|@sha256:HEX]")
+        if at and not DIGEST.match(digest) or tag is not None and not _TAG.match(tag):
+            raise BadInput(f"source {text!r}: not a tag or a sha256:HEX digest after the name")
+        return ImageSpec(kind="registry", where=f"{host}/{repo}", tag=None if at else tag or "latest",
+                         digest=digest if at else None)
+    where, at, pick = body.rpartition("@") if kind == "oci" else ("", "", "")
+    if not at or not (DIGEST.match(pick) or _TAG.match(pick)):
+        where, pick = body, ""
+    where = _local(text, where, f"{kind}: needs a {'directory' if kind == 'oci' else 'file'}")
+    return ImageSpec(kind=kind, where=where, tag=pick if pick and not DIGEST.match(pick) else None,
+                     digest=pick if DIGEST.match(pick) else None)
+
+
+def parse(text: str) -> Spec:
     text = text.strip()
+    kind, colon, body = text.partition(":")
+    if colon and kind in ("oci", "docker-archive", "registry"):
+        return _image(text, kind, body)
+    if text.startswith("wheel:"):
+        return WheelSpec(file=_local(text, text[6:], "wheel: needs a .whl file"))
     if text.startswith("git+"):
         body = text[4:]
         if "@" not in body:

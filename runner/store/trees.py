@@ -30,11 +30,26 @@ from runner.store.mirrors import RemoteState
 PKG = specs.PACKAGE
 
 
+class ImageIdentity(BaseModel):
+    """Which container image held the tree, by the digests a stranger checks (``skopeo inspect``,
+    ``sha256sum`` of the blobs): the manifest (None in a docker-archive, which holds none), the index
+    it was picked from (a multi-platform image), the config, and the layers, in order, that put a file
+    of the package where it is found."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    index_digest: str | None = None
+    manifest_digest: str | None = None
+    config_digest: str
+    layers: tuple[str, ...]
+    package: str  # where in the image's file system the package was found: ``usr/lib/python3.11/site-packages/sglang``
+    python: str | None = None  # the image's Python (``3.11``) whose import path holds the package
+
+
 class TreeIdentity(BaseModel):
     """Which bytes: what a receipt needs to name the probed tree without ambiguity."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    kind: Literal["git", "pypi", "path"]
+    kind: Literal["git", "pypi", "path", "wheel", "oci", "docker-archive", "registry"]
     source: str
     repo: str | None = None
     rev: str | None = None
@@ -45,6 +60,7 @@ class TreeIdentity(BaseModel):
     artifact_sha256: str | None = None
     path: str | None = None
     remote: RemoteState | None = None  # git names other than a full SHA: the remote state read
+    image: ImageIdentity | None = None  # oci, docker-archive, registry
     tree_digest: str
     files: int
     # what the source holds that the tree does not (intake.Taken.bytecode, .empty; a wheel's members

@@ -7,7 +7,7 @@ from runner.evidence import receipts
 from runner.evidence.receipts import Limits, Receipt, Source
 from runner.store.sources import TreeIdentity
 
-TREE_KINDS = ("git", "pypi", "path")
+TREE_KINDS = ("git", "pypi", "path", "wheel", "oci", "docker-archive", "registry")
 
 
 def describe(source: Source) -> str:
@@ -18,6 +18,10 @@ def describe(source: Source) -> str:
         return f"{source.repo or source.source} @ {(source.commit or '?')[:12]}"
     if source.kind == "path":
         return f"directory {source.path or source.source}"
+    if source.kind == "wheel":
+        return f"wheel {source.artifact} (sglang {source.version})"
+    if isinstance(source, TreeIdentity) and source.image is not None:
+        return f"image {source.image.manifest_digest or source.image.config_digest} ({source.source})"
     if source.kind == "server":
         return f"live server {source.url}"
     return source.source
@@ -37,6 +41,11 @@ def identity(source: Source) -> list[tuple[str, str]]:
                   ("commit", source.commit), ("rev", source.rev), ("artifact", source.artifact),
                   ("artifact sha256", source.artifact_sha256), ("tree digest", source.tree_digest),
                   ("files", str(source.files)), ("left out of the tree", left_out(source.left_out))]
+        if source.image is not None:
+            i = source.image
+            fields[2:2] = [("image index", i.index_digest), ("image manifest", i.manifest_digest),
+                           ("image config", i.config_digest), ("image layers with the package", ", ".join(i.layers)),
+                           ("package in the image", f"/{i.package} (Python {i.python or 'unknown'})")]
     elif source.kind == "server":
         fields = [("kind", "server (live gate)"), ("source", source.source), ("url", source.url),
                   ("reported", ", ".join(f"{k}={v}" for k, v in sorted(source.reported.items())))]
