@@ -7,6 +7,10 @@ A page names what it wants with a marker line; the hook replaces it when the sit
 - ``<!-- generated: schemas -->``: every file format, from the JSON schemas in ``evidence/schema/``
   (themselves generated from the pydantic models, and kept current by a test);
 - ``<!-- generated: duties -->``: every duty, from ``probes/duties.py`` (what the host judges with).
+
+A page in ``docs/`` that the nav does not list yet is listed under "More" (titled by its heading), so a
+page written by whoever knows the topic appears in the site the day it lands; its place in the nav is
+chosen in mkdocs.yml.
 """
 
 from __future__ import annotations
@@ -104,6 +108,22 @@ def duties() -> str:
     out = ["| duty | fix | what must hold |", "|---|---|---|"]
     out += [f"| `{duty.id}` | #{duty.fix} | {_cell(duty.promise)} |" for duty in d.DUTIES.values()]
     return "\n".join(out)
+
+
+def _listed(nav) -> set[str]:
+    if isinstance(nav, str):
+        return {nav}
+    if isinstance(nav, dict):
+        return set().union(*map(_listed, nav.values()))
+    return set().union(*map(_listed, nav)) if nav else set()
+
+
+def on_config(config):
+    docs = Path(config["docs_dir"])
+    unlisted = sorted(p.name for p in docs.glob("*.md") if p.name not in _listed(config["nav"]))
+    if unlisted:
+        config["nav"].append({"More": unlisted})
+    return config
 
 
 GENERATORS = {"commands": commands, "schemas": schemas, "duties": duties}

@@ -6,6 +6,8 @@
 - Every shell example in the README is checked: the cheap ones (``verify`` and ``report`` of the
   committed bundle) run for real; the expensive ones (``run``, ``backport``, ``audit``, ``accept``, the
   set-up commands) are parsed by diffprobe's own parser, so a renamed option or command fails here.
+- The docs pages' concrete ``diffprobe`` examples parse too (a synopsis with ``[optional]`` parts,
+  alternatives or ``…`` is not a command line, and is left to the generated reference).
 - The README stays what a newcomer reads in five minutes: at most 250 lines, the two set-up commands
   (verbatim: CI runs the test one) in the first screen, every verdict word within the first 100 lines,
   and every command of the parser in its table.
@@ -36,11 +38,12 @@ NOT_DIFFPROBE = {" ".join(shlex.split(step)) for command in (MAIN_JOB, TEST_COMM
     ".venv/bin/python -m pytest -q"}
 
 
-def examples() -> list[str]:
-    """Every command of the README's ``sh`` and ``console`` blocks, continuation lines joined, each
-    ``&&`` step apart; a console block's commands are its ``$`` lines (the rest is their output)."""
+def examples(text: str = README, only: str = "") -> list[str]:
+    """Every command of the ``sh`` and ``console`` blocks of ``text`` (those starting with ``only``),
+    continuation lines joined, each ``&&`` step apart; a console block's commands are its ``$`` lines
+    (the rest is their output)."""
     found = []
-    for lang, body in re.findall(r"^```(sh|console)\n(.*?)^```", README, re.MULTILINE | re.DOTALL):
+    for lang, body in re.findall(r"^```(sh|console)\n(.*?)^```", text, re.MULTILINE | re.DOTALL):
         lines = body.splitlines()
         i = 0
         while i < len(lines):
@@ -53,6 +56,9 @@ def examples() -> list[str]:
             while line.endswith("\\") and i < len(lines):
                 line = line[:-1] + " " + lines[i].strip()
                 i += 1
+            if not line.startswith(only):
+                continue
+            line = re.sub(r"\$\([^)]*\)", "X", line)  # a shell substitution stands for one word
             found += [" ".join(words) for step in line.split(" && ") if (words := shlex.split(step, comments=True))]
     return found
 
@@ -64,7 +70,7 @@ def subcommands() -> dict[str, argparse.ArgumentParser]:
 
 def test_site_builds_in_strict_mode(tmp_path):
     site = tmp_path / "site"
-    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "-f", str(ROOT / "mkdocs.yml"),
+    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(ROOT / "mkdocs.yml"),
                            "-d", str(site)], capture_output=True, text=True, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
     assert done.returncode == 0, done.stdout + done.stderr
     reference = (site / "commands" / "index.html").read_text()
@@ -115,3 +121,12 @@ def test_every_readme_example_is_checked(tmp_path, monkeypatch, capsys):
             cli.build_parser().parse_args(argv[1:])  # a usage mistake exits 2 (SystemExit) and fails here
     assert ran == len(RUN_FOR_REAL)
     assert (tmp_path / "run.html").is_file()
+
+
+@pytest.mark.parametrize("page", sorted((ROOT / "docs").glob("*.md")), ids=lambda p: p.name)
+def test_docs_examples_parse(page):
+    for command in examples(page.read_text(), only="diffprobe "):
+        argv = shlex.split(command)
+        if any(mark in command for mark in ("[", "|", "…", "...")):
+            continue
+        cli.build_parser().parse_args(argv[1:])  # a usage mistake exits 2 (SystemExit) and fails here
