@@ -130,3 +130,17 @@ def test_docs_examples_parse(page):
         if any(mark in command for mark in ("[", "|", "…", "...")):
             continue
         cli.build_parser().parse_args(argv[1:])  # a usage mistake exits 2 (SystemExit) and fails here
+
+
+PATH_NAMED = re.compile(r"`((?:runner|probes|tests|bench|evidence|docs|\.ci)/[\w./*-]+)")
+
+
+@pytest.mark.parametrize("page", [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))], ids=lambda p: p.name)
+def test_every_path_a_page_names_exists(page):
+    """A file moved or renamed in the code leaves no page pointing at where it was (``x/y.name`` names
+    ``name`` in ``x/y.py``)."""
+    for named in PATH_NAMED.findall(page.read_text()):
+        path = named.rstrip(".")
+        module = path.rsplit(".", 1)[0] + ".py"
+        assert any(ROOT.glob(path)) or (ROOT / module).is_file(), \
+            f"{page.name} names {path}, which does not exist: update the page"
