@@ -17,12 +17,11 @@ from typing import Iterable
 from rich.text import Text
 
 from runner import ui
-from runner.evidence import judging
+from runner.evidence import judging, pins
 from runner.evidence.observations import Case
 from runner.evidence.receipts import Differential, Receipt
-from runner.evidence.records import BackportRecord
-from runner.views import styles
-from runner.views.report.sources import sandbox
+from runner.evidence.records import BackportRecord, SweepRecord
+from runner.views import confinement, styles
 
 # A defence behind an option that is off by default, observed fixed with its option on and not in the
 # default configuration: the tree carries it, and a deployment has it only when it turns it on.
@@ -143,6 +142,16 @@ def of_tree(fixes: list[judging.FixStatus], receipts: list[Receipt], pinned: dic
             for fs in fixes]
 
 
+def of_record(kind: str, extra: dict, receipts: Iterable[Receipt]) -> tuple[str, list[Line]] | None:
+    """An audit's or a sweep's bundle: its newest tree and every fix's line there (the pins' configurations:
+    the bundle records none of its own), for report's summary; None for other bundles."""
+    if kind not in ("audit", "sweep") or not extra.get("rows"):
+        return None
+    newest = SweepRecord.model_validate(extra).rows[-1]
+    mine = [r for r in receipts if r.source.tree_digest == newest.tree_digest]
+    return newest.label, of_tree(newest.fixes, mine, {n: f.sites for n, f in pins.load().fixes.items()})
+
+
 def of_differential(d: Differential, receipts: dict[str, Receipt], what: str = "") -> Line:
     """A differential's line (run, backport): its verdict against the pin, and the case that decides it."""
     word = d.verdict + ("" if d.expected is None else " (as pinned)" if d.as_expected else f" (pinned: {d.expected})")
@@ -192,16 +201,6 @@ def of_backport(record: BackportRecord, cases: dict[str, Case]) -> Line:
     return Line(record.pr, word, reason, ", ".join(sites), detail, what="backport vs head:")
 
 
-def confinement(receipts: Iterable[Receipt]) -> str | None:
-    """One line when any of the trees' code ran outside the sandbox (or before it was recorded); None when all of it ran in it."""
-    runs = [r for r in receipts if r.source.kind in ("git", "pypi", "path")]
-    loose = [r for r in runs if not sandbox(r)[1]]
-    if not loose:
-        return None
-    said = sorted({sandbox(r)[0] for r in loose})
-    return f"{len(loose)} of {len(runs)} probe run(s) not in the sandbox: {'; '.join(said)}"
-
-
 def style(word: str) -> str:
     if word in ("behaves like head", "does not behave like head"):
         return "green" if word == "behaves like head" else "red"
@@ -211,7 +210,7 @@ def style(word: str) -> str:
 def show(lines: list[Line], receipts: Iterable[Receipt] = (), rest: str | None = None) -> None:
     """Print the screen: the confinement warning first (it qualifies every line), then each fix."""
     o = ui.out
-    if loose := confinement(receipts):
+    if loose := confinement.warning(receipts):
         o.print(Text(f"WARNING: {loose}", style="bold red"))
     for line in lines:
         o.print(Text.assemble((f"#{line.fix} ", "bold"), f"{line.what} " if line.what else "", (line.word, style(line.word)),

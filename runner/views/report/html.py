@@ -18,7 +18,8 @@ from runner.evidence import bundle, judging, receipts
 from runner.evidence.receipts import Differential, Receipt
 from runner.evidence.upstream import Grading
 from runner.files import write_atomic
-from runner.views import grading, timeline
+from runner.views import confinement, grading, timeline
+from runner.views.verdict import of_record
 from runner.views.report import departures, gates
 from runner.views.report.css import CSS
 from runner.views.report.effects import EffectRow, effect_columns, effect_label, effect_row, effect_rows, failed_duties
@@ -89,13 +90,19 @@ class Page:
 
     def glance(self) -> str:
         ev = self.ev
-        items = [el("li", self.fix_line(f)) for f in ev.fixes] or [el("li", esc(
+        newest = of_record(ev.index.kind, ev.index.extra, ev.receipts.values())
+        items = [el("li", self.fix_line(f)) for f in ev.fixes] or [
+            el("li", el("a", esc(f"#{line.fix}"), href="#matrix"), " ", el("span", esc(line.word), class_=f"st {_cls(line.word)}"),
+               " ", esc(f"{line.reason} [{line.config}]")) for line in (newest[1] if newest else [])] or [el("li", esc(
             "No base/head differential in this bundle: see the status by source below."))]
+        what = f"What each fix is in {newest[0]}, and why: " if newest and not ev.fixes else "What was fixed, where: "
+        loose = confinement.warning(ev.receipts.values())
         findings = [assess(s, ev.fixes) for s in STEPS]
         by_level = {lv: [str(f.step.number) for f in findings if f.level == lv] for lv in LEVEL_CLASS}
         evidence = "; ".join(f"{lv}: step{'s' if len(n) > 1 else ''} {', '.join(n)}" for lv, n in by_level.items() if n)
         return el("section", el("h2", "At a glance"),
-                  el("p", el("b", "What was fixed, where: ")), el("ul", *items),
+                  *([el("p", el("b", "WARNING: "), esc(loose), class_="warn")] if loose else []),
+                  el("p", el("b", esc(what))), el("ul", *items),
                   el("p", el("b", "On what evidence: "), esc(
                       f"{evidence_kinds(ev)}. Incident steps by evidence level: {evidence}.")),
                   *([el("p", el("b", "Acceptance: "), self.acceptance(a), " ", el("a", "the four gates", href="#gates"))]

@@ -7,11 +7,12 @@ from pathlib import Path
 
 from rich.markup import escape as rich_escape
 from rich.table import Table
+from rich.text import Text
 
 from runner import errors, ui
 from runner.evidence import judging
 from runner.store.sources import TreeIdentity
-from runner.views import grading, styles, timeline
+from runner.views import grading, styles, timeline, verdict
 from runner.views.report import departures, gates
 from runner.views.report.effects import effect_rows, failed_duties
 from runner.views.report.incident import STEPS, Level, arrow, assess
@@ -32,6 +33,9 @@ def show(ev: Evidence, diffs: bool = False) -> None:
     o = ui.out
     o.print(f"[bold]{_t(ev.index.kind)} bundle[/] {_t(ev.root)}  created {_t(ev.index.created_at)}  "
             f"[green]✓ verified[/] ({len(ev.receipts)} receipts, {len(ev.fixes)} differentials)")
+    if newest := verdict.of_record(ev.index.kind, ev.index.extra, ev.receipts.values()):
+        o.print(Text.assemble(("the newest tree, ", "bold"), newest[0], (" (every fix, why):", "bold")))
+    verdict.show(newest[1] if newest else [], ev.receipts.values())
     for fix in ev.fixes:
         _show_fix(ev, fix)
     for score in ev.index.extra.get("scores", []) if ev.index.kind == "mutation" else []:
