@@ -50,14 +50,22 @@ import sys
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from cryptography.hazmat.primitives.serialization import load_pem_public_key  # securesystemslib[crypto]
-from google.protobuf import json_format  # in-toto-attestation's own dependency
-from in_toto_attestation.predicates.test_result.v0 import test_result_pb2
-from in_toto_attestation.v1 import statement_pb2
-from in_toto_attestation.v1.statement import Statement
-from securesystemslib.dsse import Envelope
-from securesystemslib.exceptions import UnverifiedSignatureError, VerificationError
-from securesystemslib.signer import SSlibKey
+try:  # without them, one line naming what to install (main), never a traceback
+    from cryptography.hazmat.primitives.serialization import load_pem_public_key  # securesystemslib[crypto]
+    from google.protobuf import json_format  # in-toto-attestation's own dependency
+    from in_toto_attestation.predicates.test_result.v0 import test_result_pb2
+    from in_toto_attestation.v1 import statement_pb2
+    from in_toto_attestation.v1.statement import Statement
+    from securesystemslib.dsse import Envelope
+    from securesystemslib.exceptions import UnverifiedSignatureError, VerificationError
+    from securesystemslib.signer import SSlibKey
+    MISSING = None
+except ImportError as e:
+    MISSING = (e.name or str(e)).split(".")[0]
+INSTALL = "pip install 'securesystemslib[crypto]' in-toto-attestation"
+# What a Statement's result says: the test result the tree recorded (did its cases show the bug?),
+# signed as observed. It is not this script's verdict: that is the exit code and the VERIFIED line.
+RESULTS = {"PASSED": "recorded: every case clean", "FAILED": "recorded: a case showed the bug or could not be judged"}
 
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
@@ -75,6 +83,9 @@ class Refused(Exception):
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if MISSING:
+        print(f"verify_bundle: error: the module {MISSING} is missing: {INSTALL}", file=sys.stderr)
+        return 2
     try:
         keys = load_keys(args.key)
     except (OSError, ValueError) as e:
@@ -99,6 +110,10 @@ def main(argv: list[str] | None = None) -> int:
     for line in report:
         print(shown(line))
     return 0
+
+
+def _meaning(result: str) -> str:
+    return f"{result} ({RESULTS.get(result, 'an unknown result')})"
 
 
 def shown(text: str) -> str:
@@ -162,9 +177,17 @@ def verify(root: Path, keys: dict[str, SSlibKey], threshold: int, args) -> tuple
               f"OK created {created}" + (f", nonce {whole['predicate'].get(NONCE)!r}" if NONCE in whole["predicate"] else "")]
     for name in sorted(statements):
         s = statements[name]
-        report.append(f"   {name}: {s['predicate']['result']}; subjects: "
+        report.append(f"   {name}: {_meaning(s['predicate']['result'])}; subjects: "
                       + "; ".join(f"{x['name']} {','.join(f'{k}:{v}' for k, v in sorted(x['digest'].items()))}"
                                   for x in s["subject"]))
+    report += [f"OK --tree {path}: the dirHash of its sglang/ is a subject of the bundle (it is the tree observed)"
+               for path in args.tree or []]
+    report += [f"OK --artifact {path}: its sha256 is a subject of the bundle" for path in args.artifact or []]
+    results = [s["predicate"]["result"] for n, s in statements.items() if n != BUNDLE_ENVELOPE]
+    report.append(f"VERIFIED: {len(content)} files and {len(envelopes)} signed Statements intact; "
+                  f"{results.count('PASSED')} receipt(s) record PASSED, {results.count('FAILED')} FAILED. PASSED and FAILED "
+                  "are the results the trees recorded (FAILED: a case showed the bug, as an unfixed tree does), not "
+                  "outcomes of this check: every check passed")
     return [], report
 
 

@@ -29,10 +29,10 @@ def cmd_verify(args) -> int:
         problems = [f"{attest.BUNDLE_ENVELOPE}: {p}" for p in attest.freshness(
             index.created_at, attest.nonce_of(signed), not_before=args.not_before, max_age=args.max_age,
             want_nonce=args.nonce, now=datetime.now(timezone.utc))]
-    if problems:
-        for line in problems:
+    if problems:  # each problem once: the first in the error line, the others above it
+        for line in problems[1:]:
             ui.out.print(f"[red]✗[/] {escape(line)}")
-        more = f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""
+        more = f" (and the {len(problems) - 1} more problem(s) above)" if len(problems) > 1 else ""
         raise bundle.Tampered(f"{root}: tampered or damaged: {problems[0]}{more}")
     _, rs, ds = bundle.contents(root)
     ui.out.print(f"[green]✓[/] {escape(str(root))}: intact ({len(rs)} receipts, {len(ds)} differentials, every digest recomputed)")

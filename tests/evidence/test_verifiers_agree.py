@@ -206,6 +206,7 @@ def test_a_tree_holding_what_the_dirhash_leaves_out_is_not_the_subject(signed_tr
     d, root = signed_tree
     key = ["--key", str(parties["signer"].public)]
     assert helpers.standalone().main([str(root), *key, "--tree", str(d)]) == 0
+    assert f"OK --tree {d}: the dirHash of its sglang/ is a subject of the bundle" in capsys.readouterr().out  # a match is said
     copy = tmp_path / "copy"
     shutil.copytree(d, copy)
     plant(copy, tmp_path)
