@@ -32,6 +32,10 @@ TOOLS = {
     "bubblewrap": Tool(bwrap.version, "bubblewrap cannot run here (not installed, or no unprivileged user namespaces)",
                        "apt-get install -y bubblewrap"),
     "chromium": Tool(lambda: shutil.which("chromium"), "no chromium on PATH", "apt-get install -y chromium"),
+    # registry: sources are pulled with skopeo; tests push to Debian's registry (distribution) on loopback
+    "skopeo": Tool(lambda: shutil.which("skopeo"), "no skopeo on PATH", "apt-get install -y skopeo"),
+    "docker-registry": Tool(lambda: shutil.which("docker-registry"), "no docker-registry on PATH",
+                            "apt-get install -y docker-registry"),
 }
 
 

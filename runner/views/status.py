@@ -8,7 +8,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from runner import ui
+from runner import errors, ui
 from runner.evidence import judging
 from runner.evidence.receipts import Receipt
 from runner.evidence.records import Row, SweepRecord, inconclusive_sites
@@ -76,6 +76,10 @@ def print_matrix(record: SweepRecord, probed: list, pinned: dict[int, list[str]]
 def print_audit(row: Row, lines: list[verdict.Line], receipts: list[Receipt], bundle: Path) -> None:
     """One tree: the verdict screen (runner/views/verdict.py), then the static findings, one line each."""
     ui.out.print(Text.assemble(("audit ", "bold"), row.source, (f"  {row.tree_digest}", "dim")))
+    image = next((r.source.image for r in receipts if getattr(r.source, "image", None)), None)
+    if image is not None:  # the image by the digests a stranger checks (skopeo inspect), and where the package is
+        ui.out.print(Text(errors.printable(f"image {image.manifest_digest or 'config ' + image.config_digest} "
+                                           f"(package /{image.package}, Python {image.python or 'unknown'})")))
     if row.departures:
         ui.out.print(Text(f"baseline: {row.departures}"))
     verdict.show(lines, receipts)

@@ -257,3 +257,20 @@ def test_a_stored_image_tree_is_found_again_by_config_digest(tmp_path):
     assert resolve(f"oci:{b.layout}", cache).identity == first
     assert json.loads(cache.index("image", b.config.split(":")[1]).read_text())["tree_digest"] == first.tree_digest
     assert stat.S_ISDIR((cache.tree(first.tree_digest)).stat().st_mode) and trees.load(cache, first.tree_digest)
+
+
+def test_a_multi_platform_image_reads_this_platform(tmp_path, monkeypatch):
+    """index.json -> an image index -> the linux/amd64 manifest; the identity names both digests."""
+    b = build.oci(tmp_path / "img", [package_layer()])
+    listed = json.loads((b.layout / "index.json").read_text())["manifests"][0]
+    other = {**listed, "digest": "sha256:" + "0" * 64, "platform": {"os": "linux", "architecture": "arm64"}}
+    index = json.dumps({"schemaVersion": 2, "mediaType": images.INDEXES[0],
+                        "manifests": [other, {**listed, "platform": {"os": "linux", "architecture": "amd64"}}]}).encode()
+    index_digest = f"sha256:{hashlib.sha256(index).hexdigest()}"
+    (b.layout / "blobs" / "sha256" / index_digest.split(":")[1]).write_bytes(index)
+    monkeypatch.setattr(images.platform, "machine", lambda: "x86_64")
+    i = resolve(f"oci:{b.layout}@{index_digest}", Store.at(tmp_path / "cache")).identity
+    assert (i.image.index_digest, i.image.manifest_digest) == (index_digest, b.manifest)
+    monkeypatch.setattr(images.platform, "machine", lambda: "s390x")
+    with pytest.raises(BadInput, match="no image for linux/s390x"):
+        resolve(f"oci:{b.layout}@{index_digest}", Store.at(tmp_path / "cache2"))
