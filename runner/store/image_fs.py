@@ -378,6 +378,15 @@ class FileSystem:
                 return path if node.kind == stat.S_IFREG else None
         return None
 
+    def beside(self, site: str) -> list[str]:
+        """What the image's Python runs at every start from the package's site directory, beside the
+        package (``*.pth`` files, ``sitecustomize``, ``usercustomize``): it may change what the package
+        does, and the tree never holds it, so the receipt names it as left out."""
+        node = self.lookup(site)
+        assert node is not None
+        return sorted(f"/{site}/{name}" for name, child in node.children.items()
+                      if name.endswith(".pth") or name.split(".")[0] in ("sitecustomize", "usercustomize"))
+
     def entries(self, site: str) -> tuple[list[intake.Entry], list[int]]:
         """The package below ``site`` as intake entries, and the layers (by position) its files came from."""
         out: list[intake.Entry] = []

@@ -122,7 +122,7 @@ def _find(image: Image, cache: Store, where: str, bounds: intake.Bounds, image_b
         env = dict(e.split("=", 1) for e in (image.config.get("config") or {}).get("Env") or [] if "=" in e)
         site, python = fs.package(env.get("PATH", DEFAULT_PATH).split(":"))
         entries, layers = fs.entries(site)
-        stored = trees.store(cache, entries, where=where, bounds=bounds)
+        stored = trees.store(cache, entries, where=where, bounds=bounds, outside=fs.beside(site))
     found = _Found(tree_digest=stored.stamp.tree_digest, layers=tuple(layers), package=f"{site}/{PKG}", python=python,
                    left_out=stored.left_out)
     write_model(index_path, found)

@@ -75,6 +75,14 @@ def test_an_image_reads_as_the_same_tree_as_its_package(tmp_path):
     assert sorted(tree.files) == sorted(PACKAGE)
 
 
+def test_what_runs_at_every_start_beside_the_package_is_named_as_left_out(tmp_path):
+    hooks = build.tar([Member(f"{SITE}/evil.pth", b"import os\n"), Member(f"{SITE}/sitecustomize.py", b"X = 1\n"),
+                       Member(f"{SITE}/other.py", b"X = 1\n")])
+    b = build.oci(tmp_path / "img", [package_layer(), hooks])
+    i = resolve(f"oci:{b.layout}", Store.at(tmp_path / "cache")).identity
+    assert i.left_out == (f"/{SITE}/evil.pth", f"/{SITE}/sitecustomize.py") and i.tree_digest == digest_of(PACKAGE)
+
+
 def test_a_tag_or_a_digest_picks_the_image(tmp_path):
     b = build.oci(tmp_path / "img", [package_layer()], tag="v1")
     cache = Store.at(tmp_path / "cache")
