@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 
 # Exit codes, shared by every command (README, "Exit codes").
 OK = 0
@@ -28,10 +29,50 @@ class DiffprobeError(Exception):
         return error
 
 
+# The user info of a URL (``https://user:token@host/``): a secret whoever wrote it, never printed.
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/?#\s@\"'<>\\]*@")  # never across a quote: JSON, repr
+
+
+def redact(text: str) -> str:
+    """``text`` with the user info of every URL in it replaced by ``***``."""
+    return _USERINFO.sub(r"\1***@", text)
+
+
 def printable(text: str, keep: str = "") -> str:
-    """``text`` with every control character and terminal escape (but those in ``keep``) shown as
-    its escape sequence."""
-    return "".join(c if c.isprintable() or c in keep else c.encode("unicode_escape").decode() for c in text)
+    """What every view shows of ``text`` from a tree, a bundle, a tool or the user: every character
+    that is not printable (C0 and C1 controls, ESC and so every terminal escape, the bidirectional
+    controls U+202A-U+202E, U+2066-U+2069, U+200E, U+200F, U+061C, line and paragraph separators)
+    but those in ``keep`` shown as its escape sequence (``\x1b``, ``\u202e``), and the user info
+    of URLs redacted (``redact``). Terminal, HTML and JSON views call it (the HTML escapes its
+    markup after)."""
+    return redact("".join(c if c.isprintable() or c in keep else c.encode("unicode_escape").decode() for c in text))
+
+
+# The bidirectional controls (Trojan Source, CVE-2021-42574): they reorder what a reader sees of a line.
+BIDI = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f\u061c")
+
+
+BIDI_WARNING = "this hunk contains bidirectional control characters (shown as \\u escapes: what a reader sees may not be what runs)"
+
+
+def bidirectional(text: str) -> bool:
+    """Whether ``text`` holds a bidirectional control: a view warns beside it (printable shows them)."""
+    return not BIDI.isdisjoint(text)
+
+
+def printable_json(text: str) -> str:
+    """A JSON document as a view prints it: every character ``printable`` would escape (inside its
+    strings: JSON's own structure is ASCII) written as JSON's ``\\uXXXX``, so it reads back as the same
+    data; newlines between its lines kept; URLs' user info redacted."""
+    def escaped(c: str) -> str:
+        if c.isprintable() or c == "\n":
+            return c
+        code = ord(c)
+        if code < 0x10000:
+            return f"\\u{code:04x}"
+        code -= 0x10000
+        return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+    return redact("".join(escaped(c) for c in text))
 
 
 DETAIL_LINES = 15

@@ -37,7 +37,7 @@ from pydantic import BaseModel, ConfigDict
 from runner import ui
 from runner.errors import BadInput, Infrastructure
 from runner.files import building_dir, sha256_bytes
-from runner.store import gitobjects, intake
+from runner.store import gitdir, gitobjects, intake
 from runner.store.cache import Store
 from runner.store.gitobjects import LINK, SUBMODULE, TREE
 
@@ -45,14 +45,25 @@ GIT_ENV = {
     "GIT_TERMINAL_PROMPT": "0",  # never hang on a credential prompt
     "GIT_ALLOW_PROTOCOL": "file:git:http:https:ssh",  # no ext::, fd:: or other command transports
     "GIT_PROTOCOL_FROM_USER": "0",
+    # no configuration but the repository's own (checked first: gitdir.py) and diffprobe's -c options
     "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_CONFIG_GLOBAL": os.devnull,
+    "GIT_TEMPLATE_DIR": "",  # git init copies no template (hooks, info/exclude) into the cache's repositories
     "GIT_NO_LAZY_FETCH": "1",  # a missing object is an error; every fetch below is explicit
     "GIT_NO_REPLACE_OBJECTS": "1",  # refs/replace/ of a repository read in place substitute nothing
 }
 # the caller's variables that point git at another repository or object store
 _LOCATING = ("GIT_DIR", "GIT_WORK_TREE", "GIT_COMMON_DIR", "GIT_OBJECT_DIRECTORY", "GIT_ALTERNATE_OBJECT_DIRECTORIES",
              "GIT_INDEX_FILE", "GIT_NAMESPACE", "GIT_SHALLOW_FILE", "GIT_GRAFT_FILE", "GIT_REPLACE_REF_BASE")
-GIT_OPTS = ["-c", "protocol.ext.allow=never", "-c", "gc.auto=0", "-c", "core.hooksPath=/dev/null"]
+GIT_OPTS = ["-c", "protocol.ext.allow=never", "-c", "gc.auto=0", "-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false",
+            "-c", "credential.helper=", "-c", "core.sshCommand=ssh", "-c", "core.askPass="]
+# Seconds any one git process may take: reading a local repository takes well under one; a fetch
+# of a package's blobs from a remote takes minutes (DIFFPROBE_GIT_TIMEOUT raises both).
+DEADLINE = int(os.environ.get("DIFFPROBE_GIT_TIMEOUT", "0") or 0) or 1800
+LOCAL_DEADLINE = min(DEADLINE, 120)
+# The promisor remotes of a local partial clone diffprobe may fetch from: only those the user names
+# (whitespace-separated URLs), never one a repository's configuration names by itself.
+PROMISORS_ENV = "DIFFPROBE_GIT_PROMISORS"
 FULL_SHA = re.compile(r"[0-9a-f]{40}")
 _HEADS_TAGS = ["+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"]
 _BY_ID = ["-c", "fetch.negotiationAlgorithm=noop", "fetch", "--quiet", "--no-tags", "--no-write-fetch-head",
@@ -90,7 +101,13 @@ class Mirror:
                 env["GIT_SHALLOW_FILE"] = str(self.objects.parent / "shallow")
         if self.object_dir is not None:
             env["GIT_OBJECT_DIRECTORY"] = str(self.object_dir)
-        proc = subprocess.run(argv, input=stdin, capture_output=True, env=env)
+        network = "fetch" in args
+        try:  # no terminal: stdin is the input or nothing; a deadline for every process
+            proc = subprocess.run(argv, input=stdin if stdin is not None else b"", capture_output=True, env=env,
+                                  timeout=DEADLINE if network else LOCAL_DEADLINE)
+        except subprocess.TimeoutExpired:
+            raise Infrastructure(f"git source {self.url}: git {args[0] if args else ''} did not finish within "
+                                 f"{DEADLINE if network else LOCAL_DEADLINE} s (DIFFPROBE_GIT_TIMEOUT raises it)") from None
         if proc.returncode:
             raise git.exc.GitCommandError(argv, proc.returncode, proc.stderr.decode(errors="replace"))
         return proc.stdout
@@ -159,17 +176,18 @@ class _CloneProgress(git.RemoteProgress):
 
 
 def _local_repository(path: str) -> tuple[Path, Path]:
-    """The git dir and object directory of the repository at ``path`` (a work tree, a linked
-    work tree or a bare repository), asked of git itself; never searched for above ``path``."""
-    for candidate in (Path(path) / ".git", Path(path)):
-        if not candidate.exists():
-            continue
-        try:
-            objects = Mirror(candidate, path).text("rev-parse", "--path-format=absolute", "--git-path", "objects").strip()
-        except git.exc.GitCommandError:
-            continue
-        return candidate, Path(objects)
-    raise BadInput(f"git source {path}: no git repository there")
+    """The git dir and object directory of the repository at ``path`` (a work tree, a linked work
+    tree or a bare repository), checked before git reads a byte of it (gitdir.py), then asked of
+    git itself; never searched for above ``path``."""
+    found = gitdir.check(Path(path), path)
+    if found is None:
+        raise BadInput(f"git source {path}: no git repository there")
+    try:
+        objects = Mirror(found.git_dir, path).text("rev-parse", "--path-format=absolute", "--git-path", "objects").strip()
+    except git.exc.GitCommandError as e:
+        raise BadInput(f"git source {path}: git cannot read the repository there "
+                       f"({((e.stderr or '').strip().splitlines() or ['?'])[-1]})") from None
+    return found.git_dir, Path(objects)
 
 
 def _configured(m: Mirror, key: str) -> bool:
@@ -317,21 +335,25 @@ def _absolute(url: str, base: str) -> str:
     return url if url.startswith("/") or "://" in url or re.match(r"[^/]*:", url) else os.path.join(base, url)
 
 
-def _promisors(m: Mirror) -> list[str]:
-    """Where objects the mirror lacks can be fetched from: a remote repository itself, or a local
-    repository's promisor remotes (a partial clone's origin)."""
+def _promisors(m: Mirror) -> tuple[list[str], list[str]]:
+    """Where objects the mirror lacks can be fetched from: a remote repository itself (the URL the
+    user typed), or those of a local repository's promisor remotes (a partial clone's origin) that
+    the user named in ``DIFFPROBE_GIT_PROMISORS``; and the promisors it names that the user did not
+    (never contacted: a repository's configuration is its author's text)."""
     if m.source is None:
-        return [m.url]
+        return [m.url], []
     try:
-        config = m.names().lines("config", "--local", "--includes", "--get-regexp",
+        config = m.names().lines("config", "--local", "--no-includes", "--get-regexp",
                                  r"^(remote\..*\.(promisor|url)|extensions\.partialclone)$")
     except git.exc.GitCommandError:  # none of these keys: not a partial clone
-        return []
+        return [], []
     values = [line.partition(" ")[::2] for line in config]
     promised = {key[len("remote."):-len(".promisor")] for key, value in values if key.endswith(".promisor") and value == "true"}
     promised |= {value for key, value in values if key == "extensions.partialclone"}
-    return [_clone_url(canonical_url(_absolute(value, m.url))) for key, value in values
-            if key.endswith(".url") and key[len("remote."):-len(".url")] in promised]
+    named = [_clone_url(canonical_url(_absolute(value, m.url))) for key, value in values
+             if key.endswith(".url") and key[len("remote."):-len(".url")] in promised]
+    allowed = {_clone_url(canonical_url(u)) for u in os.environ.get(PROMISORS_ENV, "").split()}
+    return [u for u in named if u in allowed], [u for u in named if u not in allowed]
 
 
 def _unavailable(m: Mirror, missing: list[str], names: dict[str, str], why: str) -> BadInput:
@@ -353,7 +375,10 @@ def _ensure(m: Mirror, oids: list[str], names: dict[str, str]) -> dict[str, tupl
     missing = [o for o in dict.fromkeys(oids) if o not in found]
     if not missing:
         return found
-    origins = _promisors(m)
+    origins, unnamed = _promisors(m)
+    if not origins and unnamed:
+        raise _unavailable(m, missing, names, f"it is not in the repository, and its promisor remote {unnamed[0]} is not "
+                                              f"one you named (set {PROMISORS_ENV}={unnamed[0]} to fetch from it)")
     if not origins:
         raise _unavailable(m, missing, names, "it is not in the repository, which has no promisor remote to fetch it from")
     failed = ""

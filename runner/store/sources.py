@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
-from runner.errors import BadInput
+import git
+
+from runner.errors import BadInput, Infrastructure
 from runner.store import images, intake, mirrors, path, pypi, specs, trees, wheels
 from runner.store.cache import Store, write_model
 from runner.store.trees import PKG, Tree, TreeIdentity
@@ -49,6 +51,17 @@ def diff(url: str, base: str, head: str, package_dir: str, cache: Store) -> byte
 
 
 def _resolve_git(spec: specs.GitSpec, cache: Store, package_dir: str, bounds: intake.Bounds) -> Tree:
+    """A git failure is one line: bad input when it reads a local repository (its files are what
+    git failed on: gitdir.py checked them, git found them malformed), else the machine's."""
+    try:
+        return _read_git(spec, cache, package_dir, bounds)
+    except git.exc.GitCommandError as e:
+        local = mirrors.canonical_url(spec.url).startswith("/")
+        last = ((e.stderr or "").strip().splitlines() or [f"exit {e.status}"])[-1]
+        raise (BadInput if local else Infrastructure)(f"git source {spec.url}: git cannot read it ({last})") from None
+
+
+def _read_git(spec: specs.GitSpec, cache: Store, package_dir: str, bounds: intake.Bounds) -> Tree:
     """Stored trees are indexed by the package's git tree id: a commit that did not touch the
     package finds its tree without reading a blob."""
     m, sha, remote = mirrors.resolve(spec.url, spec.rev, cache, spec.ref)

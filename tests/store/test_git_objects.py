@@ -139,13 +139,18 @@ def test_a_full_repository_is_read_in_place_and_nothing_of_it_is_copied(tiny, tm
         assert _resolve(url, "main~1", tmp_path / "other").identity.tree_digest == tree.identity.tree_digest
 
 
-def test_a_blobless_clone_fetches_only_the_package_blobs_it_lacks_once_and_says_so(tiny, tmp_path, capsys):
+def test_a_blobless_clone_fetches_only_the_package_blobs_it_lacks_once_and_says_so(tiny, tmp_path, capsys, monkeypatch):
     blobless = tmp_path / "blobless"
     subprocess.run(["git", "clone", "-q", "--no-checkout", "--filter=blob:none", f"file://{tiny['path']}", str(blobless)], check=True)
     held = _objects(blobless)
     full = _resolve(tiny["path"], tiny["commits"]["one"], tmp_path / "full")
     capsys.readouterr()
     cache = tmp_path / "cache"
+    with pytest.raises(BadInput, match=rf"its promisor remote file://{tiny['path']} is not one you named \(set "
+                                       rf"DIFFPROBE_GIT_PROMISORS=file://{tiny['path']} to fetch from it\)"):
+        _resolve(blobless, tiny["commits"]["one"], cache)  # the repository's own configuration names it: not contacted
+    assert "fetch" not in capsys.readouterr().err
+    monkeypatch.setenv("DIFFPROBE_GIT_PROMISORS", f"file://{tiny['path']}")
     one = _resolve(blobless, tiny["commits"]["one"], cache)
     assert one.identity.tree_digest == full.identity.tree_digest
     wanted = gitrepo.blobs_under(tiny["path"], [tiny["commits"]["one"]])
@@ -170,7 +175,7 @@ def test_a_repository_lacking_blobs_outside_the_package_reads_like_the_full_one(
         assert _resolve(snapshot, sha, tmp_path / "a").identity.tree_digest == _resolve(tiny["path"], sha, tmp_path / "b").identity.tree_digest
 
 
-def test_a_package_blob_that_cannot_be_had_is_named(tiny, tmp_path):
+def test_a_package_blob_that_cannot_be_had_is_named(tiny, tmp_path, monkeypatch):
     one = tiny["commits"]["one"]
     a = git(tiny["path"], "rev-parse", f"{one}:{PKG}/srt/a.py").decode().strip()
     snapshot = tmp_path / "snapshot.git"
@@ -181,6 +186,7 @@ def test_a_package_blob_that_cannot_be_had_is_named(tiny, tmp_path):
     blobless = tmp_path / "blobless"
     subprocess.run(["git", "clone", "-q", "--no-checkout", "--filter=blob:none", f"file://{tiny['path']}", str(blobless)], check=True)
     git(blobless, "config", "remote.origin.url", str(tmp_path / "gone"))
+    monkeypatch.setenv("DIFFPROBE_GIT_PROMISORS", str(tmp_path / "gone"))
     with pytest.raises(BadInput, match=rf"{PKG}/\S+ \([0-9a-f]{{40}}\) \(and 2 more objects\) cannot be had: the fetch from "
                                        rf"file://{tmp_path}/gone did not bring it"):
         _resolve(blobless, one, tmp_path / "cache")
@@ -224,7 +230,8 @@ def test_a_shallow_clone_reads_its_commits_and_its_history_ends_where_it_says(ti
         _resolve(tiny["path"], "main", tmp_path / "full").identity.tree_digest
 
 
-def test_a_treeless_clone_fetches_the_trees_on_the_path_and_the_package_blobs_only(tiny, tmp_path):
+def test_a_treeless_clone_fetches_the_trees_on_the_path_and_the_package_blobs_only(tiny, tmp_path, monkeypatch):
+    monkeypatch.setenv("DIFFPROBE_GIT_PROMISORS", f"file://{tiny['path']}")
     """``--filter=tree:0``: the commit's trees come first (filtered, no blob), then the package's
     blobs; no blob outside the package."""
     treeless = tmp_path / "treeless"

@@ -55,12 +55,14 @@ def clones(upstream_repo, tmp_path_factory) -> dict:
     return {"full": full, "blobless": blobless, "outside": outside, "inside": inside, "commits": commits, "dropped": dropped}
 
 
-def test_a_commit_is_one_tree_from_a_full_clone_a_blobless_clone_and_a_snapshot_lacking_blobs_outside(clones, tmp_path, capsys):
+def test_a_commit_is_one_tree_from_a_full_clone_a_blobless_clone_and_a_snapshot_lacking_blobs_outside(clones, tmp_path, capsys,
+                                                                                                    monkeypatch):
     """Each read with its own cache (no stored tree to fall back on). The full clone and the
     snapshot are read in place: their mirrors hold nothing. The blobless clone's mirror holds
     exactly the package blobs it lacked, fetched from its promisor once, the fetch said; the
     user's repository is only read."""
     commits = clones["commits"]
+    monkeypatch.setenv("DIFFPROBE_GIT_PROMISORS", f"file://{clones['full']}")  # the promisor the user names
     blobless_before = _objects(clones["blobless"])
     digests: dict[str, set[str]] = {}
     plan = {"full": ("v0.5.19", commits["tip"]), "outside": (commits["tip"],), "blobless": ("v0.5.19",)}
