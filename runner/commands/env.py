@@ -32,7 +32,7 @@ def cmd_env(args) -> int:
         payload = {"environment": str(environment.root), "stamp": environment.stamp.model_dump(mode="json"),
                    "layer": layer.model_dump(mode="json", exclude={"packages"}) if layer else None,
                    "tree": tree.identity.model_dump(mode="json", exclude_none=True), "check": check.model_dump(mode="json")}
-        sys.stdout.write(orjson.dumps(payload, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS).decode() + "\n")
+        sys.stdout.write(errors.printable_json(orjson.dumps(payload, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS).decode()) + "\n")
     else:
         _print_check(tree, environment, check, layer)
     if not check.ok:

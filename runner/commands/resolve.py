@@ -21,7 +21,7 @@ def cmd_resolve(args) -> int:
     resolved = tree(args, args.source)
     out = resolved.identity.model_dump(mode="json", exclude_none=True)
     out["local_path"] = str(resolved.root)
-    sys.stdout.write(orjson.dumps(out, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS).decode() + "\n")
+    sys.stdout.write(errors.printable_json(orjson.dumps(out, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS).decode()) + "\n")
     return errors.OK
 
 

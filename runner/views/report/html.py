@@ -30,7 +30,9 @@ from runner.views.report.verified import Evidence, Fix, evidence_kinds, fix_titl
 
 
 def esc(text: object) -> str:
-    return html.escape(str(text), quote=True)
+    """Every text of the page: what errors.printable shows of it (controls, terminal escapes and
+    bidirectional controls as visible escapes, URLs' user info redacted), then HTML-escaped."""
+    return html.escape(errors.printable(str(text), keep="\n\t"), quote=True)
 
 
 def el(tag: str, *children: str, **attrs: str | None) -> str:
@@ -297,6 +299,8 @@ class Page:
             if p.aware:
                 head += [" ", el("span", esc(p.aware), class_="aware")]
             lines = "\n".join(h.diff) + (f"\n… {h.diff_more} more line(s)" if h.diff_more else "")
+            if errors.bidirectional(lines):
+                head += [" ", el("span", esc(errors.BIDI_WARNING), class_="aware")]
             return el("details", el("summary", *head), el("pre", esc(lines), class_="hunk"))
 
         items = []

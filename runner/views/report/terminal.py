@@ -116,6 +116,8 @@ def _show_departures(ev: Evidence, diffs: bool) -> None:
         o.print(f"  {_t(tree.line)}  [dim]{_t(tree.name)}[/]")
         for place in tree.first + (tree.others if diffs else []):
             aware = f"  [bold red]{_t(place.aware)}[/]" if place.aware else ""
+            if errors.bidirectional("\n".join(place.hunk.diff)):
+                aware += f"  [bold red]{_t(errors.BIDI_WARNING)}[/]"
             style = "yellow" if place.hunk.ran else "dim"
             o.print(f"    {_t(place.hunk.place)} [dim]{_t(place.changed)}[/]  [{style}]{_t(place.ran_in(3))}[/]{aware}")
             if diffs:
