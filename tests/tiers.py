@@ -5,7 +5,7 @@ exhaustive corpus is cut into slices that CI runs in rotation.
 - **integration**: the slow tests named in ``INTEGRATION``: every probe family end to end on the
   pinned releases (sandboxed where bubblewrap runs), forks of a real release, the CLI's bad-input and
   exit-code contract, a git source, a backport, a bundle's verify/compare/report (HTML and headless
-  browser), intake of hostile layouts, attestations. Fast + integration is the README's test command
+  browser), audits of forks and their departures, intake of hostile layouts, attestations. Fast + integration is the README's test command
   (pyproject's ``addopts`` deselects ``exhaustive``), budgeted at 15 minutes on two cores from a cold cache.
 - **exhaustive**: every other slow test (mutant sets, hostile corpora, eras, the release line, repeats,
   shard merges, sweeps of many releases). ``pytest -m exhaustive`` runs all of it; with
@@ -38,6 +38,7 @@ INTEGRATION = (
     "tests/commands/test_bad_input.py",  # every bad input: one line, its exit code
     "tests/commands/test_run_commits.py",  # a git source: commits of a repository laid out like upstream
     "tests/commands/test_backport.py::test_fix_applied_onto_an_older_tree_behaves_like_head",  # one backport
+    "tests/commands/test_departures_real.py",  # audits of vendor-style forks of a release, their departures
     "tests/views/test_report.py",  # report terminal/HTML of a real run, chromium, tampered bundles
     "tests/views/test_timeline.py",
     "tests/test_evidence.py",  # the committed bundles verify
