@@ -5,7 +5,7 @@ notes each line executed in a file under the tree's root and nothing else. On 3.
 ``sys.monitoring`` (each line reported once, then disabled); on 3.11 ``sys.settrace``, whose global
 function answers ``None`` for code outside the tree, so a frame of torch or the standard library
 costs one call and no line events. The ranges format and its two conversions live here, standard
-library only, so the host reads them with the same code (runner/evidence/coverage.py).
+library only, so the host reads them with the same code (runner/judge/coverage.py).
 
 A code object's file name is not trusted alone: a tree can rename its own code (``co_filename``
 replaced at import) so that its lines seem to run elsewhere. Code named after a real file outside

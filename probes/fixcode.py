@@ -4,7 +4,7 @@ statement spans.
 
 Pure standard library, so both sides read the fix's code the same way: the harness from the imported
 tree (mutation sites, ``probes/mutation.py``), the host from the stored tree's files (which lines of the
-fix's code the cases ran, ``runner/evidence/fixcode.py``).
+fix's code the cases ran, ``runner/judge/fixcode.py``).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ import pytest
 from runner import cli, errors
 from runner.commands.sweep import version_key
 from runner.evidence import attest, bundle, dsse, pins, receipts
-from runner.evidence.observations import Case
+from runner.judge.observations import Case
 from runner.store.sources import TreeIdentity
 
 ROOT = Path(__file__).resolve().parent.parent  # the project checkout

@@ -15,14 +15,15 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 # Lowest first: a module may import its own layer and the ones before it, never one after it.
-LAYERS = ["bottom", "store", "evidence", "sandbox", "model", "views", "commands", "cli"]
-PACKAGES = {"store", "evidence", "sandbox", "model", "views", "commands"}
+LAYERS = ["bottom", "judge", "store", "evidence", "sandbox", "model", "views", "commands", "cli"]
+PACKAGES = {"judge", "store", "evidence", "sandbox", "model", "views", "commands"}
 LOADERS = {"import_module", "__import__", "find_spec"}
 
 
 def layer(module: str) -> str | None:
     """The layer of a ``runner`` module; None outside runner. ``runner.standins`` is its own
-    island: it is copied into every probe environment and imports nothing of runner."""
+    island: it is copied into every probe environment and imports nothing of runner. ``runner.judge``
+    sits above the bottom but imports nothing of it either: its import closure is the judge's identity."""
     parts = module.split(".")
     if parts[0] != "runner":
         return None
@@ -77,7 +78,9 @@ def violations() -> list[str]:
             theirs = layer(target)
             if theirs is None or theirs == mine:
                 continue
-            if mine == "standins" or (theirs == "standins" and mine not in ("store",)):
+            if mine == "judge":
+                found.append(f"{where}: runner.judge is pure; it imports nothing of runner outside itself")
+            elif mine == "standins" or (theirs == "standins" and mine not in ("store",)):
                 found.append(f"{where}: runner.standins is copied into probe environments; only the store reads it")
             elif theirs != "standins" and LAYERS.index(theirs) > LAYERS.index(mine):
                 found.append(f"{where}: {mine} sits below {theirs}")
@@ -105,3 +108,13 @@ def test_every_form_of_import_is_seen(tmp_path, monkeypatch, source, expected):
     path.parent.mkdir(parents=True)
     path.write_text(source)
     assert expected in [m for _, m in imported(path)]
+
+
+def test_the_judge_importing_the_bottom_is_refused(tmp_path, monkeypatch):
+    """``runner.judge`` is pure: even a bottom module (files, errors) would enter the judge's identity."""
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    path = tmp_path / "runner" / "judge" / "x.py"
+    path.parent.mkdir(parents=True)
+    path.write_text("from runner.files import sha256_file\nfrom runner.judge import y\nfrom probes import duties\n")
+    assert violations() == ["runner/judge/x.py:1 imports runner.files.sha256_file: runner.judge is pure; "
+                            "it imports nothing of runner outside itself"]

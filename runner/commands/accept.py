@@ -29,8 +29,9 @@ from runner import errors, ui
 from runner.commands import gate, options, pipeline, survey
 from runner.commands.fleet import (BATCH_LIMIT, DEFERRED, DEFERRED_TIMEOUT, Fleet, Worker, ask_trees, declarations, env_read,
                                    env_setting, layout, past, read_fleet, server_arg, tree_version, trees_for)
-from runner.evidence import bundle, judging, pins, static
-from runner.evidence.observations import Case
+from runner.evidence import bundle, pins, static
+from runner.judge import judging
+from runner.judge.observations import Case
 from runner.evidence.receipts import Receipt, ServerIdentity, host_environment, host_probe, make
 from runner.evidence.records import Acceptance, GateResult
 from runner.sandbox import execute, server_config

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from runner import errors, ui
 from runner.commands import baseline, options, pipeline, survey
-from runner.evidence import bundle, judging, pins
+from runner.evidence import bundle, pins
+from runner.judge import judging
 from runner.evidence.records import SweepRecord
 from runner.sandbox import execute
 from runner.views import status, verdict

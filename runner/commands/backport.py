@@ -23,7 +23,8 @@ from rich.markup import escape
 from runner import errors, ui
 from runner.commands import baseline, options, pipeline
 from runner.views import verdict
-from runner.evidence import bundle, departures, judging, pins, receipts
+from runner.evidence import bundle, departures, pins, receipts
+from runner.judge import judging
 from runner.sandbox import execute
 from runner.store import intake, sources, specs
 from runner.files import digest_name, sha256_bytes

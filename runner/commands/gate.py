@@ -37,7 +37,7 @@ from runner.commands import options
 from runner.evidence import bundle
 from runner.sandbox import execute
 from runner.errors import BadInput, DiffprobeError, Infrastructure
-from runner.evidence.observations import Case, CaseError
+from runner.judge.observations import Case, CaseError
 from runner.evidence.receipts import ServerIdentity, host_environment, host_probe, make
 from runner.evidence.records import GateRecord
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from runner import errors, ui
 from runner.commands import options
 from runner.evidence import bundle
-from runner.evidence.observations import Case
+from runner.judge.observations import Case
 from runner.evidence.receipts import Receipt
 from runner.model import observe
 from runner.model.incident import CONFIGS, DEFENCES, FAULTS, SHORT, SITUATIONS, STEPS, Switches

@@ -11,8 +11,9 @@ from rich.table import Table
 
 from runner import errors, ui
 from runner.commands import options, pipeline
-from runner.evidence import bundle, catalog, judging, mutation, pins
-from runner.evidence.observations import Case, ImportResult
+from runner.evidence import bundle, catalog, mutation, pins
+from runner.judge import judging
+from runner.judge.observations import Case, ImportResult
 from runner.evidence.records import MutationRecord
 from runner.sandbox import execute
 from runner.store import envs

@@ -15,12 +15,12 @@ from rich.markup import escape
 
 from runner import errors, ui
 from runner.commands.options import ProbeOptions, bounds
-from runner.evidence import catalog, fixcode, judging, pins, receipts, results
+from runner.evidence import catalog, materials, pins, receipts, results
+from runner.judge import fixcode, judging
 from runner.sandbox import execute
 from runner.store import envs, intake, sources, specs
 from runner.store.cache import Store
-from runner.files import sha256_file
-from runner.evidence.observations import NOT_OBSERVED
+from runner.judge.observations import NOT_OBSERVED
 from runner.evidence.receipts import ProbeRef, Receipt
 
 
@@ -55,8 +55,8 @@ def probes_of(p: pins.Pins, fixes: list[int] | None = None) -> tuple[str, ...]:
 
 
 def probe_ref(probe: str, fix: int) -> ProbeRef:
-    files = {p.name: sha256_file(p) for p in catalog.probe_files(probe)}
-    return ProbeRef(id=probe, fix=fix, sha256=catalog.probe_digest(probe), files=files)
+    files = catalog.probe_files(probe)
+    return ProbeRef(id=probe, fix=fix, sha256=catalog.digest(files), files=files)
 
 
 def resolve(text: str, opts: Options) -> sources.Tree:
@@ -73,7 +73,7 @@ def receipt_of(probe: ProbeRef, tree: sources.Tree, environment: envs.Env, run: 
     env = receipts.tree_environment(environment, python=obs.python, implementation=obs.implementation, platform=obs.platform,
                                     standins_used=obs.standins, isolation=run.isolation)
     cases = [judging.rejudge(probe.id, case) for case in obs.cases]  # the host's own judgement, from the effects
-    fix_code = fixcode.measure(probe.fix, fixcode.reader(tree.root), cases) if probe.fix is not None else None
+    fix_code = fixcode.measure(probe.fix, materials.reader(tree.root), cases) if probe.fix is not None else None
     return receipts.make(probe, tree.identity, env, cases, started_at=run.started_at, finished_at=run.finished_at,
                          materials=run.materials, import_result=obs.import_, fix_code=fix_code)
 

@@ -1,7 +1,7 @@
 """Which fixes does each tree carry? Probe trees and record each fix's status, door by door: the
 rows that ``audit``, ``sweep`` and ``merge`` write.
 
-Statuses come from observed behaviour (runner/evidence/judging.py); code or options of later defences are
+Statuses come from observed behaviour (runner/judge/judging.py); code or options of later defences are
 reported beside them as static findings (runner/evidence/static.py), labelled as such.
 """
 
@@ -13,7 +13,8 @@ from pydantic import BaseModel
 
 from runner import errors
 from runner.commands import baseline, pipeline
-from runner.evidence import bundle, departures, dsse, judging, pins, receipts, static
+from runner.evidence import bundle, departures, dsse, pins, receipts, static
+from runner.judge import judging
 from runner.evidence.departures import Departures
 from runner.evidence.records import Row, SweepRecord, inconclusive_sites, windows
 from runner.evidence.receipts import Differential, Receipt

@@ -56,7 +56,7 @@ from runner.store import envs, intake, sources, specs
 from runner.errors import BadInput, Infrastructure
 from runner.files import sha256_bytes, sha256_file
 from runner.evidence.materials import rederive
-from runner.evidence.observations import Case, CaseError, ImportResult
+from runner.judge.observations import Case, CaseError, ImportResult
 from runner.evidence.receipts import ProbeRef, Receipt
 from runner.evidence.upstream import (NOT_BEHAVIOUR, Cause, CollectionError, Grade, GradedTest, Grading, Outcomes, PytestCount,
                                       Raised, Result, SideState, SideSummary, Status, UpstreamFileRecord, UpstreamTestsRecord)
@@ -138,7 +138,7 @@ def locate_tests(arg: str, head: str, with_paths: list[str] = ()) -> Callable[[s
 def probe_ref(test: UpstreamFile) -> ProbeRef:
     """Versioned by the test's files (the file, its conftest.py files and helpers) and the
     plugin's (with the probe files it loads)."""
-    files = {p.name: sha256_file(p) for p in catalog.probe_files(PROBE_ID)}
+    files = catalog.probe_files(PROBE_ID)
     files |= {f"upstream/{path}": sha256_bytes(data) for path, data in test.files().items()}
     digest = sha256_bytes("".join(f"{sha}  {name}\n" for name, sha in sorted(files.items())).encode())
     return ProbeRef(id=PROBE_ID, fix=None, sha256=digest, files=files)

@@ -25,9 +25,10 @@ from runner.errors import DIFFERS, BadInput, DiffprobeError
 from runner.files import digest_name, sha256_bytes, sha256_file
 from runner.evidence import attest, dsse
 from runner.evidence.catalog import judge_digest
-from runner.evidence import catalog, departures, judging, mutation
+from runner.evidence import catalog, departures, mutation
+from runner.judge import judging
 from runner.evidence.mutation import Mutation
-from runner.evidence.receipts import Differential, Receipt, Source, differential, seal, source_key
+from runner.evidence.receipts import Differential, Receipt, Source, differential, rederive, seal, source_key
 
 INDEX = "bundle.json"
 PARTIAL = ".partial-"  # prefix of a bundle being assembled; never a bundle, even when complete
@@ -315,7 +316,7 @@ def verify(root: Path, keys: dict[str, dsse.Ed25519PublicKey] | None = None, thr
     # Judged again: every classification from its effects, summaries, digests, differentials.
     for name, receipt in receipts.items():
         version = catalog.probe_digest(receipt.probe.id) if receipt.probe.id in catalog.PROBES else None
-        problems += [f"{name}: {p}" for p in judging.rederive(receipt, version)]
+        problems += [f"{name}: {p}" for p in rederive(receipt, version)]
     for name, d in diffs.items():
         problems += [f"{name}: {p}" for p in _rederive_differential(d, receipts)]
     problems += mutation.rederive(mutations, index.extra, receipts)

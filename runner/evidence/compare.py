@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from runner.evidence import bundle
 from runner.errors import BadInput
-from runner.evidence.observations import NOT_OBSERVED
+from runner.judge.observations import NOT_OBSERVED
 from runner.evidence.receipts import Receipt, seal, source_key
 
 

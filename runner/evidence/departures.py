@@ -4,7 +4,7 @@ A verdict is only as good as the code it was observed on. For a tree and its bas
 the release its own ``sglang/version.py`` declares), this lists the files added, removed and
 changed; for each changed (or added) Python module that a case's process imported, the changed
 hunks, split by the function that encloses them, each with the cases whose recorded lines
-(runner/evidence/coverage.py) touch its statements, and what in it reads the interpreter's or the
+(runner/judge/coverage.py) touch its statements, and what in it reads the interpreter's or the
 process's state (runner/evidence/awareness.py: it *can tell it is being probed*). Everything is
 read from the stored trees' bytes; nothing of either tree runs here.
 """
@@ -23,7 +23,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from runner.evidence import awareness, coverage, judging
+from runner.evidence import awareness
+from runner.judge import coverage, judging
 from runner.evidence.receipts import Receipt
 from runner.files import sha256_file, tree_files
 

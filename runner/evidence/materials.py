@@ -12,10 +12,11 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from runner.errors import Infrastructure, one_line
+from runner.files import tree_files
 from runner.store.intake import Refused
 from runner.store.trees import PKG, Tree, read_back
 
@@ -56,3 +57,16 @@ def _sha256_regular(path: Path) -> str:
         while chunk := f.read(1 << 20):
             h.update(chunk)
     return h.hexdigest()
+
+
+def reader(tree_root: Path) -> Callable[[str], str | None]:
+    """Read a file of the stored tree by its name, as ``runner.judge.fixcode.measure`` reads the fix's code (None: not a regular file of the tree)."""
+    known = set(tree_files(tree_root))
+
+    def read(name: str) -> str | None:
+        path = tree_root / name
+        if name not in known or not stat.S_ISREG(os.lstat(path).st_mode):
+            return None
+        return path.read_text(encoding="utf-8", errors="replace")
+
+    return read

@@ -16,7 +16,7 @@ from __future__ import annotations
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, RootModel
 
-from runner.evidence import judging
+from runner.judge import judging
 from runner.evidence.receipts import Receipt
 
 DIR = "mutation/"

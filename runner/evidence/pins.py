@@ -10,7 +10,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from runner.evidence import catalog
-from runner.evidence.judging import Verdict
+from runner.judge.judging import Verdict
 from runner.store import specs
 from runner.errors import BadInput
 

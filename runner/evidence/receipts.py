@@ -19,10 +19,11 @@ from pydantic import BaseModel, ConfigDict, Field, model_serializer
 from runner import __version__
 from runner.store.envs import Env
 from runner.files import sha256_bytes, sha256_file
-from runner.evidence.catalog import judge_digest
-from runner.evidence.fixcode import FixCoverage
-from runner.evidence.observations import NOT_OBSERVED, Case, Classification, ImportResult, Outcome, reject_floats
-from runner.evidence.judging import Transition, Verdict, state, transition, verdict
+from runner.evidence.catalog import judge
+from runner.judge import fixcode, judging
+from runner.judge.fixcode import FixCoverage
+from runner.judge.observations import NOT_OBSERVED, Case, Classification, ImportResult, Outcome, reject_floats
+from runner.judge.judging import Transition, Verdict, state, transition, verdict
 from runner.store.sources import TreeIdentity
 
 RECEIPT_SCHEMA = "diffprobe.receipt/1"
@@ -45,8 +46,8 @@ class _Model(BaseModel):
 class ProbeRef(_Model):
     id: str
     fix: int | None
-    sha256: str = Field(description="probe version: sha256 over the probe's own files (runner.catalog)")
-    files: dict[str, str] = Field(description="each probe source file -> its sha256")
+    sha256: str = Field(description="probe version: sha256 over the '<sha256>  <path>' lines of files (runner.evidence.catalog)")
+    files: dict[str, str] = Field(description="each file of the probe's import closure -> its sha256")
 
 
 class Standins(_Model):
@@ -90,7 +91,11 @@ class Environment(_Model):
     implementation: str
     platform: str
     diffprobe: str
-    diffprobe_sha256: str = Field(description="the judge: sha256 over diffprobe's own source files (runner.evidence.catalog)")
+    diffprobe_sha256: str = Field(description="the judge: sha256 over the '<sha256>  <path>' lines of judge_files "
+                                              "(runner.evidence.catalog)")
+    judge_files: dict[str, str] = Field({}, description="the files diffprobe_sha256 covers: the import closure of "
+                                                        "runner/judge, each with its sha256 (empty in receipts made "
+                                                        "before 2026-12-04, whose judge digest covered runner/evidence)")
     interpreter_tag: str | None = None
     lock_sha256: str | None = None
     layer: str | None = None
@@ -202,7 +207,7 @@ def host_environment() -> Environment:
     """For observations made in diffprobe's own interpreter (gates, the model)."""
     return Environment(python=platform.python_version(), implementation=platform.python_implementation(),
                        platform=platform.platform(), diffprobe=__version__,
-                       diffprobe_sha256=judge_digest())
+                       diffprobe_sha256=judge()[0], judge_files=judge()[1])
 
 
 def host_probe(probe_id: str, source: Path, fix: int | None = None) -> ProbeRef:
@@ -227,7 +232,7 @@ def tree_environment(
         standins=Standins(declared=stamp.standins.declared, used=standins_used,
                           tree_lacks=stamp.standins.tree_lacks, sha256=stamp.standins.sha256),
         notes=stamp.notes, network_isolated="net" in isolation.namespaces, isolation=isolation, diffprobe=__version__,
-        diffprobe_sha256=judge_digest(),
+        diffprobe_sha256=judge()[0], judge_files=judge()[1],
     )
 
 
@@ -308,3 +313,25 @@ def differential(
     }
     body["digest"] = seal(body)
     return Differential.model_validate(body)
+
+
+def rederive(receipt: Receipt, probe_sha256: str | None) -> list[str]:
+    """What in a receipt does not follow from its own effects: a classification or a duty the duty
+    table does not give (for receipts of this diffprobe's probe version, ``probe_sha256``; another
+    version names other duties, so only its consistency can be checked), a summary, an
+    observation digest."""
+    problems = []
+    if judging.case_ids(receipt.probe.id) and receipt.probe.sha256 == probe_sha256:
+        for case in receipt.cases:
+            if case.outcome == "observed":
+                again = judging.rejudge(receipt.probe.id, case.model_copy(update={"duties": None}))
+                if again.outcome != "observed" or again.duties != case.duties:
+                    why = again.error.message if again.error else "its duties do not follow from its effects"
+                    problems.append(f"case {case.id}: {why}")
+    if receipt.fix_code is not None and fixcode.judged(receipt.fix_code, receipt.cases) != receipt.fix_code:
+        problems.append("the coverage of the fix's code does not follow from its cases' lines")
+    if receipt.summary != _summary(receipt.cases):
+        problems.append("summary does not count its cases")
+    if receipt.observation_digest != observation_digest(receipt.probe.sha256, source_key(receipt.source), receipt.cases):
+        problems.append("observation digest does not match its cases")
+    return problems

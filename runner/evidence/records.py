@@ -12,7 +12,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_serializer
 from typing_extensions import NotRequired, TypedDict
 
-from runner.evidence import judging, static
+from runner.evidence import static
+from runner.judge import judging
 
 
 class Row(BaseModel):

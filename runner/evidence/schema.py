@@ -10,7 +10,7 @@ from runner.evidence.bundle import Index
 from runner.evidence.departures import Departures
 from runner.evidence.dsse import Envelope
 from runner.evidence.mutation import Mutation
-from runner.evidence.observations import Observations
+from runner.judge.observations import Observations
 from runner.evidence.pins import Pins
 from runner.evidence.receipts import Differential, Receipt
 from runner.evidence.records import (Acceptance, BackportRecord, GateRecord, ModelRecord, MutationRecord, RunRecord,

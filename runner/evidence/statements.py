@@ -28,7 +28,7 @@ from typing import Any, Literal
 
 import orjson
 
-from runner.evidence.judging import state
+from runner.judge.judging import state
 from runner.evidence.mutation import Mutation
 from runner.evidence.receipts import Differential, Receipt, Source, source_key
 

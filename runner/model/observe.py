@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 
 from runner.evidence import bundle, dsse
-from runner.evidence.observations import Case
+from runner.judge.observations import Case
 from runner.evidence.receipts import ModelIdentity, Receipt, host_environment, host_probe, make
 from runner.evidence.records import ModelRecord
 from runner.model import incident

@@ -34,9 +34,10 @@ from typing import Iterator, Sequence
 from pydantic import ValidationError
 
 from runner.errors import BadInput, Infrastructure
-from runner.evidence import catalog, judging
+from runner.evidence import catalog
+from runner.judge import judging
 from runner.evidence.materials import rederive
-from runner.evidence.observations import Observations
+from runner.judge.observations import Observations
 from runner.files import scratch_dir
 from runner.sandbox import bwrap, limits
 from runner.evidence.receipts import Isolation

@@ -9,7 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from runner import errors, ui
-from runner.evidence import judging
+from runner.judge import judging
 from runner.evidence.receipts import Receipt
 from runner.evidence.records import Row, SweepRecord, inconclusive_sites
 from runner.views import styles, timeline, verdict

@@ -1,4 +1,4 @@
-"""The colours of each word a view prints: one map per vocabulary of runner/evidence/judging.py."""
+"""The colours of each word a view prints: one map per vocabulary of runner/judge/judging.py."""
 
 VERDICT = {"fix observed": "green", "fix not observed": "red", "regression": "bold red", "inconclusive": "yellow"}
 TRANSITION = {"bug -> clean": "green", "bug -> bug": "red", "clean -> bug": "bold red", "clean -> clean": "dim"}

@@ -2,7 +2,7 @@
 bug window and the first fixed tree marked. As inline SVG for the HTML report (no script, no external
 asset: each cell is a plain link to its receipt) and as a compact strip for the terminal.
 
-Rendering only: statuses, windows and phases come from runner/evidence/judging.py via the record.
+Rendering only: statuses, windows and phases come from runner/judge/judging.py via the record.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from typing import Callable
 
 from rich.markup import escape
 
-from runner.evidence import judging, receipts
+from runner.evidence import receipts
+from runner.judge import judging
 from runner.evidence.records import SweepRecord
 from runner.views import styles
 

@@ -17,8 +17,9 @@ from typing import Iterable
 from rich.text import Text
 
 from runner import ui
-from runner.evidence import judging, pins
-from runner.evidence.observations import Case
+from runner.evidence import pins
+from runner.judge import judging
+from runner.judge.observations import Case
 from runner.evidence.receipts import Differential, Receipt
 from runner.evidence.records import BackportRecord, SweepRecord
 from runner.views import confinement, styles

@@ -206,7 +206,7 @@ def test_with_dp_attention_the_ranks_answer_as_one_group():
 def test_the_audit_backs_each_gate_with_its_fixes_and_names_the_workers_running_the_tree():
     from types import SimpleNamespace as NS
 
-    from runner.evidence.judging import FixStatus, SiteStatus
+    from runner.judge.judging import FixStatus, SiteStatus
 
     ws = [worker("prefill", P), worker("decode", D), worker("decode", D2)]
     fleet = fleet_of(ws)
@@ -230,7 +230,7 @@ def test_the_audit_backs_each_gate_with_its_fixes_and_names_the_workers_running_
 def test_a_later_defence_is_judged_in_the_configuration_each_worker_runs():
     from types import SimpleNamespace as NS
 
-    from runner.evidence.judging import FixStatus, SiteStatus
+    from runner.judge.judging import FixStatus, SiteStatus
 
     ws = [worker("prefill", P), worker("decode", D)]
     fleet = fleet_of(ws)

@@ -3,7 +3,7 @@
 import pytest
 
 from runner.commands.backport import behaves_like_head
-from runner.evidence import judging
+from runner.judge import judging
 from runner.evidence.records import BackportRow
 
 

@@ -11,7 +11,8 @@ import pytest
 
 from runner import cli
 from runner.commands import mutate
-from runner.evidence import bundle, judging
+from runner.evidence import bundle
+from runner.judge import judging
 from runner.evidence.mutation import BaselineCase, Mutant, Mutation
 from runner.files import sha256_file
 from tests.evidence.test_attest import third_party_check

@@ -12,7 +12,8 @@ import pytest
 
 from probes import duties
 from runner import cli
-from runner.evidence import bundle, catalog, judging, mutation
+from runner.evidence import bundle, catalog, mutation
+from runner.judge import judging
 from tests import forks, helpers
 from tests.conftest import git
 from tests.records import checked

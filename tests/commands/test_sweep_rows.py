@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from runner import errors
 from runner.commands import survey
-from runner.evidence.judging import FixStatus, SiteStatus
+from runner.judge.judging import FixStatus, SiteStatus
 from runner.evidence.records import Row
 
 

@@ -423,7 +423,8 @@ def test_bad_freshness_options_are_one_line_bad_input(tmp_path, argv, capsys):
 
 def test_a_mutation_bundle_verifies_with_both_its_tree_the_subject(tmp_path, parties):
     """No receipt: the bundle Statement's subject is the tree the mutation report's mutants came from."""
-    from runner.evidence import judging, mutation
+    from runner.evidence import mutation
+    from runner.judge import judging
     digest = "h1:" + base64.b64encode(b"\x01" * 32).decode()
     score = judging.score_of("admission", 38935, [("bug", "clean")], ["killed"])
     report = mutation.Mutation(source="pypi:sglang==0.5.21", tree_digest=digest, probe="admission", probe_sha256="a" * 64,

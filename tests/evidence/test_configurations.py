@@ -5,7 +5,8 @@ configuration its pin names, and an audit verdict in that configuration. Hand-ma
 from __future__ import annotations
 
 from runner.commands import survey
-from runner.evidence import judging, pins, receipts
+from runner.evidence import pins, receipts
+from runner.judge import judging
 from runner.evidence.records import Row, windows
 from runner.views import verdict
 from tests.helpers import case, receipt

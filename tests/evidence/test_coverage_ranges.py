@@ -1,4 +1,4 @@
-"""The host's reading of per-case coverage (runner/evidence/coverage.py) and its place in receipts."""
+"""The host's reading of per-case coverage (runner/judge/coverage.py) and its place in receipts."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given, strategies as st
 from pydantic import ValidationError
 
-from runner.evidence import coverage, receipts
+from runner.evidence import receipts
+from runner.judge import coverage
 from tests import helpers
 
 lines_sets = st.sets(st.integers(min_value=1, max_value=300))

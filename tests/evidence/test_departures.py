@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from runner.evidence import awareness, departures, judging, receipts
+from runner.evidence import awareness, departures, receipts
+from runner.judge import judging
 from tests import helpers
 
 DOOR = '''\

@@ -7,8 +7,9 @@ from __future__ import annotations
 import json
 
 from runner import cli
-from runner.evidence import bundle, catalog, judging, receipts
-from runner.evidence.observations import Case
+from runner.evidence import bundle, catalog, receipts
+from runner.judge import judging
+from runner.judge.observations import Case
 from runner.files import sha256_file
 from runner.store.sources import TreeIdentity
 
@@ -49,7 +50,7 @@ def test_a_clean_claim_the_effects_contradict_is_an_error():
 
 def _bundle(tmp_path):
     probe = receipts.ProbeRef(id="admission", fix=38935, sha256=catalog.probe_digest("admission"),
-                              files={p.name: "0" * 64 for p in catalog.probe_files("admission")})
+                              files={name: "0" * 64 for name in catalog.probe_files("admission")})
     tree = TreeIdentity(kind="pypi", source="pypi:sglang==0.5.21", version="0.5.21", artifact="sglang.whl",
                         artifact_sha256="c" * 64, tree_digest="h1:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=", files=3)
     case = judging.rejudge("admission", _case(ADMITTED, "bug"))

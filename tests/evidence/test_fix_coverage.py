@@ -10,7 +10,8 @@ import pytest
 
 from probes import duties
 from runner import cli
-from runner.evidence import bundle, fixcode, judging, receipts
+from runner.evidence import bundle, materials, receipts
+from runner.judge import fixcode, judging
 from runner.views.report.matrix import cell_at, matrix
 from runner.views.report.verified import gather
 from tests import helpers
@@ -40,17 +41,17 @@ def _cases(*ran: list[list[int]] | None):
 
 
 def test_each_statement_of_the_fix_code_is_covered_or_named(tree_root):
-    cov = fixcode.measure(38935, fixcode.reader(tree_root), _cases([[3, 4]], [[5, 5]]))
+    cov = fixcode.measure(38935, materials.reader(tree_root), _cases([[3, 4]], [[5, 5]]))
     predicate, absent = cov.functions
     assert predicate.file == UTILS and predicate.statements == [(4, 5), (5, 5), (6, 6)]
     assert predicate.not_covered == [6]  # ``return False``: the cases only took the other branch
     assert absent.file is None and absent.statements == []  # the tree does not define it where FIX_CODE says
     assert cov.not_covered() == [f"{UTILS}:6"]
-    assert fixcode.measure(38935, fixcode.reader(tree_root), _cases([[4, 6]])).not_covered() == []
+    assert fixcode.measure(38935, materials.reader(tree_root), _cases([[4, 6]])).not_covered() == []
 
 
 def test_a_case_whose_lines_are_unknown_is_said_so(tree_root):
-    cov = fixcode.measure(38935, fixcode.reader(tree_root), _cases(None))
+    cov = fixcode.measure(38935, materials.reader(tree_root), _cases(None))
     assert cov.unrecorded == ["c0"] and cov.not_covered() == [f"{UTILS}:{n}" for n in (4, 5, 6)]
 
 
@@ -59,14 +60,14 @@ def test_a_file_that_is_not_a_regular_file_of_the_tree_defines_nothing(tree_root
     outside.write_text(SOURCE)
     (tree_root / UTILS).unlink()
     (tree_root / UTILS).symlink_to(outside)
-    assert fixcode.measure(38935, fixcode.reader(tree_root), _cases([[3, 6]])).functions[0].file is None
+    assert fixcode.measure(38935, materials.reader(tree_root), _cases([[3, 6]])).functions[0].file is None
 
 
 def _receipt(tree_root, *ran):
     cases = _cases(*ran)
     return receipts.make(helpers.PROBE, helpers.tree("0.5.21"), receipts.host_environment(), cases,
                          started_at="t0", finished_at="t1",
-                         fix_code=fixcode.measure(38935, fixcode.reader(tree_root), cases))
+                         fix_code=fixcode.measure(38935, materials.reader(tree_root), cases))
 
 
 def test_a_fixed_tree_with_uncovered_fix_code_does_not_read_plain_fixed(tree_root):
@@ -81,13 +82,13 @@ def test_a_fixed_tree_with_uncovered_fix_code_does_not_read_plain_fixed(tree_roo
 
 def test_verify_rederives_the_coverage_from_the_cases_lines(tree_root, tmp_path):
     honest = _receipt(tree_root, [[3, 5]])
-    assert judging.rederive(honest, None) == []
+    assert receipts.rederive(honest, None) == []
     lied = honest.fix_code.model_copy(update={"functions": [honest.fix_code.functions[0].model_copy(
         update={"not_covered": []}), honest.fix_code.functions[1]]})
     body = honest.model_dump(mode="json") | {"fix_code": lied.model_dump(mode="json")}
     body["digest"] = receipts.seal(body)
     resealed = receipts.Receipt.model_validate(body)
-    assert "the coverage of the fix's code does not follow from its cases' lines" in judging.rederive(resealed, None)
+    assert "the coverage of the fix's code does not follow from its cases' lines" in receipts.rederive(resealed, None)
 
 
 def test_report_names_the_lines_no_case_reaches(tree_root, tmp_path, capsys):

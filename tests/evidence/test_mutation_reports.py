@@ -9,7 +9,8 @@ import orjson
 import pytest
 
 from runner import cli
-from runner.evidence import bundle, judging, mutation, receipts
+from runner.evidence import bundle, mutation, receipts
+from runner.judge import judging
 from tests import helpers
 
 TREE = helpers.tree("0.5.21")

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from runner import cli
-from runner.evidence import bundle, judging, pins, receipts
+from runner.evidence import bundle, pins, receipts
+from runner.judge import judging
 from runner.evidence.records import SweepRecord, windows
 from tests.helpers import EVIDENCE
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from runner.evidence import judging
-from runner.evidence.judging import FixStatus, SiteStatus
+from runner.judge import judging
+from runner.judge.judging import FixStatus, SiteStatus
 from runner.evidence.records import Row, windows
 from tests.helpers import case
 

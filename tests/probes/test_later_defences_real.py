@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from runner.commands import options, pipeline
-from runner.evidence import judging
+from runner.judge import judging
 from tests import forks
 
 pytestmark = pytest.mark.slow  # real releases, environments and SGLang imports

@@ -21,7 +21,7 @@ import pytest
 
 from runner import cli
 from runner.commands import options, pipeline
-from runner.evidence import judging
+from runner.judge import judging
 from tests import forks
 
 pytestmark = pytest.mark.slow  # real releases, environments and SGLang imports

@@ -16,7 +16,7 @@ import pytest
 
 from runner import cli
 from runner.evidence import bundle
-from runner.evidence.observations import Case, CaseError
+from runner.judge.observations import Case, CaseError
 from runner.evidence.receipts import ProbeRef, ServerIdentity, make
 from runner.evidence.records import Acceptance, GateResult
 from runner.views.acceptance import GATES

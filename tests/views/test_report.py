@@ -22,7 +22,7 @@ from rich.console import Console
 from runner import cli, ui
 from runner.views.report import incident
 from runner.evidence import bundle
-from runner.evidence.observations import Case, CaseError
+from runner.judge.observations import Case, CaseError
 from runner.evidence.receipts import Differential, Environment, ModelIdentity, ProbeRef, Standins, differential, make, seal
 from runner.store.sources import TreeIdentity
 from tests.helpers import committed_bundles

@@ -15,7 +15,8 @@ import pytest
 from rich.console import Console
 
 from runner import cli, ui
-from runner.evidence import bundle, judging, receipts
+from runner.evidence import bundle, receipts
+from runner.judge import judging
 from runner.evidence.records import Row, SweepRecord, windows
 from tests.views.test_report import assert_self_contained, chromium, parse, visible_text
 from tests.helpers import case, receipt

@@ -13,7 +13,8 @@ from rich.console import Console
 
 from runner import errors, ui
 from runner.commands import audit, survey
-from runner.evidence import judging, pins
+from runner.evidence import pins
+from runner.judge import judging
 from runner.evidence import receipts
 from runner.evidence.receipts import Isolation, Receipt
 from runner.evidence.records import BackportRecord, BackportRow, Row, SweepRecord, windows

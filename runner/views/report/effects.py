@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from runner.evidence import judging
+from runner.judge import judging
 from runner.evidence.receipts import CaseTransition
 from runner.views.report.verified import Evidence, Fix
 

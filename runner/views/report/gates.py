@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import ValidationError
 
-from runner.evidence import judging
+from runner.judge import judging
 from runner.evidence.receipts import Receipt
 from runner.evidence.records import Acceptance, GateResult
 from runner.store.sources import TreeIdentity

@@ -14,7 +14,8 @@ from urllib.parse import quote
 import orjson
 
 from runner import errors
-from runner.evidence import bundle, judging, receipts
+from runner.evidence import bundle, receipts
+from runner.judge import judging
 from runner.evidence.receipts import Differential, Receipt
 from runner.evidence.upstream import Grading
 from runner.files import write_atomic

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from runner.evidence import judging, receipts
-from runner.evidence.observations import Case
+from runner.evidence import receipts
+from runner.judge import judging
+from runner.judge.observations import Case
 from runner.evidence.receipts import Source
 from runner.evidence.records import SweepRecord
 from runner.store import specs

@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from runner import errors, ui
-from runner.evidence import judging
+from runner.judge import judging
 from runner.store.sources import TreeIdentity
 from runner.views import grading, styles, timeline, verdict
 from runner.views.report import departures, gates

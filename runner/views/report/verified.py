@@ -9,7 +9,7 @@ from pathlib import Path
 from runner import errors
 from runner.evidence import bundle, catalog, departures, receipts
 from runner.evidence.departures import Departures
-from runner.evidence.observations import Case
+from runner.judge.observations import Case
 from runner.evidence.receipts import CaseTransition, Differential, Receipt
 from runner.files import sha256_file
 from runner.store.sources import TreeIdentity

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from probes.coverage import canonical, expand, ranges
-from runner.evidence.observations import Case
+from runner.judge.observations import Case
 
 Span = Sequence[int]  # [start, end], inclusive
 Lines = Mapping[str, Sequence[Span]]  # file -> ranges

@@ -3,24 +3,20 @@ cases ran, and which none did.
 
 The statements are read on the host from the stored tree (``probes/fixcode.py``: the same reading the
 harness makes for mutation sites), never from what the tree's process said; what each case ran comes from
-its recorded ``lines`` (``runner/evidence/coverage.py``). A statement of the fix's code no case ran is named:
+its recorded ``lines`` (``runner/judge/coverage.py``). A statement of the fix's code no case ran is named:
 a "fixed" that rests on fewer than all of them says how many it does not rest on.
 """
 
 from __future__ import annotations
 
-import os
-import stat
 from collections.abc import Callable, Iterable
-from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from probes import fixcode
 from probes.duties import FIX_CODE
-from runner.evidence import coverage
-from runner.evidence.observations import Case
-from runner.files import tree_files
+from runner.judge import coverage
+from runner.judge.observations import Case
 
 
 class _Model(BaseModel):
@@ -46,19 +42,6 @@ class FixCoverage(_Model):
     def not_covered(self) -> list[str]:
         """``file:line`` of each statement of the fix's code no case ran."""
         return [f"{f.file}:{line}" for f in self.functions for line in f.not_covered]
-
-
-def reader(tree_root: Path) -> Callable[[str], str | None]:
-    """Read a file of the stored tree by its name (None: not a regular file of the tree)."""
-    known = set(tree_files(tree_root))
-
-    def read(name: str) -> str | None:
-        path = tree_root / name
-        if name not in known or not stat.S_ISREG(os.lstat(path).st_mode):
-            return None
-        return path.read_text(encoding="utf-8", errors="replace")
-
-    return read
 
 
 def measure(fix: int, read: Callable[[str], str | None], cases: Iterable[Case]) -> FixCoverage | None:

@@ -7,14 +7,13 @@ a harness gap, never a behaviour, and a case that could not run proves nothing.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable, Literal
+from typing import Iterable, Literal, Protocol
 
 from pydantic import BaseModel
 
-from runner.evidence.observations import Case
-
-if TYPE_CHECKING:  # the differential and receipt models are built from these rules, not the reverse
-    from runner.evidence.receipts import CaseTransition, Receipt
+from probes import duties as probe_duties
+from runner.judge.fixcode import FixCoverage
+from runner.judge.observations import Case
 
 # What one case showed: its classification when observed, else its outcome (absent: not run there).
 State = Literal["bug", "clean", "error", "not_applicable", "timeout", "absent"]
@@ -26,6 +25,28 @@ Verdict = Literal["fix observed", "fix not observed", "regression", "inconclusiv
 # judge, and the guards held (a guard-only probe).
 Status = Literal["fixed", "not fixed", "regression", "inconclusive", "clean", "not applicable", "not probed"]
 ORDER: list[Status] = ["regression", "not fixed", "inconclusive", "fixed", "clean", "not applicable", "not probed"]  # worst first
+
+
+class CaseTransition(Protocol):
+    """One case from base to head, as a differential records it (``runner.evidence.receipts``)."""
+
+    case: str
+    role: str
+    base: str  # the case's state at base
+    head: str
+    transition: Transition
+
+
+class _Probe(Protocol):
+    fix: int | None
+
+
+class Observed(Protocol):
+    """What ``fixes`` reads of a receipt: the judge needs no more of the format than this."""
+
+    probe: _Probe
+    fix_code: FixCoverage | None
+    cases: list[Case]
 
 
 def state(case: Case | None) -> State:
@@ -195,7 +216,7 @@ def strict_fails(statuses: Iterable[FixStatus]) -> bool:
     return any(fs.departed is not None for fs in statuses)
 
 
-def fixes(receipts: list[Receipt]) -> list[FixStatus]:
+def fixes(receipts: list[Observed]) -> list[FixStatus]:
     """Per fix and site, from every probe case the receipts hold (one tree's receipts); the fix is
     the one each observation names (its probe's), sites in the order the probes report them. Each fix
     names the statements of its code no case ran."""
@@ -314,8 +335,6 @@ def source_status(st: Status, tree: bool) -> str:
 # verdicts. So the host judges again, from the recorded effects alone, with the probe's duty table
 # (probes/duties.py: standard library only, it never imports SGLang).
 
-from probes import duties as probe_duties  # noqa: E402
-
 CONFIGURATIONS = probe_duties.CONFIGURATIONS
 
 
@@ -349,31 +368,6 @@ def _misjudged(case: Case, message: str) -> Case:
 
 def failed_duties(case: Case) -> list[str]:
     return [d for d, ok in (case.duties or {}).items() if not ok]
-
-
-def rederive(receipt: Receipt, probe_sha256: str | None) -> list[str]:
-    """What in a receipt does not follow from its own effects: a classification or a duty the duty
-    table does not give (for receipts of this diffprobe's probe version, ``probe_sha256``; another
-    version names other duties, so only its consistency can be checked), a summary, an
-    observation digest."""
-    from runner.evidence import fixcode
-    from runner.evidence.receipts import _summary, observation_digest, source_key
-
-    problems = []
-    if receipt.probe.id in probe_duties.CASES and receipt.probe.sha256 == probe_sha256:
-        for case in receipt.cases:
-            if case.outcome == "observed":
-                again = rejudge(receipt.probe.id, case.model_copy(update={"duties": None}))
-                if again.outcome != "observed" or again.duties != case.duties:
-                    why = again.error.message if again.error else "its duties do not follow from its effects"
-                    problems.append(f"case {case.id}: {why}")
-    if receipt.fix_code is not None and fixcode.judged(receipt.fix_code, receipt.cases) != receipt.fix_code:
-        problems.append("the coverage of the fix's code does not follow from its cases' lines")
-    if receipt.summary != _summary(receipt.cases):
-        problems.append("summary does not count its cases")
-    if receipt.observation_digest != observation_digest(receipt.probe.sha256, source_key(receipt.source), receipt.cases):
-        problems.append("observation digest does not match its cases")
-    return problems
 
 
 # --- mutation score: how strong is the evidence? ---------------------------------------------------
