@@ -78,14 +78,6 @@ def receipt_of(probe: ProbeRef, tree: sources.Tree, environment: envs.Env, run: 
                          materials=run.materials, import_result=obs.import_, fix_code=fix_code)
 
 
-def same_source(stored, identity: sources.TreeIdentity) -> bool:
-    """A stored receipt serves a later call only for the source it names (the same commit, artifact or
-    directory): the same bytes from another source are shared within one call, where it is said, but a
-    receipt from the store must not answer for a commit, release or fork it never named."""
-    fields = ("kind", "commit", "artifact_sha256", "path", "version", "left_out", "image")
-    return all(getattr(stored, f, None) == getattr(identity, f, None) for f in fields)
-
-
 def workers_for_memory(requested: int | None) -> int:
     """Each probe process holds about 1 GiB (torch + SGLang); never start more than memory allows.
     ``None`` (no -j given): one per core, as memory allows, without a warning."""
@@ -238,9 +230,8 @@ def probe(
             key = results.env_key(environment)
             todo = []
             for probe in plan[text]:
-                stored = results.lookup(opts.cache, digest, probe, catalog.probe_digest(probe), key) if reuse else None
-                if (stored and stored.environment.isolation and stored.environment.isolation.sandboxed == sandboxed
-                        and same_source(stored.source, trees[text].identity)):
+                stored = results.lookup(opts.cache, trees[text].identity, probe, catalog.probe_digest(probe), key) if reuse else None
+                if stored and stored.environment.isolation and stored.environment.isolation.sandboxed == sandboxed:
                     reuse_one(text, probe, stored, "from the receipts store")
                 else:
                     todo.append(probe)

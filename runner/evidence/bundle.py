@@ -21,7 +21,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from runner import __version__
-from runner.errors import DIFFERS, BadInput, DiffprobeError
+from runner.errors import DIFFERS, BadInput, DiffprobeError, printable
 from runner.files import digest_name, sha256_bytes, sha256_file
 from runner.evidence import attest, dsse
 from runner.evidence.catalog import judge_digest
@@ -344,6 +344,9 @@ def _load(path: Path, model, problems: list[str]):
     rel = path.name if path.parent.name not in ("receipts", "differentials", "mutation", "departures") else f"{path.parent.name}/{path.name}"
     try:
         raw = orjson.loads(path.read_bytes())
+        if (unread := _unread_version(raw, model)) is not None:
+            problems.append(f"{rel}: {unread}")
+            return None
         value = model.model_validate(raw)
     except (orjson.JSONDecodeError, ValidationError) as e:
         problems.append(f"{rel}: does not match its schema ({str(e).splitlines()[0][:160]})")
@@ -352,6 +355,17 @@ def _load(path: Path, model, problems: list[str]):
         problems.append(f"{rel}: digest does not match its content")
         return None
     return value
+
+
+def _unread_version(raw, model) -> str | None:
+    """Why a file in another format version than this diffprobe reads is refused, said as such (not as a
+    schema mismatch): formats are versioned by ``schema_version``, and a version this diffprobe knows
+    still verifies and compares whatever code wrote it."""
+    field = model.model_fields.get("schema_version")
+    if field is None or not isinstance(raw, dict) or "schema_version" not in raw or raw["schema_version"] == field.default:
+        return None
+    return (f"written in format {printable(str(raw['schema_version']))[:80]!r}; this diffprobe reads {field.default!r} "
+            f"(diffprobe {__version__})")
 
 
 def load(root: Path) -> tuple[Index, dict[str, Receipt], dict[str, Differential]]:

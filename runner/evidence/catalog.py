@@ -66,14 +66,19 @@ def _executed(tree: ast.AST) -> Iterable[ast.AST]:
         yield from _executed(node)
 
 
-def _imports(path: Path, root: Path) -> set[str]:
-    """The modules ``path``'s code imports: statements (at module level or in a function, relative ones
-    resolved), and names given to ``importlib.import_module`` as a literal or as ``f"{PACKAGE}.name"``
-    (a sibling in the same package, as the harness loads its own)."""
+def _imports(path: Path, root: Path) -> frozenset[str]:
     name = _name(path, root)
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    return _imported(path.read_bytes(), name if path.name == "__init__.py" else name.rpartition(".")[0])
+
+
+@functools.lru_cache(maxsize=512)
+def _imported(source: bytes, package: str) -> frozenset[str]:
+    """The modules a module of ``package`` whose code is ``source`` imports: statements (at module level or
+    in a function, relative ones resolved), and names given to ``importlib.import_module`` as a literal or
+    as ``f"{PACKAGE}.name"`` (a sibling in the same package, as the harness loads its own). Kept by content:
+    every probe's closure parses the same shared modules."""
     found: set[str] = set()
-    for node in _executed(ast.parse(path.read_bytes(), str(path))):
+    for node in _executed(ast.parse(source)):
         if isinstance(node, ast.Import):
             found |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom):
@@ -90,7 +95,7 @@ def _imports(path: Path, root: Path) -> set[str]:
             elif (isinstance(arg, ast.JoinedStr) and len(arg.values) == 2 and isinstance(arg.values[0], ast.FormattedValue)
                   and isinstance(arg.values[1], ast.Constant) and str(arg.values[1].value).startswith(".")):
                 found.add(package + arg.values[1].value)
-    return found
+    return frozenset(found)
 
 
 def closure(modules: Iterable[str], root: Path = PROJECT) -> dict[str, Path]:

@@ -1,5 +1,10 @@
 """The receipts store: a receipt already observed for (tree digest, probe digest, environment key)
-is reused instead of probing the same bytes again, as asv reuses results by commit and environment.
+through a source is reused instead of probing the same bytes from that source again, as asv reuses
+results by commit and environment.
+
+A receipt answers only for the source it names (the same commit, artifact or directory): the same
+bytes through another source are another entry beside it, never a replacement, so a sweep that
+names commit A and then commit B of one tree does not cost the next run naming A a probe run.
 
 A stored receipt is trusted only after re-checking it: its own digest, and that its tree, probe
 and environment are the key it is filed under. A reused receipt is the original observation,
@@ -19,6 +24,7 @@ from runner.evidence.receipts import Environment, Receipt, seal
 from runner.files import digest_name, sha256_bytes, write_atomic
 from runner.store.cache import Store
 from runner.store.envs import Env
+from runner.store.trees import TreeIdentity
 
 
 def _key(interpreter_tag: str | None, lock: str | None, layer: str | None, standins: str | None, version: str,
@@ -43,15 +49,28 @@ def receipt_key(environment: Environment) -> str | None:
                 environment.diffprobe, environment.diffprobe_sha256)
 
 
-def _path(cache: Store, tree_digest: str, probe: str, probe_sha256: str, key: str) -> Path:
-    """``results/<environment>-<tree>/<probe>-<version>.json``: one entry per tree and environment,
-    the unit ``diffprobe gc`` evicts."""
-    return cache.results(f"{key[:24]}-{digest_name(tree_digest)[:32]}") / f"{probe}-{probe_sha256[:32]}.json"
+# What names a source's bytes: a receipt of the same tree through another source does not answer for this one.
+SOURCE_FIELDS = ("kind", "commit", "artifact_sha256", "path", "version", "left_out", "image")
 
 
-def lookup(cache: Store, tree_digest: str, probe: str, probe_sha256: str, key: str) -> Receipt | None:
-    """The stored receipt for this key if it checks out; a damaged or mismatched entry is dropped."""
-    path = _path(cache, tree_digest, probe, probe_sha256, key)
+def same_source(a: TreeIdentity, b: TreeIdentity) -> bool:
+    """Whether two identities name the same commit, artifact or directory (what each left out included)."""
+    return all(getattr(a, f, None) == getattr(b, f, None) for f in SOURCE_FIELDS)
+
+
+def _path(cache: Store, source: TreeIdentity, probe: str, probe_sha256: str, key: str) -> Path:
+    """``results/<environment>-<tree>/<probe>-<version>-<source>.json``: one directory per tree and
+    environment, the unit ``diffprobe gc`` evicts, and in it one entry per probe version and source."""
+    fields = source.model_dump(mode="json")  # an image identity is a model of its own
+    named = sha256_bytes(orjson.dumps({f: fields.get(f) for f in SOURCE_FIELDS}, option=orjson.OPT_SORT_KEYS))
+    directory = cache.results(f"{key[:24]}-{digest_name(source.tree_digest)[:32]}")
+    return directory / f"{probe}-{probe_sha256[:32]}-{named[:16]}.json"
+
+
+def lookup(cache: Store, source: TreeIdentity, probe: str, probe_sha256: str, key: str) -> Receipt | None:
+    """The stored receipt of this source's tree for this key if it checks out; a damaged or
+    mismatched entry is dropped."""
+    path = _path(cache, source, probe, probe_sha256, key)
     try:
         raw = orjson.loads(path.read_bytes())
         receipt = Receipt.model_validate(raw)
@@ -61,7 +80,8 @@ def lookup(cache: Store, tree_digest: str, probe: str, probe_sha256: str, key: s
         ui.warn(f"receipts store entry {path} is damaged ({type(e).__name__}); probing again")
         path.unlink(missing_ok=True)
         return None
-    ok = (seal(raw) == receipt.digest and getattr(receipt.source, "tree_digest", None) == tree_digest
+    ok = (seal(raw) == receipt.digest and isinstance(receipt.source, TreeIdentity)
+          and receipt.source.tree_digest == source.tree_digest and same_source(receipt.source, source)
           and receipt.probe.id == probe and receipt.probe.sha256 == probe_sha256
           and receipt_key(receipt.environment) == key)
     if not ok:
@@ -78,5 +98,5 @@ def record(cache: Store, receipt: Receipt, key: str) -> None:
     if receipt.import_result.outcome != "ok" or any(
             c.outcome == "timeout" or (c.error is not None and c.error.where == "process") for c in receipt.cases):
         return
-    path = _path(cache, receipt.source.tree_digest, receipt.probe.id, receipt.probe.sha256, key)
+    path = _path(cache, receipt.source, receipt.probe.id, receipt.probe.sha256, key)
     write_atomic(path, orjson.dumps(receipt.model_dump(mode="json"), option=orjson.OPT_SORT_KEYS))

@@ -24,15 +24,12 @@ ONLY = helpers.fix_args()  # #36988 (first in 0.5.20) and #38935 (0.5.21) alone:
 @pytest.fixture(scope="module")
 def history(tmp_path_factory, release_tree) -> dict:
     """Seven commits, three trees: 0.5.19, two docs commits, 0.5.20, a docs commit, 0.5.21, a docs commit.
-    Each release carries one inert module of this history's own, so that its trees are this module's:
-    the receipts store keeps one receipt per tree and probe, and a test on another worker probing the
-    same release bytes through another source would otherwise replace it (a store receipt answers only
-    for the source it names), and the reuse these tests count would depend on the other worker."""
+    The trees are the releases' own bytes: the receipts store keeps an entry per source, so a test on
+    another worker probing the same release through PyPI neither serves nor replaces this history's."""
     roots = {v: release_tree(v).root for v in ("0.5.19", "0.5.20", "0.5.21")}
-    own = {f"{gitrepo.PACKAGE_DIR}/_sweep_commits_fixture.py": b"# the sweep-commits tests' own trees\n"}
-    steps = [Step("a19", package=roots["0.5.19"], files=own), Step("b", files={"docs/x": b"1"}), Step("c", files={"docs/x": b"2"}),
-             Step("d20", package=roots["0.5.20"], files=own), Step("e", files={"docs/x": b"3"}),
-             Step("f21", package=roots["0.5.21"], files=own), Step("g", files={"docs/x": b"4"})]
+    steps = [Step("a19", package=roots["0.5.19"]), Step("b", files={"docs/x": b"1"}), Step("c", files={"docs/x": b"2"}),
+             Step("d20", package=roots["0.5.20"]), Step("e", files={"docs/x": b"3"}),
+             Step("f21", package=roots["0.5.21"]), Step("g", files={"docs/x": b"4"})]
     path = tmp_path_factory.mktemp("history")
     return {"path": path, "commits": gitrepo.build(path, steps)}
 

@@ -25,7 +25,7 @@ def observed() -> receipts.Receipt:
 
 
 def _lookup(cache: Store, r: receipts.Receipt, key: str | None = None):
-    return results.lookup(cache, r.source.tree_digest, r.probe.id, r.probe.sha256, key or results.receipt_key(r.environment))
+    return results.lookup(cache, r.source, r.probe.id, r.probe.sha256, key or results.receipt_key(r.environment))
 
 
 def test_a_recorded_receipt_is_found_under_its_key_and_nothing_else(tmp_path, observed):
@@ -35,9 +35,39 @@ def test_a_recorded_receipt_is_found_under_its_key_and_nothing_else(tmp_path, ob
     results.record(cache, observed, key)
     assert _lookup(cache, observed) == observed
     assert _lookup(cache, observed, key="f" * 64) is None  # another environment
-    assert results.lookup(cache, observed.source.tree_digest, PROBE.id, "e" * 64, key) is None  # another probe version
-    other_tree = "h1:" + "B" * 43 + "="
+    assert results.lookup(cache, observed.source, PROBE.id, "e" * 64, key) is None  # another probe version
+    other_tree = observed.source.model_copy(update={"tree_digest": "h1:" + "B" * 43 + "="})
     assert results.lookup(cache, other_tree, PROBE.id, PROBE.sha256, key) is None  # another tree
+
+
+def test_the_same_bytes_through_another_source_are_an_entry_of_their_own(tmp_path, observed):
+    """A store receipt answers only for the source it names; another source of the same tree (a later
+    commit that did not touch the package, a copy of a release) gets its own entry beside it, never
+    in its place: a sweep naming commit B must not cost the next run naming commit A a probe run."""
+    cache = Store.at(tmp_path)
+    key = results.receipt_key(observed.environment)
+    results.record(cache, observed, key)
+    copy = observed.source.model_copy(update={"kind": "path", "source": "path:/elsewhere", "version": None,
+                                              "artifact": None, "artifact_sha256": None, "path": "/elsewhere"})
+    assert results.lookup(cache, copy, PROBE.id, PROBE.sha256, key) is None  # not observed through it
+    via_copy = receipts.make(observed.probe, copy, observed.environment, observed.cases, started_at=observed.started_at,
+                             finished_at=observed.finished_at, materials=observed.materials)
+    results.record(cache, via_copy, key)
+    assert _lookup(cache, observed) == observed and _lookup(cache, via_copy) == via_copy
+    [entry] = (tmp_path / "results").iterdir()  # one tree, one environment: one directory, two entries
+    assert len(list(entry.glob("*.json"))) == 2
+
+
+def test_an_entry_moved_under_another_sources_name_is_dropped(tmp_path, observed):
+    """A receipt copied to the name another source's entry would have does not answer for that source."""
+    cache = Store.at(tmp_path)
+    key = results.receipt_key(observed.environment)
+    results.record(cache, observed, key)
+    [path] = (tmp_path / "results").rglob("*.json")
+    other = observed.source.model_copy(update={"version": "9.9.9", "source": "pypi:sglang==9.9.9"})
+    assert results.lookup(cache, other, PROBE.id, PROBE.sha256, key) is None
+    path.rename(results._path(cache, other, PROBE.id, PROBE.sha256, key))
+    assert results.lookup(cache, other, PROBE.id, PROBE.sha256, key) is None
 
 
 def test_an_entry_is_filed_under_the_trees_own_stored_name(tmp_path, observed):
