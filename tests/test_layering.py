@@ -118,3 +118,46 @@ def test_the_judge_importing_the_bottom_is_refused(tmp_path, monkeypatch):
     path.write_text("from runner.files import sha256_file\nfrom runner.judge import y\nfrom probes import duties\n")
     assert violations() == ["runner/judge/x.py:1 imports runner.files.sha256_file: runner.judge is pure; "
                             "it imports nothing of runner outside itself"]
+
+
+def circles() -> list[list[str]]:
+    """Every set of runner modules that import each other, directly or round about (an import in a function
+    counts: it runs)."""
+    modules = {module_name(p): p for p in sources("runner")}
+    graph = {}
+    for name, path in modules.items():
+        targets = set()
+        for _, target in imported(path):
+            while target and target not in modules:  # ``from a import f``: module a
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                targets.add(target)
+        graph[name] = targets
+    found: list[list[str]] = []
+    for start in sorted(graph):  # a module that reaches back to itself is in a circle; name each circle once
+        reached = _reach(graph, start)
+        if start in reached and not any(start in c for c in found):
+            found.append(sorted(m for m in reached if start in _reach(graph, m)))
+    return found
+
+
+def _reach(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen, todo = set(), list(graph[start])
+    while todo:
+        m = todo.pop()
+        if m not in seen:
+            seen.add(m)
+            todo += graph[m]
+    return seen
+
+
+def test_no_import_circle():
+    assert circles() == []
+
+
+def test_an_import_circle_is_found(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    (tmp_path / "runner" / "evidence").mkdir(parents=True)
+    (tmp_path / "runner" / "evidence" / "a.py").write_text("from runner.evidence.b import x\n")
+    (tmp_path / "runner" / "evidence" / "b.py").write_text("def x():\n    from runner.evidence import a\n")
+    assert circles() == [["runner.evidence.a", "runner.evidence.b"]]
