@@ -80,7 +80,8 @@ class LayerStream:
         self.expected = blob
         self.blob, self.diff = hashlib.sha256(), hashlib.sha256()
         self.inn = self.out = 0
-        self.pending = b""
+        self.parts: list[bytes] = []  # decompressed, not yet handed to the reader
+        self.pending, self.pos = b"", 0  # what the reader reads from, and how far it has
         self.done = False
         head = self._raw(4)
         if head.startswith(_ZSTD):
@@ -118,23 +119,27 @@ class LayerStream:
     def _out(self, data: bytes) -> None:
         self.out += len(data)
         self.diff.update(data)
-        self.pending += data
+        self.parts.append(data)
         if self.out > self.bounds.layer_size:
             raise refuse(self.where, self.digest, "", f"more than {self.bounds.layer_size} bytes uncompressed")
         if self.out > self.bounds.ratio_after and self.out > self.bounds.ratio * self.inn:
             raise refuse(self.where, self.digest, "", f"a decompression bomb: {self.out} bytes out of {self.inn}")
 
     def read(self, n: int = -1) -> bytes:
+        """Up to ``n`` bytes (fewer at a chunk's end, as a pipe gives them); empty at the end only."""
         n = intake.MiB if n is None or n < 0 else n
-        while len(self.pending) < n and not self.done:
-            chunk = self._raw(intake.MiB)
-            if not chunk:
-                self.done = True
-                if self.gz is not None and not self.gz.eof:
-                    raise refuse(self.where, self.digest, "", "the gzip stream ends early")
-                break
-            self._feed(chunk)
-        out, self.pending = self.pending[:n], self.pending[n:]
+        while self.pos >= len(self.pending) and not self.done:
+            if not self.parts:
+                chunk = self._raw(intake.MiB)
+                if not chunk:
+                    self.done = True
+                    if self.gz is not None and not self.gz.eof:
+                        raise refuse(self.where, self.digest, "", "the gzip stream ends early")
+                    break
+                self._feed(chunk)
+            self.pending, self.pos, self.parts = b"".join(self.parts), 0, []
+        out = self.pending[self.pos:self.pos + n]
+        self.pos += len(out)
         return out
 
     def finish(self, diff_id: str | None) -> None:
@@ -151,7 +156,7 @@ class LayerStream:
                                                       f"the diff id {diff_id} its config names")
 
 
-@dataclass
+@dataclass(slots=True)
 class Node:
     kind: int  # stat.S_IFREG, S_IFDIR, S_IFLNK
     layer: int  # index of the layer that last put it (a directory: or anything below it) there
@@ -195,10 +200,7 @@ class FileSystem:
             raise refuse(self.where, digest, "", f"not a tar archive ({e})") from None
 
     def _member(self, tar: tarfile.TarFile, m: tarfile.TarInfo, index: int, digest: str) -> None:
-        name = m.name
-        while name.startswith("./"):
-            name = name[2:]
-        name = name.rstrip("/")
+        name = _plain(m.name).rstrip("/")
         if not name or name == ".":
             return
         parts = name.split("/")
@@ -272,11 +274,11 @@ class FileSystem:
                 self._prune(child, index)
 
     def _hard_link(self, m: tarfile.TarInfo, index: int, digest: str, in_package: bool) -> Node:
-        target = m.linkname.lstrip("./") if m.linkname.startswith("./") else m.linkname
+        target = _plain(m.linkname)
         parts = target.split("/")
         if target.startswith("/") or any(p in ("", ".", "..") for p in parts):
             raise refuse(self.where, digest, m.name, f"a hard link to {m.linkname!r}, not a plain relative name")
-        if in_package != bool(_IN_PACKAGE.search(target)) or (in_package and _package_of(target) != _package_of(m.name)):
+        if in_package != bool(_IN_PACKAGE.search(target)) or (in_package and _package_of(target) != _package_of(_plain(m.name))):
             raise refuse(self.where, digest, m.name, f"a hard link across the package's boundary (to {m.linkname!r})")
         node = self.lookup(target)
         if node is None or node.kind != stat.S_IFREG:
@@ -410,6 +412,13 @@ class FileSystem:
         return out, sorted(layers)
 
 
+def _plain(name: str) -> str:
+    """A member's name without the leading ``./`` tar writers put in front."""
+    while name.startswith("./"):
+        name = name[2:]
+    return name
+
+
 def _package_of(name: str) -> str:
-    m = _IN_PACKAGE.search(name.lstrip("./"))
-    return name[: m.end()] if m else ""
+    m = _IN_PACKAGE.search(name)
+    return name[: m.end()].rstrip("/") if m else ""

@@ -282,3 +282,14 @@ def test_a_multi_platform_image_reads_this_platform(tmp_path, monkeypatch):
     monkeypatch.setattr(images.platform, "machine", lambda: "s390x")
     with pytest.raises(BadInput, match="no image for linux/s390x"):
         resolve(f"oci:{b.layout}@{index_digest}", Store.at(tmp_path / "cache2"))
+
+
+def test_names_as_docker_writes_them_and_hard_links_inside_the_package(tmp_path):
+    """``./``-prefixed names, and a hard link from one file of the package to another (its bytes)."""
+    pkg = f"./{SITE}/sglang"
+    layer = build.tar([directory("./usr"), *[directory(f"./{SITE}/sglang/srt".rsplit("/", n)[0]) for n in (4, 3, 2, 1, 0)],
+                       Member(f"{pkg}/__init__.py", PACKAGE["sglang/__init__.py"]),
+                       Member(f"{pkg}/srt/fix.py", PACKAGE["sglang/srt/fix.py"]),
+                       Member(f"{pkg}/srt/other.py", kind=tarfile.LNKTYPE, linkname=f"{pkg}/srt/fix.py")])
+    tree = resolve(f"oci:{build.oci(tmp_path / 'img', [layer]).layout}", Store.at(tmp_path / "cache"))
+    assert tree.identity.tree_digest == digest_of({**PACKAGE, "sglang/srt/other.py": PACKAGE["sglang/srt/fix.py"]})
