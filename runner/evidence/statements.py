@@ -51,7 +51,8 @@ DIRHASH_RECIPE = ("find sglang -type f ! -path '*/__pycache__/*' ! -name '*.py[c
 
 def subjects(source: Source) -> list[dict[str, Any]]:
     """What a receipt observed, one subject per thing hashed, each named for exactly that: the wheel
-    file by its sha256, the commit by its id, the package tree by its dirHash (annotated with the
+    file by its sha256, the commit by its id, a container image by its manifest digest (a
+    docker-archive's, which holds none, by its config digest), the package tree by its dirHash (annotated with the
     folder and the recipe); a server or the model by the sha256 of its identity's canonical JSON.
     A consumer matches any of them; none pairs two digests of different things."""
     if source.kind in ("server", "model"):
@@ -64,9 +65,15 @@ def subjects(source: Source) -> list[dict[str, Any]]:
     if source.commit:
         out.append({"name": source.source, "digest": {"gitCommit": source.commit},
                     "annotations": {"kind": "git commit", "repo": source.repo or ""}})
-    folder = {"pypi": f"sglang/ of {source.artifact}",
+    image = source.image
+    if image is not None:  # the image by its manifest digest, what ``skopeo inspect`` prints (a docker-archive: its config)
+        digest, kind = (image.manifest_digest, "image manifest") if image.manifest_digest else (image.config_digest, "image config")
+        out.append({"name": source.source, "digest": {"sha256": digest.split(":", 1)[1]},
+                    "annotations": {"kind": kind, "config": image.config_digest, "layers": ",".join(image.layers)}})
+    folder = {"pypi": f"sglang/ of {source.artifact}", "wheel": f"sglang/ of {source.artifact}",
               "git": f"{source.package_dir}/ of commit {source.commit}, as sglang/",
-              "path": f"the sglang package found in {source.path}, as sglang/"}[source.kind]
+              "path": f"the sglang package found in {source.path}, as sglang/"}.get(
+                  source.kind, f"/{image.package if image else 'sglang'} in the image, as sglang/")
     tree = tree_subject(source.source, source.tree_digest, folder)
     return out + ([tree] if tree else [])
 

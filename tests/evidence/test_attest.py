@@ -206,6 +206,25 @@ def test_subjects_name_each_thing_hashed_and_dirhash_is_the_annotated_recipe(tmp
     assert "a b.py" in subprocess.run("find sglang -type f", shell=True, cwd=tmp_path, capture_output=True, text=True).stdout
 
 
+def test_subjects_of_an_image_and_a_wheel():
+    """An image by its manifest digest (a docker-archive by its config digest), then its package tree."""
+    from runner.store.trees import ImageIdentity
+
+    image = ImageIdentity(manifest_digest="sha256:" + "1" * 64, config_digest="sha256:" + "2" * 64,
+                          layers=("sha256:" + "3" * 64,), package="usr/lib/python3.11/site-packages/sglang", python="3.11")
+    h1 = "h1:" + base64.b64encode(b"\4" * 32).decode()
+    tree = helpers.tree("0.5.21").model_copy(update={"kind": "registry", "source": "registry:r.example/s@sha256:" + "1" * 64,
+                                                     "artifact": None, "artifact_sha256": None, "version": None, "image": image,
+                                                     "tree_digest": h1})
+    made = statements.subjects(tree)
+    assert [s["digest"] for s in made][0] == {"sha256": "1" * 64} and made[0]["annotations"]["kind"] == "image manifest"
+    assert made[1]["annotations"]["folder"].startswith("/usr/lib/python3.11/site-packages/sglang in the image")
+    archive = tree.model_copy(update={"kind": "docker-archive", "image": image.model_copy(update={"manifest_digest": None})})
+    assert statements.subjects(archive)[0]["digest"] == {"sha256": "2" * 64}
+    wheel = helpers.tree("0.5.21").model_copy(update={"kind": "wheel", "tree_digest": h1})
+    assert statements.subjects(wheel)[1]["annotations"]["folder"].startswith(f"sglang/ of {wheel.artifact}")
+
+
 @pytest.mark.parametrize("digest", ["h1:!!", "h1:", "sha256:abc", "h1:" + base64.b64encode(b"short").decode()])
 def test_a_tree_digest_that_is_not_h1_sha256_leaves_dirhash_out_instead_of_failing(digest):
     tree = helpers.tree("0.5.21").model_copy(update={"tree_digest": digest})
