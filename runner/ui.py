@@ -32,8 +32,10 @@ _LIVE = threading.Lock()  # one live progress line at a time: a step on another 
 
 
 @contextmanager
-def step(description: str, total: int | None = None) -> Iterator[Advance]:
-    """A progress line for one long step; yields ``advance(detail, completed, total)``."""
+def step(description: str, total: int | None = None, done: bool = True) -> Iterator[Advance]:
+    """A progress line for one long step (on a terminal: live, with the time elapsed); yields
+    ``advance(detail, completed, total)``. ``done``: print "✓ description" when it ends (off when
+    the caller prints its own result line)."""
     columns = [SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]
     live = err.is_terminal and _LIVE.acquire(blocking=False)
     try:
@@ -52,7 +54,8 @@ def step(description: str, total: int | None = None) -> Iterator[Advance]:
     finally:
         if live:
             _LIVE.release()
-    err.print(f"[green]✓[/] {description}")
+    if done:
+        err.print(f"[green]✓[/] {description}")
 
 
 def warn(message: str) -> None:

@@ -173,7 +173,8 @@ def probe(
     same: dict[str, str] = {}  # source -> the earlier source with its tree, whose receipts it shares
 
     def one(text: str, environment: envs.Env, probes: list[str], key: str, sandboxed: bool) -> dict[tuple[str, str], Receipt]:
-        runs = execute.run_probes(environment, probes, case_timeout=opts.probe.case_timeout, sandboxed=sandboxed)
+        with ui.step(f"probing {escape(text)}: {', '.join(probes)}", done=False):  # live on a terminal: never silent
+            runs = execute.run_probes(environment, probes, case_timeout=opts.probe.case_timeout, sandboxed=sandboxed)
         for attempt in range(2, opts.probe.repeat + 1):
             again = execute.run_probes(environment, probes, case_timeout=opts.probe.case_timeout, sandboxed=sandboxed)
             _same_or_fail(text, runs, again, attempt)

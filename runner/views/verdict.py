@@ -227,4 +227,4 @@ def show(lines: list[Line], receipts: Iterable[Receipt] = (), rest: str | None =
 
 def read_more(bundle: Path) -> str:
     """Where the rest of the screen is: every case, duty and side effect."""
-    return f"every case, duty and side effect: diffprobe report {bundle}  (--html FILE for one page)"
+    return f"every case, duty and side effect: diffprobe report {bundle} --fix N  (or --all; --html FILE for one page)"

@@ -125,7 +125,7 @@ def test_strict_fails_a_verdict_resting_on_code_that_differs_and_report_shows_it
                      "--strict", "--out", str(tmp_path / "b"), *common])
     assert code == 1 and departures.in_bundle(tmp_path / "b")
     capsys.readouterr()
-    assert cli.main(["report", str(swept["out"]), "--html", str(tmp_path / "r.html")]) == 0
+    assert cli.main(["report", str(swept["out"]), "--all", "--html", str(tmp_path / "r.html")]) == 0
     text = capsys.readouterr().out
     assert "where the trees depart from their baselines" in text and "identical to pypi:sglang==0.5.21" in text
     assert "_aware_modules" in text and "can tell it is being probed" in text and "+def _aware" not in text  # folded

@@ -43,7 +43,7 @@ def test_run_mutate_scores_the_evidence_the_verdict_rests_on(release_tree, cache
     assert mutation.counted(m) == m.score and m.score.model_dump(mode="json") | {"source": m.source} == score
     assert m.score.killed >= 95 * (m.score.mutants - m.score.equivalent) / 100
     capsys.readouterr()
-    assert cli.main(["report", str(out)]) == 0
+    assert cli.main(["report", str(out), "--all"]) == 0
     shown = capsys.readouterr().out
     assert re.search(r"verdict: fix observed.*\n\s+evidence strength: \d+ of \d+ mutants", shown), shown
 

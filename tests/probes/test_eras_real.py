@@ -229,5 +229,5 @@ def test_a_release_that_does_not_import_says_why(audited, release_tree, capsys):
     root = release_tree("0.4.10").root
     assert (root / reader).is_file() and not (root / missing).exists()
     capsys.readouterr()
-    cli.main(["report", str(out)])
+    cli.main(["report", str(out), "--all"])
     assert "the tree did not import: FileNotFoundError" in capsys.readouterr().out

@@ -91,7 +91,7 @@ def test_a_healthy_fleet_passes_every_gate_backed_by_worker_tree_and_receipt(tmp
     assert {b.receipt for b in g2.backing} == {"receipts/sglang-0.5.22.admission.json", "receipts/sglang-0.5.22.prefill-cleanup.json"}
     assert all(b.tree == TREE and b.tree_digest == "h1:tree-0.5.22=" for g in a.gates for b in g.backing)
     assert [b.who for b in a.gates[3].backing] == [f"prefill worker {PREFILL}", f"decode worker {DECODE}"]
-    assert cli.main(["report", str(root)]) == 0
+    assert cli.main(["report", str(root), "--all"]) == 0  # everything, in the page's order
     out = terminal.getvalue()
     assert "The four acceptance gates" in out and "acceptance: accepted (all four gates passed)" in out
     assert out.index("The incident's seven steps") < out.index("The four acceptance gates")

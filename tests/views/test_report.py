@@ -183,7 +183,7 @@ def assert_self_contained(p: StrictPage) -> None:
 
 @pytest.mark.slow
 def test_terminal_summary_names_sources_transitions_verdicts_standins_and_limits(run_bundle, terminal):
-    assert cli.main(["report", str(run_bundle)]) == 0
+    assert cli.main(["report", str(run_bundle), "--all"]) == 0
     out = terminal.getvalue()
     assert "✓ verified (4 receipts, 2 differentials)" in out
     assert "base: sglang 0.5.20 (PyPI)  pypi  tree h1:tree-0.5.20=" in out
@@ -199,7 +199,7 @@ def test_terminal_summary_names_sources_transitions_verdicts_standins_and_limits
 @pytest.mark.slow
 def test_receipt_text_cannot_inject_terminal_markup(run_bundle, terminal):
     """A case id like '[/]' from an untrusted fork would otherwise crash rich or restyle the output."""
-    assert cli.main(["report", str(run_bundle)]) == 0
+    assert cli.main(["report", str(run_bundle), "--all"]) == 0
     assert HOSTILE_ID in terminal.getvalue()
 
 

@@ -50,7 +50,7 @@ def test_headline_and_exit_code_agree(version, monkeypatch):
     words = [h.split("  ")[0].split(" ", 1)[1] for h in heads]
     assert (code == errors.OK) == all(verdict.carried(w) for w in words), text
     assert all(" [" in h and h.endswith("]") for h in heads), "each line names its configuration"
-    assert "every case, duty and side effect: diffprobe report /b" in text
+    assert "every case, duty and side effect: diffprobe report /b --fix N" in text
 
 
 def test_a_fix_off_by_default_reads_so_and_exits_0(monkeypatch):
@@ -126,4 +126,4 @@ def test_a_sweep_ends_with_the_newest_trees_verdict_screen(monkeypatch):
     assert "#39500: first fixed in pypi:sglang==0.5.21 (configuration with-kv-checksum, as pinned)" in text
     screen = text.split("the newest tree, sglang-0.5.23 (every fix, why):\n", 1)[1].splitlines()
     assert screen[0].startswith("#36988 fixed  ") and f"#39500 {verdict.OFF_BY_DEFAULT}" in "\n".join(screen)
-    assert screen[-1] == "every case, duty and side effect: diffprobe report /b  (--html FILE for one page)"
+    assert screen[-1] == "every case, duty and side effect: diffprobe report /b --fix N  (or --all; --html FILE for one page)"

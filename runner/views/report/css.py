@@ -11,18 +11,18 @@ h3 { font-size: 1.05em; margin: 1em 0 .3em; }
 code, pre { font: .85em/1.35 ui-monospace, "DejaVu Sans Mono", monospace; }
 pre { white-space: pre-wrap; word-break: break-all; margin: .2em 0; }
 table { border-collapse: collapse; width: 100%; margin: .4em 0; }
-th, td { border: 1px solid var(--line); padding: 4px 6px; vertical-align: top; text-align: left; }
+th, td { border: 1px solid var(--line); padding: 4px 6px; vertical-align: top; text-align: left; overflow-wrap: anywhere; }
 th { background: #f6f8fa; font-size: .88em; }
 a { color: #0550ae; }
 .glance { border: 2px solid #1f2328; border-radius: 6px; padding: 4px 16px; margin-top: 12px; background: #fbfcfd; }
 .glance ul { margin: 0 0 .5em; }
 .verdict, .level, .st, .tr { display: inline-block; padding: 0 6px; border-radius: 4px; font-weight: 600;
-  font-size: .88em; white-space: nowrap; }
+  font-size: .88em; }
 .verdict.fix-observed, .st.fixed, .st.clean, .st.no-bug-observed, .tr.bug-clean { background: #dafbe1; color: var(--ok); }
 .verdict.fix-not-observed, .verdict.regression, .st.not-fixed, .st.regression,
 .st.bug, .st.bug-observed, .tr.bug-bug, .tr.clean-bug { background: #ffebe9; color: var(--bad); }
 .verdict.inconclusive, .st.inconclusive, .tr.inconclusive, .tr.not-comparable { background: #fff8c5; color: var(--warn); }
-.st[class*="fixed-with-"] { background: #fff8c5; color: var(--warn); }
+.st[class*="fixed-with-"], .st.fixed-when-enabled-off-by-default { background: #fff8c5; color: var(--warn); }
 .verdict.accepted, .st.passed, .st.held { background: #dafbe1; color: var(--ok); }
 .verdict.not-accepted, .st.failed, .st.not-held { background: #ffebe9; color: var(--bad); }
 .st.not-run, .st.error, .st.timeout { background: #fff8c5; color: var(--warn); }
@@ -34,9 +34,9 @@ a { color: #0550ae; }
 .level.none { background: #fff8c5; color: var(--warn); } .level.model { background: #fbefff; color: #8250df; }
 .steps td:first-child { width: 2em; text-align: center; } .steps td:nth-child(3) { width: 11em; }
 .effects td:nth-child(n+4), .effects th:nth-child(n+4) { text-align: center; }
-.effects th { font-weight: 600; font-size: .8em; } .effects td:first-child { white-space: nowrap; }
+.effects th { font-weight: 600; font-size: .8em; }
 .changed { color: #1f2328; }
-.diff { background: #ffd33d; font-weight: 700; padding: 1px 5px; border-radius: 3px; white-space: nowrap; }
+.diff { background: #ffd33d; font-weight: 700; padding: 1px 5px; border-radius: 3px; }
 .na { color: var(--warn); font-size: .85em; }
 .warn { border-left: 4px solid var(--bad); padding-left: 8px; color: var(--bad); }
 .ids td:first-child { width: 10em; color: var(--muted); } .ids code { word-break: break-all; }

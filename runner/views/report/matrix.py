@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from runner.evidence import receipts
+from runner.evidence import pins, receipts
 from runner.judge import judging
 from runner.judge.observations import Case
 from runner.evidence.receipts import Source
@@ -13,6 +13,7 @@ from runner.evidence.records import SweepRecord
 from runner.store import specs
 from runner.views.report import gates
 from runner.views.report.sources import TREE_KINDS, describe
+from runner.views import verdict
 from runner.views.report.verified import Evidence
 
 
@@ -107,6 +108,15 @@ def import_failure(ev: Evidence, name: str | None) -> str | None:
     return f"the tree did not import: {failed.type}: {failed.message}" + (f" ({failed.frame})" if failed.frame else "")
 
 
+def pinned_sites(ev: Evidence, fix: int) -> list[str]:
+    """The configurations a fix is judged in: those its differential in the bundle compared, else its pin's."""
+    recorded = next((f.judged.sites for f in ev.fixes if f.judged.fix == fix and f.judged.sites), None)
+    if recorded is not None:
+        return recorded
+    pinned = pins.load().fixes
+    return pinned[fix].sites if fix in pinned else []
+
+
 def cell_at(ev: Evidence, cells: dict[tuple[str, Column], str], source: Source, col: Column) -> tuple[str | None, Cell]:
     name = cells.get((receipts.source_key(source), col))
     cases = ev.receipts[name].cases if name else []
@@ -117,6 +127,10 @@ def cell_at(ev: Evidence, cells: dict[tuple[str, Column], str], source: Source, 
     missed = ev.receipts[name].fix_code.not_covered() if name and ev.receipts[name].fix_code else []
     if missed and st.word == "fixed":  # a fixed that rests on fewer than all statements of the fix's code
         st = Cell(judging.covered(st.word, missed), f"{st.detail}; not covered: {', '.join(missed)}")
+    if name and col.fix is not None and source.kind in TREE_KINDS and st.word != "fixed":  # one rule with the verdict lines
+        [fs] = judging.fixes([ev.receipts[name]]) or [None]
+        if fs is not None and verdict.of_fix(fs, {}, pinned_sites(ev, col.fix)).word == verdict.OFF_BY_DEFAULT:
+            st = Cell(verdict.OFF_BY_DEFAULT, st.detail)
     if why := import_failure(ev, name):  # every case errored for one reason: say it, not only how many
         st = Cell(st.word, f"{why}; {st.detail}")
     return name, Cell(judging.source_status(st.word, source.kind in TREE_KINDS), st.detail)

@@ -3,6 +3,7 @@ among it may hold markup or control characters)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from rich.markup import escape as rich_escape
@@ -28,11 +29,104 @@ def _t(text: object) -> str:
     return rich_escape(errors.printable(str(text)))
 
 
-def show(ev: Evidence, diffs: bool = False) -> None:
-    """The report; ``diffs``: with each changed place's lines (departures are folded to places otherwise)."""
+@dataclass(frozen=True)
+class Focus:
+    """What of a bundle to show: the summary (nothing set), some fixes, some cases, or everything."""
+
+    fixes: tuple[int, ...] = ()
+    cases: tuple[str, ...] = ()
+    all: bool = False
+
+
+def show(ev: Evidence, diffs: bool = False, focus: Focus = Focus()) -> None:
+    """The report: a summary first (every fix's verdict line, the incident's steps and the matrix in a
+    few lines each); ``focus`` opens one fix's cases, some cases, or everything. ``diffs``: with each
+    changed place's lines (departures are folded to places otherwise)."""
     o = ui.out
     o.print(f"[bold]{_t(ev.index.kind)} bundle[/] {_t(ev.root)}  created {_t(ev.index.created_at)}  "
             f"[green]✓ verified[/] ({len(ev.receipts)} receipts, {len(ev.fixes)} differentials)")
+    unknown = [n for n in focus.fixes if n not in {f.judged.fix for f in ev.fixes}]
+    if unknown:
+        raise errors.BadInput(f"--fix {unknown[0]}: no differential of this bundle is about it "
+                              f"(it has {', '.join(f'#{f.judged.fix}' for f in ev.fixes) or 'none'})")
+    if focus.fixes or focus.cases:
+        for fix in ev.fixes:
+            if fix.judged.fix in focus.fixes or (focus.cases and any(t.case in focus.cases for t in fix.judged.cases)):
+                _show_fix(ev, fix, focus.cases)
+        _show_cases(ev, focus.cases)
+        o.print(f"re-verify: {_t(VERIFY_HINT.replace('BUNDLE', str(ev.root)))}")
+        return
+    if focus.all:
+        _show_all(ev, diffs)
+        return
+    _show_summary(ev)
+
+
+def _show_summary(ev: Evidence) -> None:
+    """At most a screen: each fix's verdict line, the steps and the sources in a line each, where the rest is."""
+    o = ui.out
+    if newest := verdict.of_record(ev.index.kind, ev.index.extra, ev.receipts.values()):
+        o.print(Text.assemble(("the newest tree, ", "bold"), newest[0], (" (every fix, why):", "bold")))
+    lines = [verdict.of_differential(f.judged, ev.receipts) for f in ev.fixes]
+    verdict.show(lines or (newest[1] if newest else []), ev.receipts.values())
+    for score in ev.index.extra.get("scores", []) or []:
+        judged = judging.MutationScore.model_validate({k: v for k, v in score.items() if k != "source"})
+        o.print(f"#{judged.fix} evidence strength at {_t(score.get('source', '?'))}: {_t(judged.strength())}")
+    if ev.graded:
+        grading.show_bundle(ev.index.extra)
+    elif ev.fixes:
+        found = [assess(s, ev.fixes) for s in STEPS]
+        levels = {lv: [str(f.step.number) for f in found if f.level == lv] for lv in dict.fromkeys(f.level for f in found)}
+        o.print("incident steps: " + "; ".join(f"[{_level_style(lv)}]{lv}[/]: {', '.join(n)}" for lv, n in levels.items()))
+    if acceptance := gates.of(ev):
+        _show_gates(acceptance)
+    if record := timeline.of_bundle(ev.index.kind, ev.index.extra):  # a line of trees: the strip is its matrix
+        _show_line(ev, record)
+    else:
+        _show_sources(ev)
+    if trees := departures.of(ev.departures):
+        o.print(f"{len(trees)} tree(s) depart from their baselines: " + _t("; ".join(t.line for t in trees[:2]))
+                + (f" and {len(trees) - 2} more" if len(trees) > 2 else ""))
+    o.print(f"not tested: {_t('; '.join(ev.index.limits))}" if ev.index.limits else "not tested: (no limits recorded)")
+    o.print(_t(f"more: --fix N (one fix's cases, duties, side effects), --case ID, --all (everything), --html FILE; "
+               f"re-verify: diffprobe verify {ev.root}"), style="dim")
+
+
+def _show_sources(ev: Evidence) -> None:
+    """The matrix in one line per source: each fix's word there (every detail is in --all and the HTML page)."""
+    rows, columns, cells = matrix(ev)
+    if not rows:
+        return
+    ui.out.print("[bold]status by source[/] " + _t(f"({', '.join(c.label for c in columns)})"))
+    for mrow in rows:
+        words = [f"{_t(col.label.split(' ')[0])} [{styles.status(st.word)}]{_t(st.word)}[/]"
+                 for col in columns for _, st in [cell_at(ev, cells, mrow.source, col)] if st.word != "not probed"]
+        ui.out.print(f"  {_t(mrow.name)}: " + (" · ".join(words) or "[dim]not probed[/]"))
+
+
+def _show_line(ev: Evidence, record) -> None:
+    ui.out.print("[bold]the line, oldest first[/] (one mark per tree)")
+    for text in timeline.strip(record, fix_titles(ev)):
+        ui.out.print(text)
+
+
+def _show_cases(ev: Evidence, wanted: tuple[str, ...]) -> None:
+    """Cases of no differential (an audit's, a sweep's): each receipt's case by that id, with its duties."""
+    if not wanted:
+        return
+    shown = {t.case for f in ev.fixes for t in f.judged.cases}
+    found = [(name, c) for name, r in sorted(ev.receipts.items()) for c in r.cases if c.id in wanted and c.id not in shown]
+    for name, c in found:
+        failed = ", ".join(judging.failed_duties(c)) or "-"
+        why = f"; {c.error.type}: {c.error.message}" if c.error else ""
+        ui.out.print(f"  {_t(name)} {_t(c.id)} [{_t(c.site)}, {c.role}]: {_t(judging.state(c))}; failed duties: {_t(failed)}{_t(why)}")
+    missing = [w for w in wanted if w not in shown and not any(c.id == w for _, c in found)]
+    if missing:
+        raise errors.BadInput(f"--case {missing[0]}: no case of this bundle has that id")
+
+
+def _show_all(ev: Evidence, diffs: bool) -> None:
+    o = ui.out
     if newest := verdict.of_record(ev.index.kind, ev.index.extra, ev.receipts.values()):
         o.print(Text.assemble(("the newest tree, ", "bold"), newest[0], (" (every fix, why):", "bold")))
     verdict.show(newest[1] if newest else [], ev.receipts.values())
@@ -57,9 +151,7 @@ def show(ev: Evidence, diffs: bool = False) -> None:
     _show_matrix(ev)
     _show_departures(ev, diffs)
     if record := timeline.of_bundle(ev.index.kind, ev.index.extra):
-        o.print("[bold]the line, oldest first[/] (one mark per tree)")
-        for text in timeline.strip(record, fix_titles(ev)):
-            o.print(text)
+        _show_line(ev, record)
     o.print("[bold]not tested[/] (this bundle's limits):")
     for limit in ev.index.limits:
         o.print(f"  - {_t(limit)}")
@@ -74,7 +166,8 @@ def _level_style(level: Level) -> str:
     return {"CPU differential": "green", "vendor disclosure": "cyan", "not covered": "yellow"}[level]
 
 
-def _show_fix(ev: Evidence, fix: Fix) -> None:
+def _show_fix(ev: Evidence, fix: Fix, cases: tuple[str, ...] = ()) -> None:
+    """One fix: its two sides and how they ran, then each case (only ``cases`` when given)."""
     d = fix.judged
     o = ui.out
     o.print(f"\n[bold]#{d.fix} {_t(d.title)}[/]")
@@ -88,6 +181,8 @@ def _show_fix(ev: Evidence, fix: Fix) -> None:
     table = Table("case", "role", "base", "head", "transition", "failed duties (base → head)", "side effects that changed")
     for row in effect_rows(ev, fix):
         t = row.transition
+        if cases and t.case not in cases:
+            continue
         table.add_row(_t(t.case), t.role, _t(t.base), _t(t.head),
                       f"[{styles.TRANSITION.get(t.transition, 'yellow')}]{arrow(t.transition)}[/]",
                       _t(failed_duties(ev, fix, t)), _t("; ".join(row.changed())))
