@@ -25,6 +25,8 @@ import os
 import re
 import shutil
 import subprocess
+import threading
+from collections import deque
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
@@ -94,7 +96,7 @@ class Mirror:
 
     def run(self, *args: str, stdin: bytes | None = None) -> bytes:
         argv = ["git", *GIT_OPTS, "--git-dir", str(self.path), *args]
-        env = {k: v for k, v in os.environ.items() if k not in _LOCATING} | GIT_ENV
+        env = _env()
         if self.objects is not None:
             env["GIT_ALTERNATE_OBJECT_DIRECTORIES"] = _alternate(self.objects)
             if (self.objects.parent / "shallow").is_file():  # a shallow clone: its history ends where it says
@@ -106,7 +108,7 @@ class Mirror:
             proc = subprocess.run(argv, input=stdin if stdin is not None else b"", capture_output=True, env=env,
                                   timeout=DEADLINE if network else LOCAL_DEADLINE)
         except subprocess.TimeoutExpired:
-            raise Infrastructure(f"git source {self.url}: git {args[0] if args else ''} did not finish within "
+            raise Infrastructure(f"git source {self.url}: a git process did not finish within "
                                  f"{DEADLINE if network else LOCAL_DEADLINE} s (DIFFPROBE_GIT_TIMEOUT raises it)") from None
         if proc.returncode:
             raise git.exc.GitCommandError(argv, proc.returncode, proc.stderr.decode(errors="replace"))
@@ -166,13 +168,46 @@ def _clone_url(url: str) -> str:
     return Path(url).as_uri() if url.startswith("/") else url
 
 
-class _CloneProgress(git.RemoteProgress):
-    def __init__(self, advance):
-        super().__init__()
-        self._advance = advance
+def _env() -> dict[str, str]:
+    """Every git process's environment: the caller's, less what would point git elsewhere, plus GIT_ENV."""
+    return {k: v for k, v in os.environ.items() if k not in _LOCATING} | GIT_ENV
 
-    def update(self, op_code, cur_count, max_count=None, message=""):
-        self._advance(message or None, int(cur_count), int(max_count) if max_count else None)
+
+_PROGRESS = re.compile(r"([A-Za-z][A-Za-z ]*):\s+\d+% \((\d+)/(\d+)\)")
+
+
+def _clone(url: str, dest: Path, advance: ui.Advance) -> None:
+    """``git clone --bare --filter=blob:none`` of a remote, its progress shown, within ``DEADLINE``
+    (killed past it); a failure is one line with git's own reason."""
+    argv = ["git", *GIT_OPTS, "clone", "--quiet", "--progress", "--bare", "--filter=blob:none", "--", url, str(dest)]
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=_env())
+    timer = threading.Timer(DEADLINE, proc.kill)
+    timer.start()
+    said: deque[str] = deque(maxlen=50)
+
+    def line(raw: bytes) -> None:
+        text = raw.decode(errors="replace").strip()
+        if shown := _PROGRESS.search(text):
+            advance(shown.group(1), int(shown.group(2)), int(shown.group(3)))
+        elif text:
+            said.append(text)
+
+    try:
+        pending = b""
+        while chunk := proc.stderr.read1(1 << 16):  # git redraws its progress with carriage returns
+            *done, pending = re.split(rb"[\r\n]", pending + chunk)
+            for raw in done:
+                line(raw)
+        line(pending)
+        code = proc.wait()
+    finally:
+        timer.cancel()
+        proc.kill()
+        proc.wait()
+    if code:
+        fatal = [ln.split("fatal:", 1)[1].strip() for ln in said if "fatal:" in ln]
+        reason = fatal[0] if fatal else f"killed after {DEADLINE} s (DIFFPROBE_GIT_TIMEOUT raises it)" if code < 0 else f"git exit {code}"
+        raise Infrastructure(f"git source {url}: cannot clone: {reason}")
 
 
 def _local_repository(path: str) -> tuple[Path, Path]:
@@ -223,15 +258,7 @@ def mirror(url: str, cache: Store) -> Mirror:
                 made.run("config", key, value)
         return Mirror(path, canonical, source, objects)
     with building_dir(path) as scratch, ui.step(f"clone {canonical} (blobless)") as advance:
-        progress = _CloneProgress(advance)
-        try:
-            git.Repo.clone_from(_clone_url(canonical), scratch, bare=True, progress=progress, env=GIT_ENV,
-                                multi_options=["--filter=blob:none"])
-        except git.exc.GitCommandError as e:
-            lines = progress.error_lines + progress.other_lines + str(e).splitlines()
-            fatal = [ln.split("fatal:", 1)[1].strip() for ln in lines if "fatal:" in ln]
-            reason = fatal[0] if fatal else f"git exit {e.status}"
-            raise Infrastructure(f"git source {canonical}: cannot clone: {reason}") from None
+        _clone(_clone_url(canonical), scratch, advance)
     return Mirror(path, canonical)
 
 
