@@ -26,7 +26,7 @@ from runner.views import verdict
 from runner.evidence import bundle, departures, pins, receipts
 from runner.judge import judging
 from runner.sandbox import execute
-from runner.store import intake, sources, specs
+from runner.store import intake, mirrors, sources, specs
 from runner.files import digest_name, sha256_bytes
 from runner.evidence.receipts import Receipt
 from runner.evidence.records import Applied, BackportRecord, BackportRow
@@ -54,8 +54,12 @@ def _files(patch: bytes, strip: int) -> list[str]:
 def _git(args: list[str], work: Path, **kw) -> subprocess.CompletedProcess:
     """git outside any repository above ``work`` (a cache inside a checkout would make ``git apply``
     take paths from that checkout's top and skip those outside ``work``)."""
-    env = {**os.environ, "GIT_CEILING_DIRECTORIES": str(work.parent), "GIT_CONFIG_NOSYSTEM": "1"}
-    return subprocess.run(["git", *args], cwd=work, capture_output=True, env=env, **kw)
+    env = {**os.environ, "GIT_CEILING_DIRECTORIES": str(work.parent), "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull}
+    try:  # no terminal, a deadline, no configuration but git's defaults (as every git process: runner/store/mirrors.py)
+        return subprocess.run(["git", *args], cwd=work, capture_output=True, env=env, stdin=subprocess.DEVNULL,
+                              timeout=mirrors.LOCAL_DEADLINE, **kw)
+    except subprocess.TimeoutExpired:
+        raise errors.Infrastructure(f"git {args[0]} did not finish within {mirrors.LOCAL_DEADLINE} s") from None
 
 
 def _git_apply(work: Path, patch: Path, strip: int, *flags: str) -> subprocess.CompletedProcess:
