@@ -24,6 +24,7 @@ import io
 import os
 import re
 import shutil
+import signal
 import subprocess
 import threading
 from collections import deque
@@ -103,13 +104,16 @@ class Mirror:
                 env["GIT_SHALLOW_FILE"] = str(self.objects.parent / "shallow")
         if self.object_dir is not None:
             env["GIT_OBJECT_DIRECTORY"] = str(self.object_dir)
-        network = "fetch" in args
-        try:  # no terminal: stdin is the input or nothing; a deadline for every process
-            proc = subprocess.run(argv, input=stdin if stdin is not None else b"", capture_output=True, env=env,
-                                  timeout=DEADLINE if network else LOCAL_DEADLINE)
+        deadline = DEADLINE if "fetch" in args else LOCAL_DEADLINE
+        proc = _started(argv, env, stdin=subprocess.PIPE)
+        try:  # no terminal: stdin is the input or nothing
+            out, err = proc.communicate(stdin or b"", timeout=deadline)
         except subprocess.TimeoutExpired:
-            raise Infrastructure(f"git source {self.url}: a git process did not finish within "
-                                 f"{DEADLINE if network else LOCAL_DEADLINE} s (DIFFPROBE_GIT_TIMEOUT raises it)") from None
+            raise Infrastructure(f"git source {self.url}: a git process did not finish within {deadline} s "
+                                 "(DIFFPROBE_GIT_TIMEOUT raises it)") from None
+        finally:
+            _end(proc)
+        proc = subprocess.CompletedProcess(argv, proc.returncode, out, err)
         if proc.returncode:
             raise git.exc.GitCommandError(argv, proc.returncode, proc.stderr.decode(errors="replace"))
         return proc.stdout
@@ -168,6 +172,24 @@ def _clone_url(url: str) -> str:
     return Path(url).as_uri() if url.startswith("/") else url
 
 
+def _started(argv: list[str], env: dict[str, str], stdin: int) -> subprocess.Popen:
+    """A git process in a process group of its own, so that its deadline ends its helpers too
+    (``git fetch`` runs ``git-remote-https``, which holds the pipes: killing git alone would leave
+    diffprobe waiting on them)."""
+    return subprocess.Popen(argv, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, start_new_session=True)
+
+
+def _end(proc: subprocess.Popen) -> None:
+    """Unless it was reaped after finishing, kill the process's group (its id is still its own: the
+    unreaped process holds it) and reap it."""
+    if proc.returncode is None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    proc.wait()
+
+
 def _env() -> dict[str, str]:
     """Every git process's environment: the caller's, less what would point git elsewhere, plus GIT_ENV."""
     return {k: v for k, v in os.environ.items() if k not in _LOCATING} | GIT_ENV
@@ -180,8 +202,8 @@ def _clone(url: str, dest: Path, advance: ui.Advance) -> None:
     """``git clone --bare --filter=blob:none`` of a remote, its progress shown, within ``DEADLINE``
     (killed past it); a failure is one line with git's own reason."""
     argv = ["git", *GIT_OPTS, "clone", "--quiet", "--progress", "--bare", "--filter=blob:none", "--", url, str(dest)]
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=_env())
-    timer = threading.Timer(DEADLINE, proc.kill)
+    proc = _started(argv, _env(), stdin=subprocess.DEVNULL)
+    timer = threading.Timer(DEADLINE, _end, (proc,))
     timer.start()
     said: deque[str] = deque(maxlen=50)
 
@@ -202,8 +224,7 @@ def _clone(url: str, dest: Path, advance: ui.Advance) -> None:
         code = proc.wait()
     finally:
         timer.cancel()
-        proc.kill()
-        proc.wait()
+        _end(proc)
     if code:
         fatal = [ln.split("fatal:", 1)[1].strip() for ln in said if "fatal:" in ln]
         reason = fatal[0] if fatal else f"killed after {DEADLINE} s (DIFFPROBE_GIT_TIMEOUT raises it)" if code < 0 else f"git exit {code}"

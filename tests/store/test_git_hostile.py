@@ -234,3 +234,15 @@ def test_a_configuration_that_would_run_a_command_runs_nothing(tmp_path_factory,
     except DiffprobeError as e:
         assert e.exit_code == BAD_INPUT and "\n" not in e.message
     assert not marker.exists()
+
+
+def test_a_remote_that_never_answers_is_cut_at_the_deadline_in_one_line(tmp_path, listener, monkeypatch):
+    """Every git process has a deadline: a clone from a server that accepts and then says nothing."""
+    from runner.store import mirrors
+    port, contacted = listener
+    monkeypatch.setattr(mirrors, "DEADLINE", 2)
+    start = time.monotonic()
+    with pytest.raises(DiffprobeError, match=r"cannot clone: killed after 2 s \(DIFFPROBE_GIT_TIMEOUT raises it\)") as e:
+        sources.resolve(specs.parse(f"git+http://me:{SECRET}@127.0.0.1:{port}/silent.git@main"), Store.at(tmp_path / "cache"))
+    assert time.monotonic() - start < BOUND and contacted()  # the URL the user typed, and only it
+    assert SECRET not in e.value.message
