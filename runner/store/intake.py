@@ -12,9 +12,10 @@ Why so strict: a fork's layout acts on the host before any of its code runs. A l
 would make the host read (and store, and byte-compile) a host file, or block on a FIFO or
 ``/dev/stdin``; a sparse file would fill the disk; a newline in a name would let two trees share
 one digest (Go's ``dirhash`` refuses those names for that reason). Release wheels hold none of
-these; upstream's git tree holds one link (``srt/mem_cache/cpp_radix_tree/.clang-format ->
-../../../../../sgl-kernel/.clang-format``, from v0.5.10 on), which leaves the package for a
-regular file of the repository: such a link is left out and named, as the wheel leaves it out.
+these; upstream's git tree holds one link, ``srt/mem_cache/cpp_radix_tree/.clang-format``: to
+``../../../../../sgl-kernel/.clang-format`` in v0.5.10..v0.5.16, out of the package to a regular
+file of the repository (left out and named, as the wheel leaves it out), and to
+``../../../kernels/aot/.clang-format`` from v0.5.17 on, inside it (stored as a link).
 No link is ever followed on the host: its target is text, resolved against the names the source
 listed (``_lead``).
 """

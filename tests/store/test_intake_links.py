@@ -1,9 +1,10 @@
 """Links in a package: upstream's own layout taken in, hostile links refused (runner/store/intake.py).
 
-Upstream's git tree holds one link, ``python/sglang/srt/mem_cache/cpp_radix_tree/.clang-format ->
-../../../../../sgl-kernel/.clang-format`` (mode 120000, from v0.5.10 on): it leaves the package for
-a regular file of the repository, so it is left out and named, as the wheel leaves it out. A link
-that stays inside the package, to one of its files, is stored as a link and covered by the digest.
+Upstream's git tree holds one link, ``python/sglang/srt/mem_cache/cpp_radix_tree/.clang-format``
+(mode 120000): to ``../../../../../sgl-kernel/.clang-format`` in v0.5.10..v0.5.16, out of the
+package to a regular file of the repository, so left out and named, as the wheel leaves it out; to
+``../../../kernels/aot/.clang-format`` from v0.5.17 on, inside the package, so stored as a link to
+the stored copy and covered by the digest (both read in a public fork carrying upstream's tags).
 Every other link is refused in one line naming it, exit 2, from a git commit and a directory alike,
 and nothing is followed on the host.
 """
@@ -75,6 +76,15 @@ def test_upstreams_link_out_of_the_package_is_left_out_and_named_from_a_commit_a
     bare = _checkout(tmp_path / "wheel-like", {n: d for n, d in PACKAGE.items()})
     plain = path.resolve(specs.PathSpec(dir=str(bare)), Store.at(tmp_path / "cache3"))
     assert from_git.identity.tree_digest == from_dir.identity.tree_digest == plain.identity.tree_digest
+
+
+def test_upstreams_layout_from_v0_5_17_on_is_stored_as_a_link_to_the_stored_copy(tmp_path):
+    target = b"../../../kernels/aot/.clang-format"
+    tree = _git(tmp_path / "repo", {**PACKAGE, f"{PKG}/{CLANG}": ("120000", target),
+                                    f"{PKG}/kernels/aot/.clang-format": b"BasedOnStyle: Google\n"}, tmp_path / "cache")
+    stored = tree.root / "sglang" / CLANG
+    assert os.readlink(stored) == target.decode() and stored.read_bytes() == b"BasedOnStyle: Google\n"
+    assert tree.identity.left_out == () and f"sglang/{CLANG}" in tree.files
 
 
 def test_upstreams_layout_resolves_on_the_command_line(tmp_path):
