@@ -355,6 +355,8 @@ def source_subjects(source: dict) -> set[tuple[str, str]]:
         out.add((source.get("artifact") or source["source"], digest({"sha256": source["artifact_sha256"]})))
     if source.get("commit"):
         out.add((source["source"], digest({"gitCommit": source["commit"]})))
+    if image := source.get("image"):  # a container image by its manifest digest (a docker-archive: its config's)
+        out.add((source["source"], digest({"sha256": (image.get("manifest_digest") or image["config_digest"]).split(":", 1)[1]})))
     if hexed := hex_of_h1(source.get("tree_digest") or ""):
         out.add((f"{source['source']}#sglang/", digest({"dirHash": hexed})))
     return out

@@ -84,9 +84,11 @@ def audit(source: str, out: Path, cache: Store, *extra: str) -> tuple[int, Sweep
 
 
 def test_an_image_pulled_by_digest_audits_as_its_release(image, registry, tmp_path, cache, release_tree, capsys):
-    code, record, receipts = audit(push(image, registry), tmp_path / "audit", cache)
+    private, public = helpers.key_pair(tmp_path / "key")
+    code, record, receipts = audit(push(image, registry), tmp_path / "audit", cache, "--sign", str(private))
     assert code == 0
     assert f"image {image.manifest} (package /{build.SITE}/sglang, Python 3.11)" in capsys.readouterr().out
+    helpers.check_signed(tmp_path / "audit", public, capsys)  # the Statements name the image by its manifest digest
     (row,) = record.rows
     assert {f.fix: f.status for f in row.fixes} == EXPECTED[f"sglang-{VERSION}"]
     assert receipts and all(r.source.kind == "registry" and r.source.image.manifest_digest == image.manifest

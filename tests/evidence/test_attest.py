@@ -221,6 +221,9 @@ def test_subjects_of_an_image_and_a_wheel():
     assert made[1]["annotations"]["folder"].startswith("/usr/lib/python3.11/site-packages/sglang in the image")
     archive = tree.model_copy(update={"kind": "docker-archive", "image": image.model_copy(update={"manifest_digest": None})})
     assert statements.subjects(archive)[0]["digest"] == {"sha256": "2" * 64}
+    for source in (tree, archive):  # the stand-alone verifier expects what diffprobe names
+        assert {(x["name"], json.dumps(x["digest"], sort_keys=True)) for x in statements.subjects(source)} == \
+            helpers.standalone().source_subjects(source.model_dump(mode="json"))
     wheel = helpers.tree("0.5.21").model_copy(update={"kind": "wheel", "tree_digest": h1})
     assert statements.subjects(wheel)[1]["annotations"]["folder"].startswith(f"sglang/ of {wheel.artifact}")
 
