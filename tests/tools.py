@@ -36,6 +36,7 @@ TOOLS = {
     "skopeo": Tool(lambda: shutil.which("skopeo"), "no skopeo on PATH", "apt-get install -y skopeo"),
     "docker-registry": Tool(lambda: shutil.which("docker-registry"), "no docker-registry on PATH",
                             "apt-get install -y docker-registry"),
+    "umoci": Tool(lambda: shutil.which("umoci"), "no umoci on PATH", "apt-get install -y umoci"),
 }
 
 

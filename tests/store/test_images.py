@@ -10,6 +10,7 @@ import hashlib
 import io
 import json
 import stat
+import subprocess
 import tarfile
 from pathlib import Path
 
@@ -293,3 +294,29 @@ def test_names_as_docker_writes_them_and_hard_links_inside_the_package(tmp_path)
                        Member(f"{pkg}/srt/other.py", kind=tarfile.LNKTYPE, linkname=f"{pkg}/srt/fix.py")])
     tree = resolve(f"oci:{build.oci(tmp_path / 'img', [layer]).layout}", Store.at(tmp_path / "cache"))
     assert tree.identity.tree_digest == digest_of({**PACKAGE, "sglang/srt/other.py": PACKAGE["sglang/srt/fix.py"]})
+
+
+@pytest.mark.needs("umoci")
+def test_layers_umoci_writes_and_its_whiteout(tmp_path):
+    """An image made as a builder without a daemon makes it: umoci unpacks (rootless), the package is
+    installed into the root file system and repacked (v1); v1 unpacked, the fix's module deleted and
+    repacked (v2: a second layer, umoci's whiteout). v1 is the package's tree; v2 the tree without it."""
+    def umoci(*args: str) -> None:
+        subprocess.run(["umoci", *args], check=True, capture_output=True, timeout=120)
+
+    layout, bundle = tmp_path / "layout", tmp_path / "bundle"
+    umoci("init", "--layout", str(layout))
+    umoci("new", "--image", f"{layout}:base")
+    umoci("unpack", "--rootless", "--image", f"{layout}:base", str(bundle))
+    for name, data in PACKAGE.items():
+        (bundle / "rootfs" / SITE / name).parent.mkdir(parents=True, exist_ok=True)
+        (bundle / "rootfs" / SITE / name).write_bytes(data)
+    umoci("repack", "--image", f"{layout}:v1", str(bundle))
+    umoci("unpack", "--rootless", "--image", f"{layout}:v1", str(tmp_path / "v1"))  # a repack diffs against its unpack
+    (tmp_path / "v1" / "rootfs" / SITE / "sglang/srt/fix.py").unlink()
+    umoci("repack", "--image", f"{layout}:v2", str(tmp_path / "v1"))
+    v1 = resolve(f"oci:{layout}@v1", Store.at(tmp_path / "cache")).identity
+    v2 = resolve(f"oci:{layout}@v2", Store.at(tmp_path / "cache")).identity
+    assert v1.tree_digest == digest_of(PACKAGE)
+    assert v2.tree_digest == digest_of({n: d for n, d in PACKAGE.items() if n != "sglang/srt/fix.py"})
+    assert v2.image.layers == v1.image.layers  # the whiteout's layer contributes no file
