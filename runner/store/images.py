@@ -17,6 +17,7 @@ import io
 import json
 import os
 import platform
+import posixpath
 import re
 import shutil
 import stat
@@ -82,10 +83,8 @@ def resolve(spec: specs.ImageSpec, cache: Store, bounds: intake.Bounds = intake.
             image = _docker_archive(stack, specs.local_path(spec.where, where), where, image_bounds)
         else:
             image = _pull(stack, spec, cache, where, image_bounds)
-        found = _find(image, cache, where, bounds, image_bounds)
+        found, stored = _find(image, cache, where, bounds, image_bounds)
     diff_ids = image.config["rootfs"]["diff_ids"]
-    stored = trees.load(cache, found.tree_digest, bounds)
-    assert stored is not None
     identity = TreeIdentity(
         kind=spec.kind, source=where, path=str(specs.local_path(spec.where, where)) if spec.kind != "registry" else None,
         tree_digest=found.tree_digest, files=stored.stamp.files, left_out=found.left_out,
@@ -96,14 +95,15 @@ def resolve(spec: specs.ImageSpec, cache: Store, bounds: intake.Bounds = intake.
     return Tree(identity, stored.root, stored.files)
 
 
-def _find(image: Image, cache: Store, where: str, bounds: intake.Bounds, image_bounds: ImageBounds) -> _Found:
+def _find(image: Image, cache: Store, where: str, bounds: intake.Bounds,
+          image_bounds: ImageBounds) -> tuple[_Found, trees.Stored]:
     """The package the image's Python imports, taken in: from the index by config digest, else by
     applying every layer in order."""
     index_path = cache.index("image", image.config_digest.split(":", 1)[1])
     found = read_model(index_path, _Found)
-    if found is not None and trees.load(cache, found.tree_digest, bounds) is not None:
-        cache.used(cache.tree(found.tree_digest))
-        return found
+    stored = trees.load(cache, found.tree_digest, bounds) if found is not None else None
+    if found is not None and stored is not None:
+        return found, stored
     diff_ids = (image.config.get("rootfs") or {}).get("diff_ids")
     if not isinstance(diff_ids, list) or len(diff_ids) != len(image.layers):
         raise BadInput(f"{where}: config {image.config_digest}: its rootfs.diff_ids do not name its {len(image.layers)} layers")
@@ -126,7 +126,7 @@ def _find(image: Image, cache: Store, where: str, bounds: intake.Bounds, image_b
     found = _Found(tree_digest=stored.stamp.tree_digest, layers=tuple(layers), package=f"{site}/{PKG}", python=python,
                    left_out=stored.left_out)
     write_model(index_path, found)
-    return found
+    return found, stored
 
 
 # --- reading what a manifest names, each by its digest -------------------------------------------
@@ -261,16 +261,25 @@ def _docker_archive(stack: ExitStack, path: Path, where: str, bounds: ImageBound
     try:
         tar = stack.enter_context(tarfile.open(fileobj=f, mode="r:"))  # type: ignore[call-overload]
         members: dict[str, tarfile.TarInfo] = {}
+        links: dict[str, str] = {}  # docker save links a layer it holds twice to its first copy
         for count, m in enumerate(tar, 1):
             tar.members = []
             if count > 100_000:
                 raise intake.Refused(f"{where}: refused: more than 100000 members")
+            name = m.name.removeprefix("./")
             if m.isreg():
-                members[m.name.removeprefix("./")] = m
+                members[name] = m
+            elif m.issym() or m.islnk():
+                links[name] = posixpath.normpath(posixpath.join(posixpath.dirname(name), m.linkname) if m.issym()
+                                                 else m.linkname.removeprefix("./"))
     except tarfile.TarError as e:
         raise BadInput(f"{where}: not a tar archive ({e})") from None
 
-    def member(name: object) -> BinaryIO:  # only what manifest.json names is read
+    def member(name: object) -> BinaryIO:  # only what manifest.json names is read, links followed inside the archive
+        for _ in range(8):
+            if not isinstance(name, str) or name not in links:
+                break
+            name = links[name]
         m = members.get(name) if isinstance(name, str) else None
         if m is None:
             raise BadInput(f"{where}: manifest.json names {name!r}, which the archive does not hold as a file")
@@ -290,7 +299,7 @@ def _docker_archive(stack: ExitStack, path: Path, where: str, bounds: ImageBound
     if named:
         _checked(config, f"sha256:{named.group(1)}", where, "config")
     return Image(config_digest, _json(config, where, "config"),
-                 [Layer(None, members[n].size if n in members else None, lambda n=n: member(n)) for n in entry.get("Layers") or []])
+                 [Layer(None, None, lambda n=n: member(n)) for n in entry.get("Layers") or []])
 
 
 # --- registry: pulled by digest with skopeo --------------------------------------------------------

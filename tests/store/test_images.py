@@ -320,3 +320,21 @@ def test_layers_umoci_writes_and_its_whiteout(tmp_path):
     assert v1.tree_digest == digest_of(PACKAGE)
     assert v2.tree_digest == digest_of({n: d for n, d in PACKAGE.items() if n != "sglang/srt/fix.py"})
     assert v2.image.layers == v1.image.layers  # the whiteout's layer contributes no file
+
+
+def test_a_docker_archive_layer_held_once_and_linked_again(tmp_path):
+    """docker save writes a layer an image holds twice once, and a symbolic link to it in its place."""
+    layer = package_layer()
+    diff_id = f"sha256:{hashlib.sha256(layer).hexdigest()}"
+    config = json.dumps({"rootfs": {"type": "layers", "diff_ids": [diff_id, diff_id]}}).encode()
+    manifest = json.dumps([{"Config": "config.json", "Layers": ["a/layer.tar", "b/layer.tar"]}]).encode()
+    with tarfile.open(tmp_path / "image.tar", "w") as t:
+        for name, data in [("config.json", config), ("a/layer.tar", layer), ("manifest.json", manifest)]:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            t.addfile(info, io.BytesIO(data))
+        link = tarfile.TarInfo("b/layer.tar")
+        link.type, link.linkname = tarfile.SYMTYPE, "../a/layer.tar"
+        t.addfile(link)
+    i = resolve(f"docker-archive:{tmp_path / 'image.tar'}", Store.at(tmp_path / "cache")).identity
+    assert i.tree_digest == digest_of(PACKAGE) and i.image.layers == (diff_id,)
