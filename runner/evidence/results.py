@@ -69,7 +69,9 @@ def _path(cache: Store, source: TreeIdentity, probe: str, probe_sha256: str, key
 
 def lookup(cache: Store, source: TreeIdentity, probe: str, probe_sha256: str, key: str) -> Receipt | None:
     """The stored receipt of this source's tree for this key if it checks out; a damaged or
-    mismatched entry is dropped."""
+    mismatched entry is dropped, and so is one this diffprobe would write with other bytes (written
+    before a field was added to a format): a bundle holds receipts as the current models write
+    them, and a reused receipt must seal to its digest there too."""
     path = _path(cache, source, probe, probe_sha256, key)
     try:
         raw = orjson.loads(path.read_bytes())
@@ -80,7 +82,7 @@ def lookup(cache: Store, source: TreeIdentity, probe: str, probe_sha256: str, ke
         ui.warn(f"receipts store entry {path} is damaged ({type(e).__name__}); probing again")
         path.unlink(missing_ok=True)
         return None
-    ok = (seal(raw) == receipt.digest and isinstance(receipt.source, TreeIdentity)
+    ok = (seal(raw) == receipt.digest == seal(receipt.model_dump(mode="json")) and isinstance(receipt.source, TreeIdentity)
           and receipt.source.tree_digest == source.tree_digest and same_source(receipt.source, source)
           and receipt.probe.id == probe and receipt.probe.sha256 == probe_sha256
           and receipt_key(receipt.environment) == key)

@@ -115,3 +115,18 @@ def test_gc_counts_and_evicts_receipts_store_entries(tmp_path, observed):
     os.utime(entry.path, (0, 0))  # last used long ago
     assert [e.path for e in gc.collect(cache, 0).removed] == [entry.path]
     assert not entry.path.exists() and _lookup(cache, observed) is None
+
+
+def test_an_entry_written_before_a_field_was_added_is_probed_again(tmp_path, observed, capsys):
+    """A stored receipt lacking a field the current model writes (an older format, sealed without it)
+    is not reused: written into a bundle by today's models it would no longer match its digest."""
+    cache = Store.at(tmp_path)
+    key = results.receipt_key(observed.environment)
+    results.record(cache, observed, key)
+    [path] = (tmp_path / "results").rglob("*.json")
+    raw = orjson.loads(path.read_bytes())
+    assert raw["source"].pop("image") is None  # a field the older format did not have, default None
+    raw["digest"] = receipts.seal(raw)  # sealed as the older diffprobe sealed it
+    path.write_bytes(orjson.dumps(raw))
+    assert _lookup(cache, observed) is None
+    assert "probing again" in capsys.readouterr().err and not path.exists()
