@@ -101,9 +101,10 @@ def _find(image: Image, cache: Store, where: str, bounds: intake.Bounds,
     applying every layer in order."""
     index_path = cache.index("image", image.config_digest.split(":", 1)[1])
     found = read_model(index_path, _Found)
-    stored = trees.load(cache, found.tree_digest, bounds) if found is not None else None
-    if found is not None and stored is not None:
-        return found, stored
+    if found is not None and all(0 <= i < len(image.layers) for i in found.layers):
+        stored = trees.load(cache, found.tree_digest, bounds)
+        if stored is not None:
+            return found, stored
     diff_ids = (image.config.get("rootfs") or {}).get("diff_ids")
     if not isinstance(diff_ids, list) or len(diff_ids) != len(image.layers):
         raise BadInput(f"{where}: config {image.config_digest}: its rootfs.diff_ids do not name its {len(image.layers)} layers")
@@ -119,7 +120,9 @@ def _find(image: Image, cache: Store, where: str, bounds: intake.Bounds,
                 stream = image_fs.LayerStream(raw, layer.size, where, name, image_bounds, layer.digest)
                 fs.apply(stream, name, image_bounds)
                 stream.finish(diff_id)
-        env = dict(e.split("=", 1) for e in (image.config.get("config") or {}).get("Env") or [] if "=" in e)
+        run = image.config.get("config")
+        env = dict(e.split("=", 1) for e in (run.get("Env") if isinstance(run, dict) else None) or []
+                   if isinstance(e, str) and "=" in e)
         site, python = fs.package(env.get("PATH", DEFAULT_PATH).split(":"))
         entries, layers = fs.entries(site)
         stored = trees.store(cache, entries, where=where, bounds=bounds, outside=fs.beside(site))
@@ -288,7 +291,11 @@ def _docker_archive(stack: ExitStack, path: Path, where: str, bounds: ImageBound
         return got  # type: ignore[return-value]
 
     with member("manifest.json") as m:
-        listed = json.loads(_read(m, bounds.json_size, where, "manifest.json") or b"null")
+        raw = _read(m, bounds.json_size, where, "manifest.json")
+    try:
+        listed = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise BadInput(f"{where}: manifest.json: not JSON ({e})") from None
     if not isinstance(listed, list) or len(listed) != 1 or not isinstance(listed[0], dict):
         raise BadInput(f"{where}: manifest.json: expected one image, found {len(listed) if isinstance(listed, list) else 'none'}")
     entry = listed[0]

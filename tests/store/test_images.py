@@ -338,3 +338,19 @@ def test_a_docker_archive_layer_held_once_and_linked_again(tmp_path):
         t.addfile(link)
     i = resolve(f"docker-archive:{tmp_path / 'image.tar'}", Store.at(tmp_path / "cache")).identity
     assert i.tree_digest == digest_of(PACKAGE) and i.image.layers == (diff_id,)
+
+
+@pytest.mark.parametrize("manifest, why", [
+    (b"{not json", "manifest.json: not JSON"),
+    (b"[]", "expected one image, found 0"),
+    (b'[{"Config": "nowhere.json", "Layers": []}]', "names 'nowhere.json', which the archive does not hold"),
+    (b'[{"Config": "../../etc/passwd", "Layers": []}]', "which the archive does not hold"),
+])
+def test_a_docker_archive_that_does_not_say_one_image_is_bad_input(tmp_path, capsys, manifest, why):
+    with tarfile.open(tmp_path / "image.tar", "w") as t:
+        info = tarfile.TarInfo("manifest.json")
+        info.size = len(manifest)
+        t.addfile(info, io.BytesIO(manifest))
+    code = cli.main(["resolve", f"docker-archive:{tmp_path / 'image.tar'}", "--cache-dir", str(tmp_path / "cache")])
+    err = capsys.readouterr().err.strip()
+    assert code == BAD_INPUT and len(err.splitlines()) == 1 and why in err, err
