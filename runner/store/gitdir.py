@@ -109,7 +109,8 @@ def _walk(top: Path, where: str, skip: Path | None = None) -> None:
 
 def check(path: Path, where: str) -> GitDir | None:
     """The repository at ``path`` (a work tree, a linked work tree or a bare repository) checked
-    before any git process reads it, or None if ``path`` holds none. Never searched above ``path``."""
+    before any git process reads it, or None if ``path`` holds none. Never searched above ``path``;
+    a ``.git`` file is followed only to a linked work tree's git directory that names it back."""
     dotgit = path / ".git"
     try:
         mode = os.lstat(dotgit).st_mode
@@ -120,6 +121,11 @@ def check(path: Path, where: str) -> GitDir | None:
         if not text.startswith("gitdir: "):
             raise _refuse(where, dotgit, "it is a file but not 'gitdir: <path>'")
         git_dir = (path / text.removeprefix("gitdir: ")).resolve()
+        back = git_dir / "gitdir"  # a linked work tree's git directory names its .git file back
+        named = _small(back, where, SMALL["gitdir"]).decode(errors="replace").strip() if back.is_file() else ""
+        if not named or Path(named).resolve() != dotgit.resolve():
+            raise _refuse(where, dotgit, f"it names {str(git_dir)!r}, which does not name this work tree back (a "
+                                         "linked work tree's git directory does): another repository is not read")
     elif mode is not None and stat.S_ISDIR(mode):
         git_dir = dotgit
     elif mode is not None:

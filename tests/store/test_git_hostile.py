@@ -246,3 +246,13 @@ def test_a_remote_that_never_answers_is_cut_at_the_deadline_in_one_line(tmp_path
         sources.resolve(specs.parse(f"git+http://me:{SECRET}@127.0.0.1:{port}/silent.git@main"), Store.at(tmp_path / "cache"))
     assert time.monotonic() - start < BOUND and contacted()  # the URL the user typed, and only it
     assert SECRET not in e.value.message
+
+
+def test_a_git_file_naming_another_repository_is_not_followed(repo, tmp_path):
+    """A work tree whose .git file names a repository of the auditor's (no linked work tree of it)."""
+    private = tmp_path / "private"
+    gitrepo.build(private, [Step("p", files=FILES, tag="v1")])
+    fork = tmp_path / "checkout"
+    fork.mkdir()
+    (fork / ".git").write_text(f"gitdir: {private / '.git'}\n")
+    _refused(fork, tmp_path, r"does not name this work tree back")
