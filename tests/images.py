@@ -9,10 +9,16 @@ import gzip
 import hashlib
 import io
 import json
+import socket
+import subprocess
 import tarfile
+import time
+import urllib.request
 import zipfile
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 SITE = "usr/local/lib/python3.11/site-packages"
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -144,3 +150,40 @@ def docker_archive(path: Path, layers: list[bytes], env_path: str = "/usr/local/
             info.size = len(data)
             t.addfile(info, io.BytesIO(data))
     return f"sha256:{config_hex}"
+
+
+@contextmanager
+def registry(root: Path) -> Iterator[str]:
+    """Debian's docker-registry (distribution) on loopback, storing under ``root``: ``HOST:PORT``
+    while the block runs, stopped after it."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "config.yml").write_text(f"version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n"
+                                     f"    rootdirectory: {root / 'data'}\nhttp:\n  addr: 127.0.0.1:{port}\n")
+    with open(root / "registry.log", "wb") as log:
+        proc = subprocess.Popen(["docker-registry", "serve", str(root / "config.yml")], stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL)
+    try:
+        for _ in range(150):
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/", timeout=1).close()
+                break
+            except OSError:
+                assert proc.poll() is None, (root / "registry.log").read_text()
+                time.sleep(0.2)
+        yield f"127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def skopeo(*args: str) -> None:
+    subprocess.run(["skopeo", *args], check=True, capture_output=True, timeout=600)
+
+
+def push(image: Built, registry: str, name: str, tag: str) -> str:
+    """``image`` (its tag ``tag``) copied by skopeo to ``registry`` as ``name:tag``: its source by digest."""
+    skopeo("copy", "--dest-tls-verify=false", f"oci:{image.layout}:{tag}", f"docker://{registry}/{name}:{tag}")
+    return f"registry:{registry}/{name}@{image.manifest}"

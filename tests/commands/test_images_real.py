@@ -7,10 +7,6 @@ probed: not fixed. One release; two probe runs (the image, and the whiteout imag
 
 from __future__ import annotations
 
-import socket
-import subprocess
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -42,39 +38,14 @@ def image(tmp_path_factory, wheel) -> build.Built:
 
 @pytest.fixture(scope="module")
 def registry(tmp_path_factory):
-    """``HOST:PORT`` of a registry on loopback, storing in a temporary directory, stopped at the end."""
     tools.need("docker-registry")
     tools.need("skopeo")
-    root = tmp_path_factory.mktemp("registry")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    (root / "config.yml").write_text(f"version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n"
-                                     f"    rootdirectory: {root / 'data'}\nhttp:\n  addr: 127.0.0.1:{port}\n")
-    with open(root / "registry.log", "wb") as log:
-        proc = subprocess.Popen(["docker-registry", "serve", str(root / "config.yml")], stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL)
-    try:
-        for _ in range(100):
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/", timeout=1).close()
-                break
-            except OSError:
-                assert proc.poll() is None, (root / "registry.log").read_text()
-                time.sleep(0.2)
-        yield f"127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-
-
-def skopeo(*args: str) -> None:
-    subprocess.run(["skopeo", *args], check=True, capture_output=True, timeout=600)
+    with build.registry(tmp_path_factory.mktemp("registry")) as address:
+        yield address
 
 
 def push(image: build.Built, registry: str, name: str = "vendor/sglang") -> str:
-    skopeo("copy", "--dest-tls-verify=false", f"oci:{image.layout}:{VERSION}", f"docker://{registry}/{name}:{VERSION}")
-    return f"registry:{registry}/{name}@{image.manifest}"
+    return build.push(image, registry, name, VERSION)
 
 
 def audit(source: str, out: Path, cache: Store, *extra: str) -> tuple[int, SweepRecord, dict]:
@@ -100,7 +71,7 @@ def test_an_image_pulled_by_digest_audits_as_its_release(image, registry, tmp_pa
 def test_registry_oci_docker_archive_and_wheel_are_one_tree(image, registry, wheel, tmp_path, release_tree):
     """Each read afresh (its own cache): the index by config digest would otherwise answer for all."""
     ref = push(image, registry, "vendor/sglang-formats")
-    skopeo("copy", f"oci:{image.layout}:{VERSION}", f"docker-archive:{tmp_path / 'image.tar'}:vendor/sglang:{VERSION}")
+    build.skopeo("copy", f"oci:{image.layout}:{VERSION}", f"docker-archive:{tmp_path / 'image.tar'}:vendor/sglang:{VERSION}")
     texts = [ref, f"oci:{image.layout}@{VERSION}", f"docker-archive:{tmp_path / 'image.tar'}", f"wheel:{wheel}"]
     got = [sources.resolve(specs.parse(t), Store.at(tmp_path / f"cache{n}")).identity for n, t in enumerate(texts)]
     assert {i.tree_digest for i in got} == {release_tree(VERSION).identity.tree_digest}

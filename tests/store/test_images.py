@@ -354,3 +354,15 @@ def test_a_docker_archive_that_does_not_say_one_image_is_bad_input(tmp_path, cap
     code = cli.main(["resolve", f"docker-archive:{tmp_path / 'image.tar'}", "--cache-dir", str(tmp_path / "cache")])
     err = capsys.readouterr().err.strip()
     assert code == BAD_INPUT and len(err.splitlines()) == 1 and why in err, err
+
+
+@pytest.mark.needs("skopeo", "docker-registry")
+def test_a_registry_tag_is_read_once_to_its_digest(tmp_path):
+    """registry:HOST/NAME:TAG: pulled by the digest the tag names now; the receipt names that digest."""
+    b = build.oci(tmp_path / "img", [package_layer()], tag="v1")
+    with build.registry(tmp_path / "registry") as address:
+        build.push(b, address, "vendor/sglang", "v1")
+        i = resolve(f"registry:{address}/vendor/sglang:v1", Store.at(tmp_path / "cache")).identity
+        with pytest.raises(BadInput, match="skopeo inspect failed"):
+            resolve(f"registry:{address}/vendor/none:v1", Store.at(tmp_path / "cache"))
+    assert (i.kind, i.image.manifest_digest, i.tree_digest) == ("registry", b.manifest, digest_of(PACKAGE))
