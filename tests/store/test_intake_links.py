@@ -225,35 +225,40 @@ def _oracle(root: Path, name: str, target: str) -> str:
     return "refused" if name.endswith(".py") else "out"
 
 
+def _layout(root: Path, entries) -> dict[str, str]:
+    """The generated layout written under ``root`` (the package is ``root/p``); its links in ``p`` (name -> target)."""
+    (root / "p").mkdir(parents=True)
+    made: dict[str, str] = {"p": "dir", "p/d": "dir", "d": "dir"}
+    for fixed in ("p/__init__.py", "p/a", "p/d/a", "a", "d/a"):  # targets a generated link often names
+        (root / fixed).parent.mkdir(parents=True, exist_ok=True)
+        (root / fixed).write_bytes(fixed.encode())
+        made[fixed] = "file"
+    others, generated_links = entries
+    for where, kind, target in [(w, k, "") for w, k in others] + [(w, "link", t) for w, t in generated_links]:
+        full = root / where
+        if where in made or any(made.get("/".join(where.split("/")[:i]), "dir") != "dir" for i in range(1, where.count("/") + 1)):
+            continue  # taken, or under a file or link: not a layout a file system holds
+        full.parent.mkdir(parents=True, exist_ok=True)
+        for i in range(1, where.count("/") + 1):
+            made.setdefault("/".join(where.split("/")[:i]), "dir")
+        if kind == "file":
+            full.write_bytes(where.encode())
+        elif kind == "dir":
+            full.mkdir()
+            (full / "f").write_bytes(b"F\n")  # never empty: an empty directory is another rule
+            made[where + "/f"] = "file"
+        else:
+            os.symlink(target, full)
+        made[where] = kind if kind != "link" else f"link:{target}"
+    return {w.removeprefix("p/"): t.removeprefix("link:") for w, t in made.items() if t.startswith("link:") and w.startswith("p/")}
+
+
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(layout)
 def test_a_checkout_with_generated_links_is_taken_in_as_the_kernel_resolves_it(entries):
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "repo"
-        (root / "p").mkdir(parents=True)
-        made: dict[str, str] = {"p": "dir", "p/d": "dir", "d": "dir"}
-        for fixed in ("p/__init__.py", "p/a", "p/d/a", "a", "d/a"):  # targets a generated link often names
-            (root / fixed).parent.mkdir(parents=True, exist_ok=True)
-            (root / fixed).write_bytes(fixed.encode())
-            made[fixed] = "file"
-        others, generated_links = entries
-        for where, kind, target in [(w, k, "") for w, k in others] + [(w, "link", t) for w, t in generated_links]:
-            full = root / where
-            if where in made or any(made.get("/".join(where.split("/")[:i]), "dir") != "dir" for i in range(1, where.count("/") + 1)):
-                continue  # taken, or under a file or link: not a layout a file system holds
-            full.parent.mkdir(parents=True, exist_ok=True)
-            for i in range(1, where.count("/") + 1):
-                made.setdefault("/".join(where.split("/")[:i]), "dir")
-            if kind == "file":
-                full.write_bytes(where.encode())
-            elif kind == "dir":
-                full.mkdir()
-                (full / "f").write_bytes(b"F\n")  # never empty: an empty directory is another rule
-                made[where + "/f"] = "file"
-            else:
-                os.symlink(target, full)
-            made[where] = kind if kind != "link" else f"link:{target}"
-        links = {w.removeprefix("p/"): t.removeprefix("link:") for w, t in made.items() if t.startswith("link:") and w.startswith("p/")}
+        links = _layout(root, entries)
         verdicts = {n: _oracle(root, n, t) for n, t in links.items()}
         try:
             with intake.directory(root, "gen", ("p",)) as walked:
@@ -300,3 +305,34 @@ def test_a_commit_of_a_real_release_in_upstreams_layout_is_the_releases_tree(tmp
     assert f"sglang/{CLANG} -> {UPSTREAM_TARGET.decode()}" in from_git.identity.left_out
     if not any(f.endswith(".so") for f in release.files):
         assert from_git.identity.tree_digest == release.identity.tree_digest
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(layout)
+def test_a_commit_of_generated_links_is_the_tree_its_checkout_is(entries):
+    """The same layout committed and checked out: one verdict, and one tree when taken in (git's
+    trees stand in for the directory around the package)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp) / "repo"
+        _layout(root, entries)
+        for args in (["init", "-q"], ["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@diffprobe.invalid", "commit", "-qm", "x"]):
+            subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True)
+
+        def outcome(take) -> tuple[str, tuple[str, ...]]:
+            try:
+                return take()
+            except BadInput:
+                return "refused", ()
+
+        def git_tree():
+            tree = sources.resolve(specs.parse(f"git+{root}@HEAD"), Store.at(Path(tmp) / "c1"), package_dir="p")
+            return tree.identity.tree_digest, tuple(sorted(tree.identity.left_out))
+
+        def dir_tree():
+            with intake.directory(root, "gen", ("p",)) as walked:
+                stored = trees.store(Store.at(Path(tmp) / "c2"), walked, where="gen", around=intake.beside(root, ("p",)))
+            return stored.stamp.tree_digest, tuple(sorted(stored.left_out))
+
+        from_git, from_dir = outcome(git_tree), outcome(dir_tree)
+        event(from_git[0] if from_git[0] == "refused" else "taken in")
+        assert from_git == from_dir  # refused by both, or one tree with the same links left out
