@@ -340,6 +340,16 @@ def attestations(root: Path) -> dict[str, bytes]:
     return _contents(root)[0]
 
 
+def _first_field(e: Exception) -> str:
+    """What a file fails its schema on: the first field by its path, and why (a forgery names what it changed)."""
+    found = e.errors() if isinstance(e, ValidationError) else []
+    if not found:
+        return str(e).splitlines()[0]
+    where = ".".join(str(part) for part in found[0]["loc"]) or "the document"
+    more = f"; and {len(found) - 1} more" if len(found) > 1 else ""
+    return f"{where}: {found[0]['msg']}{more}"
+
+
 def _load(path: Path, model, problems: list[str]):
     rel = path.name if path.parent.name not in ("receipts", "differentials", "mutation", "departures") else f"{path.parent.name}/{path.name}"
     try:
@@ -349,7 +359,7 @@ def _load(path: Path, model, problems: list[str]):
             return None
         value = model.model_validate(raw)
     except (orjson.JSONDecodeError, ValidationError) as e:
-        problems.append(f"{rel}: does not match its schema ({str(e).splitlines()[0][:160]})")
+        problems.append(f"{rel}: does not match its schema ({_first_field(e)[:160]})")
         return None
     if hasattr(value, "digest") and seal(raw) != raw.get("digest"):
         problems.append(f"{rel}: digest does not match its content")
