@@ -42,7 +42,7 @@ def register(sub) -> None:
         sub, "audit", "which pinned fixes one tree carries, by observed behaviour",
         about="Runs every probe against one tree: fixed / not fixed / inconclusive per fix, with the reason that decides each.",
         example="diffprobe audit pypi:sglang==0.5.21",
-        ok="every pinned fix is fixed in the configuration its pin names (a fix off by default: with its option on)",
+        ok="every fix's line reads fixed, or fixed when enabled; off by default (in force with its option on)",
         differs="a fix is not fixed, inconclusive or not probed there (each line says which and why), or --strict refused one")
     options.source(p, what="the tree to audit (a release, a commit of a fork, a directory)")
     options.out(p, "audit")
