@@ -37,6 +37,7 @@ INTEGRATION = (
     "tests/commands/test_probes_real.py",  # run --via releases: every probe family on every pinned release; forks
     "tests/commands/test_bad_input.py",  # every bad input: one line, its exit code
     "tests/commands/test_run_commits.py",  # a git source: commits of a repository laid out like upstream
+    "tests/store/test_intake_links.py",  # upstream's own layout (its in-package link) committed and taken in
     "tests/commands/test_backport.py::test_fix_applied_onto_an_older_tree_behaves_like_head",  # one backport
     "tests/commands/test_departures_real.py",  # audits of vendor-style forks of a release, their departures
     "tests/views/test_report.py",  # report terminal/HTML of a real run, chromium, tampered bundles
