@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 import re
+from typing import Annotated
+
+from pydantic import AfterValidator
 
 # Exit codes, shared by every command (README, "Exit codes").
 OK = 0
@@ -36,6 +39,11 @@ _USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/?#\s@\"'<>\\]*@")  # nev
 def redact(text: str) -> str:
     """``text`` with the user info of every URL in it replaced by ``***``."""
     return _USERINFO.sub(r"\1***@", text)
+
+
+# A recorded field that names a source or a URL (receipts, rows, records): redacted as it is made or
+# read, so no file diffprobe writes ever holds a URL's user info.
+Redacted = Annotated[str, AfterValidator(redact)]
 
 
 def printable(text: str, keep: str = "") -> str:

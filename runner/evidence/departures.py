@@ -24,6 +24,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from runner.evidence import awareness
+from runner.errors import Redacted
 from runner.judge import coverage, judging
 from runner.evidence.receipts import Receipt
 from runner.files import sha256_file, tree_files
@@ -92,9 +93,9 @@ class Departures(_Model):
     """The departure record of one tree (``departures/<label>.json`` in a bundle)."""
 
     schema_version: Literal["diffprobe.departures/1"] = SCHEMA
-    source: str
+    source: Redacted
     tree_digest: str
-    baseline: str | None = Field(description="the baseline's source; None: no baseline (see unavailable)")
+    baseline: Redacted | None = Field(description="the baseline's source; None: no baseline (see unavailable)")
     baseline_digest: str | None
     chosen: Literal["declared", "against"] = Field(
         description="declared: the release the tree's own sglang/version.py names; against: given with --against")

@@ -17,6 +17,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, RootModel
 
 from runner.judge import judging
+from runner.errors import Redacted
 from runner.evidence.receipts import Receipt
 
 DIR = "mutation/"
@@ -67,7 +68,7 @@ class BaselineCase(_Model):
 class Mutation(_Model):
     """One tree, one fix: the score, the cases as they ran unmutated, and every mutant with how it ended."""
 
-    source: str
+    source: Redacted
     tree_digest: str
     probe: str
     probe_sha256: str

@@ -17,6 +17,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
 from runner import __version__
+from runner.errors import Redacted
 from runner.store.envs import Env
 from runner.files import sha256_bytes, sha256_file
 from runner.evidence.catalog import judge
@@ -109,8 +110,8 @@ class ServerIdentity(_Model):
     """A live server probed by a gate: its URL and what it said about itself."""
 
     kind: Literal["server"] = "server"
-    source: str
-    url: str
+    source: Redacted
+    url: Redacted
     reported: dict[str, Any]
 
 
@@ -118,7 +119,7 @@ class ModelIdentity(_Model):
     """The executable incident model: which switches were set."""
 
     kind: Literal["model"] = "model"
-    source: str
+    source: Redacted
     switches: dict[str, bool]
 
 

@@ -13,11 +13,12 @@ from pydantic import BaseModel, ConfigDict, Field, model_serializer
 from typing_extensions import NotRequired, TypedDict
 
 from runner.evidence import static
+from runner.errors import Redacted
 from runner.judge import judging
 
 
 class Row(BaseModel):
-    source: str
+    source: Redacted
     label: str
     tree_digest: str
     fixes: list[judging.FixStatus]
@@ -66,7 +67,7 @@ class Score(judging.MutationScore):
     """A fix's mutation score in one tree (its report is the bundle's ``mutation/*.json``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    source: str
+    source: Redacted
 
 
 class MutationRecord(_Record):
@@ -80,7 +81,7 @@ class RunRecord(_Record):
 
     via: Literal["releases", "commits"] = Field(description="the release brackets on PyPI, or the pinned commits")
     fixes: list[int]
-    repo: str | None = Field(description="the git repository of --via commits; null with --via releases")
+    repo: Redacted | None = Field(description="the git repository of --via commits; null with --via releases")
     scores: list[Score] | None = Field(None, description="with --mutate only, absent without: each fix's mutation "
                                                          "score at its head")
 
@@ -183,7 +184,7 @@ class GateRecord(_Record):
     """What a gate bundle (kind ``gate-NAME``) adds: which gate, against which server."""
 
     gate: GateName
-    url: str
+    url: Redacted
 
 
 class ModelRecord(_Record):

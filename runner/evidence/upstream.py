@@ -10,6 +10,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from runner.errors import Redacted
+
 Origin = Literal["stub", "sglang", "test", "environment", "other"]
 Status = Literal["passed", "failed", "never ran"]
 Grade = Literal["fail-to-pass", "pass-to-pass", "pass-to-fail", "fail-to-fail", "never ran"]
@@ -120,7 +122,7 @@ class PytestCount(_Model):
 
 
 class SideSummary(_Model):
-    source: str
+    source: Redacted
     tests: dict[str, int] = Field(description="kind -> count, tests only (passed first)")
     subtests: dict[str, int]
     collection_errors: list[str] = Field(description="kind of each collection error")

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Literal
 
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import BaseModel, ConfigDict
 from rich.markup import escape
 
 from runner import errors, ui
@@ -50,8 +50,8 @@ class TreeIdentity(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     kind: Literal["git", "pypi", "path", "wheel", "oci", "docker-archive", "registry"]
-    source: str
-    repo: str | None = None
+    source: errors.Redacted  # a URL's user info (a token) is never recorded: every receipt and bundle names the tree
+    repo: errors.Redacted | None = None
     rev: str | None = None
     commit: str | None = None
     package_dir: str | None = None
@@ -66,12 +66,6 @@ class TreeIdentity(BaseModel):
     # what the source holds that the tree does not (intake.Taken.bytecode, .empty; a wheel's members
     # outside the package): a deployment of the source may run it, this receipt never observed it
     left_out: tuple[str, ...] = ()
-
-    @field_validator("source", "repo")
-    @classmethod
-    def _no_secret(cls, value: str | None) -> str | None:
-        """A URL's user info (a token) is never recorded: every receipt and bundle names the tree."""
-        return errors.redact(value) if value else value
 
 
 @dataclass(frozen=True)
