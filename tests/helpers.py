@@ -103,10 +103,12 @@ def audit_exit(version: str, fixes: tuple[int, ...] = ()) -> int:
     return errors.OK if carried else errors.DIFFERS
 
 
-def committed_bundles() -> list:
+def committed_bundles(marked: bool = True) -> list:
     """The bundles committed under evidence/, as test parameters: a release line (hundreds of receipts
     with their lines: a minute of CPU to load, verify and render) in the slow tier, so that the fast
-    tier stays seconds; the reference runs in the fast one."""
+    tier stays seconds; the reference runs in the fast one. ``marked=False``: the directories alone."""
     found = sorted(p for p in EVIDENCE.glob("[!.]*") if (p / bundle.MANIFEST).is_file())
+    if not marked:
+        return found
     return [pytest.param(p, id=p.name, marks=[pytest.mark.slow] if p.name.startswith("release-line-") else [])
             for p in found]

@@ -1,2 +1,2 @@
-"""What was observed and what it means: observations, receipts, bundles, and the judging rules.
-Pure data and rules; never runs a tree."""
+"""What was observed, kept and signed: receipts, bundles, compare, formats, attestations, the probe catalog
+and the identities (the rules that judge are runner/judge). Never runs a tree."""

@@ -14,7 +14,7 @@ Mapping (README, "Signed attestations"):
   or did not apply is in neither, nor in ``warnedTests`` (it did not pass with a warning: it was not
   observed), but in the extension field ``diffprobeNotJudged`` with its outcome.
 - ``result``: PASSED only when every test passed; otherwise FAILED.
-- configuration: diffprobe itself (sha256 over its source files, version), the probe, the receipt (the
+- configuration: diffprobe itself (its judge's digest: the import closure of runner/judge; version), the probe, the receipt (the
   file's sha256 as listed in SHA256SUMS, its own ``digest``), the environment's lock and stand-ins;
   the bundle's: every file, each annotated ``diffprobeFile`` with its role, the index with ``createdAt``.
 - ``diffprobeNonce``: the verifier's challenge, when the signer was given one.
