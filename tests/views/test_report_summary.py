@@ -20,10 +20,10 @@ def screen(monkeypatch):
     buffer = io.StringIO()
     monkeypatch.setattr(ui, "out", Console(file=buffer, width=120, highlight=False, soft_wrap=True))
 
-    def run(*argv: str) -> tuple[int, str]:
+    def run(*argv: str, root=RELEASES) -> tuple[int, str]:
         buffer.seek(0)
         buffer.truncate()
-        return cli.main(["report", str(RELEASES), *argv]), buffer.getvalue()
+        return cli.main(["report", str(root), *argv]), buffer.getvalue()
     return run
 
 
@@ -59,6 +59,26 @@ def test_fix_case_and_all_open_the_details(screen):
 
 def test_an_unknown_fix_or_case_is_bad_input(screen, capsys):
     assert screen("--fix", "1")[0] == 2
-    assert "--fix 1: no differential of this bundle is about it" in capsys.readouterr().err
+    assert "--fix 1: no receipt of this bundle is about it" in capsys.readouterr().err
     assert screen("--case", "no-such-case")[0] == 2
     assert "--case no-such-case: no case of this bundle has that id" in capsys.readouterr().err
+
+
+def test_fix_opens_an_audits_cases_with_their_duties(screen, tmp_path):
+    """An audit's bundle has no differential: --fix N lists the fix's cases on its tree, each with the duties it failed."""
+    from runner.evidence import bundle
+    from runner.evidence.records import SweepRecord
+    from tests.views.test_verdict import tree
+    from runner.evidence.receipts import Receipt, seal
+    row, committed = tree("0.5.22")
+    rs = []
+    for r in committed:  # sealed as the receipt model writes it today (bundle.write)
+        raw = r.model_dump(mode="json")
+        rs.append(Receipt.model_validate(raw | {"digest": seal(raw)}))
+    record = SweepRecord(order=[row.source], shard=None, rows=[row], first_fixed={}, probe_runs=len(rs))
+    root = bundle.write(tmp_path / "audit", kind="audit", created_at="2026-12-04T00:00:00Z", receipts=rs, differentials=[],
+                        pins_sha256=None, extra=record.model_dump(mode="json"))
+    code, text = screen("--fix", "39500", root=root)
+    assert code == 0
+    assert ("  receipts/sglang-0.5.22.handoff.json short-handoff (default, bug case): bug; failed duties: "
+            "handoff-no-unwritten-read") in text

@@ -45,14 +45,17 @@ def show(ev: Evidence, diffs: bool = False, focus: Focus = Focus()) -> None:
     o = ui.out
     o.print(f"[bold]{_t(ev.index.kind)} bundle[/] {_t(ev.root)}  created {_t(ev.index.created_at)}  "
             f"[green]✓ verified[/] ({len(ev.receipts)} receipts, {len(ev.fixes)} differentials)")
-    unknown = [n for n in focus.fixes if n not in {f.judged.fix for f in ev.fixes}]
+    about = {f.judged.fix for f in ev.fixes} | {r.probe.fix for r in ev.receipts.values() if r.probe.fix is not None}
+    unknown = [n for n in focus.fixes if n not in about]
     if unknown:
-        raise errors.BadInput(f"--fix {unknown[0]}: no differential of this bundle is about it "
-                              f"(it has {', '.join(f'#{f.judged.fix}' for f in ev.fixes) or 'none'})")
+        raise errors.BadInput(f"--fix {unknown[0]}: no receipt of this bundle is about it "
+                              f"(it has {', '.join(f'#{n}' for n in sorted(about)) or 'none'})")
     if focus.fixes or focus.cases:
         for fix in ev.fixes:
             if fix.judged.fix in focus.fixes or (focus.cases and any(t.case in focus.cases for t in fix.judged.cases)):
                 _show_fix(ev, fix, focus.cases)
+        for n in (n for n in focus.fixes if n not in {f.judged.fix for f in ev.fixes}):  # an audit's, a sweep's
+            _show_cases(ev, tuple(c.id for r in ev.receipts.values() if r.probe.fix == n for c in r.cases))
         _show_cases(ev, focus.cases)
         o.print(f"re-verify: {_t(VERIFY_HINT.replace('BUNDLE', str(ev.root)))}")
         return
@@ -119,7 +122,8 @@ def _show_cases(ev: Evidence, wanted: tuple[str, ...]) -> None:
     for name, c in found:
         failed = ", ".join(judging.failed_duties(c)) or "-"
         why = f"; {c.error.type}: {c.error.message}" if c.error else ""
-        ui.out.print(f"  {_t(name)} {_t(c.id)} [{_t(c.site)}, {c.role}]: {_t(judging.state(c))}; failed duties: {_t(failed)}{_t(why)}")
+        ui.out.print(f"  {_t(name)} {_t(c.id)} ({_t(c.site)}, {c.role} case): {_t(judging.state(c))}; failed duties: "
+                     f"{_t(failed)}{_t(why)}")
     missing = [w for w in wanted if w not in shown and not any(c.id == w for _, c in found)]
     if missing:
         raise errors.BadInput(f"--case {missing[0]}: no case of this bundle has that id")
