@@ -63,8 +63,8 @@ def label(identity: Source) -> str:
         return f"sglang-{identity.version}"
     if identity.kind == "git":
         return f"git-{identity.commit[:12]}"
-    if identity.kind == "path":
-        return "path-" + digest_name(identity.tree_digest)[:12]
+    if getattr(identity, "tree_digest", None):  # path, wheel, an image: by the tree's digest in hex (base64 may hold '/')
+        return f"{identity.kind}-" + digest_name(identity.tree_digest)[:12]
     return f"{identity.kind}-{source_key(identity)[:12]}"
 
 

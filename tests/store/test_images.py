@@ -366,3 +366,14 @@ def test_a_registry_tag_is_read_once_to_its_digest(tmp_path):
         with pytest.raises(BadInput, match="skopeo inspect failed"):
             resolve(f"registry:{address}/vendor/none:v1", Store.at(tmp_path / "cache"))
     assert (i.kind, i.image.manifest_digest, i.tree_digest) == ("registry", b.manifest, digest_of(PACKAGE))
+
+
+def test_receipts_of_an_image_or_a_wheel_are_named_by_the_tree_in_hex(tmp_path):
+    """A receipt's file name: base64 of a tree digest may hold '/', which would make it a directory."""
+    from runner.evidence import bundle
+
+    i = resolve(f"oci:{build.oci(tmp_path / 'img', [package_layer()]).layout}", Store.at(tmp_path / "cache")).identity
+    slashed = i.model_copy(update={"tree_digest": "h1:ab/cd+ef/" + i.tree_digest[11:]})
+    for identity in (i, slashed, slashed.model_copy(update={"kind": "wheel", "image": None})):
+        name = bundle.label(identity)
+        assert "/" not in name and ":" not in name and name.startswith(f"{identity.kind}-"), name
