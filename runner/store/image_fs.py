@@ -173,7 +173,7 @@ class FileSystem:
     def __init__(self, scratch: Path, where: str, bounds: intake.Bounds) -> None:
         self.root = Node(stat.S_IFDIR, -1, 0o755)
         self.scratch, self.where, self.bounds = scratch, where, bounds
-        self.digests: list[str] = []
+        self.applied = 0  # layers applied so far: the next one's position
         self.copied = self.files = 0  # package files copied into scratch over every layer, their bytes
 
     def lookup(self, path: str) -> Node | None:
@@ -186,8 +186,7 @@ class FileSystem:
 
     def apply(self, stream: LayerStream, digest: str, image: ImageBounds) -> None:
         """Apply one layer, in order after those applied before it."""
-        index = len(self.digests)
-        self.digests.append(digest)
+        index, self.applied = self.applied, self.applied + 1
         try:
             bounded = type("BoundedInfo", (_BoundedInfo,), {"limit": image.header_size})
             tar = tarfile.open(fileobj=stream, mode="r|", tarinfo=bounded)  # type: ignore[arg-type]
