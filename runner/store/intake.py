@@ -297,7 +297,9 @@ def _plan(entries: Iterable[Entry], bounds: Bounds, where: str, around: Around |
                 raise refuse(where, parent, "it is both a file and a directory")
             parents.add(parent)
             parent = parent.rpartition("/")[0]
-    _twins([*files, *bytecode, *links, *dirs, *(parents - dirs)], where)
+    # an empty directory's own parents are names of the tree too (``a./b`` beside a file ``a``: on Windows one name)
+    above = {"/".join(d.split("/")[:i]) for d in dirs for i in range(1, d.count("/") + 1)}
+    _twins([*files, *bytecode, *links, *dirs, *((parents | above) - dirs)], where)
 
     def inside(rel: str) -> str | None:
         if rel in files:
