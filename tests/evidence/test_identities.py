@@ -129,3 +129,11 @@ def test_bundles_on_either_side_of_an_edit_compare(copy, tmp_path, monkeypatch, 
         assert code == 0 and "same observations" in out
     else:
         assert code != 0 and "judges differ" in out
+
+
+def test_the_three_probe_registries_agree():
+    """Until one registry serves the host, the harness and the duty tables (it would move every probe's
+    identity, so every committed receipt's): the same probes, by the same modules."""
+    from probes import duties, harness
+    assert set(catalog.PROBES) == set(harness.PROBE_MODULES) == set(duties.SPACES)
+    assert {p: m.rpartition(".")[2] + ".py" for p, m in harness.PROBE_MODULES.items()} == catalog.PROBES
