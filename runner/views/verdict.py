@@ -57,6 +57,11 @@ def _duties(case: Case | None) -> str:
     return f"failed {_compact(failed)}" if failed else ""
 
 
+def _stopped(case: Case | None) -> str:
+    """What stopped a case that could not run (its error), or nothing."""
+    return f"{case.error.type}: {case.error.message}"[:160] if case is not None and case.error else ""
+
+
 def _case_reason(case_id: str, state: str, case: Case | None) -> str:
     """Why one case reads as it does: the duty it failed, or what stopped it."""
     if state == "bug":
@@ -175,7 +180,7 @@ def of_differential(d: Differential, receipts: dict[str, Receipt], what: str = "
         side = base if d.verdict == "inconclusive" and c.base not in ("bug", "clean") else head
         why = _duties(side.get(c.case)) if c.head == "bug" or c.transition == "clean -> bug" else ""
         if d.verdict == "inconclusive":
-            why = _case_reason(c.case, c.base if side is base else c.head, side.get(c.case)).split(": ", 1)[1]
+            why = _stopped(side.get(c.case))
         reason = f"{trees}{c.case}: {c.base} -> {c.head}" + (f" ({why})" if why else "")
         more = len(found) - 1
     else:
@@ -191,7 +196,7 @@ def of_backport(record: BackportRecord, cases: dict[str, Case]) -> Line:
     word = "behaves like head" if record.behaves_like_head else "does not behave like head"
     if differ:
         r = differ[0]
-        why = _duties(cases.get(r.case)) if r.backport == "bug" else ""
+        why = _duties(cases.get(r.case)) if r.backport == "bug" else _stopped(cases.get(r.case))
         reason = f"{r.case}: backport {r.backport}, head {r.head}" + (f" ({why})" if why else "")
     elif record.behaves_like_head:
         observed = sum(judging.conclusive(r.head) for r in record.rows)

@@ -127,3 +127,11 @@ def test_a_sweep_ends_with_the_newest_trees_verdict_screen(monkeypatch):
     screen = text.split("the newest tree, sglang-0.5.23 (every fix, why):\n", 1)[1].splitlines()
     assert screen[0].startswith("#36988 fixed  ") and f"#39500 {verdict.OFF_BY_DEFAULT}" in "\n".join(screen)
     assert screen[-1] == "every case, duty and side effect: diffprobe report /b --fix N  (or --all; --html FILE for one page)"
+
+
+def test_a_backport_case_that_could_not_run_says_what_stopped_it():
+    rows = [BackportRow(probe="admission", case="b", backport="error", head="clean", same=False)]
+    record = BackportRecord(pr=38935, onto="path:/fork", head="pypi:sglang==0.5.21", patch_sha256=None, applied="taken as applied",
+                            files=[], rows=rows, behaves_like_head=False)
+    line = verdict.of_backport(record, {"b": case("b", outcome="error")})
+    assert line.reason == "b: backport error, head clean (AttributeError: x)"
