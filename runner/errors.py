@@ -13,6 +13,7 @@ OK = 0
 DIFFERS = 1  # a verdict differs from the pin, a bundle was tampered with, observations differ
 BAD_INPUT = 2  # the user's input is wrong: pins, source spec, rev, bundle path
 INFRASTRUCTURE = 3  # the machine failed us: network, pip, git, a probe process that died
+UNREVIEWED = 4  # audit: a "fixed" rests on changed code the probes can reach that no review accepted (docs/review.md)
 
 
 class DiffprobeError(Exception):

@@ -23,10 +23,10 @@ EXIT_CODES = {
 
 
 def command(sub, name: str, proves: str, *, example: str, ok: str, differs: str | None = None,
-            about: str | None = None) -> argparse.ArgumentParser:
+            about: str | None = None, more: dict[int, str] | None = None) -> argparse.ArgumentParser:
     """A subcommand's parser. ``proves`` is its one line in ``diffprobe --help``; its own --help adds
-    ``about`` (plain text, no markup), then one example and what each exit code means."""
-    codes = {errors.OK: ok, **({errors.DIFFERS: differs} if differs else {}), **EXIT_CODES}
+    ``about`` (plain text, no markup), then one example and what each exit code means (``more``: its own)."""
+    codes = {errors.OK: ok, **({errors.DIFFERS: differs} if differs else {}), **EXIT_CODES, **(more or {})}
     epilog = (f"example:\n  {example}\n\nexit codes:\n"
               + "\n".join(f"  {code:<4}{meaning}" for code, meaning in codes.items()))
     return sub.add_parser(name, help=proves, description=proves + (f"\n\n{about}" if about else ""), epilog=epilog,
@@ -151,13 +151,23 @@ def probe(args: argparse.Namespace) -> ProbeOptions:
                         torch_index=args.torch_index, torch_wheel=args.torch_wheel, unsandboxed=args.unsandboxed)
 
 
-def baseline(p: argparse.ArgumentParser) -> None:
+def baseline(p: argparse.ArgumentParser, *, reviewed: bool = False) -> None:
     """--against and --strict: what each tree is compared with (runner/commands/baseline.py), and
-    whether a verdict resting on code that differs from it fails."""
+    whether a verdict resting on code that differs from it fails; ``reviewed`` (audit): that is the
+    default, --reviews names the review ledger and --accept-unreviewed relaxes it (docs/review.md)."""
     source(p, "--against", what="compare each tree with this upstream source and show where it departs from it "
                                 "(default: the PyPI release its own sglang/version.py declares)")
+    if not reviewed:
+        p.add_argument("--strict", action="store_true",
+                       help="exit 1 when a 'fixed' rests on code that differs from the baseline where the fix's cases ran")
+        return
     p.add_argument("--strict", action="store_true",
-                   help="exit 1 when a 'fixed' rests on code that differs from the baseline where the fix's cases ran")
+                   help="the default: a 'fixed' resting on changed code the probes can reach that no review accepted exits "
+                        f"{errors.UNREVIEWED} (kept so that scripts passing it still work)")
+    p.add_argument("--reviews", metavar="FILE",
+                   help="the review ledger (diffprobe review writes it): changed places it accepts count as reviewed")
+    p.add_argument("--accept-unreviewed", action="store_true",
+                   help="exit 0 for 'fixed' on unreviewed code too (it is still named on the screen and in the bundle)")
 
 
 REQUEST_TIMEOUT = 600

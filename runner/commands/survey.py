@@ -13,7 +13,7 @@ from pydantic import BaseModel
 
 from runner import errors
 from runner.commands import baseline, pipeline
-from runner.evidence import bundle, departures, dsse, pins, receipts, static
+from runner.evidence import bundle, departures, dsse, pins, receipts, reviews, static
 from runner.judge import judging
 from runner.evidence.departures import Departures
 from runner.evidence.records import Row, SweepRecord, inconclusive_sites, windows
@@ -33,12 +33,14 @@ def probe(texts: list[str], opts: pipeline.Options) -> list[Probed]:
 
 
 def counted(texts: list[str], opts: pipeline.Options, twins: dict[str, str] | None = None,
-            against: str | None = None, compare: bool = True) -> tuple[list[Probed], int]:
+            against: str | None = None, compare: bool = True,
+            ledger: reviews.Ledger | None = None) -> tuple[list[Probed], int]:
     """One row per source, in order, and the number of probe runs it took. ``twins`` maps a source
     to an earlier one known to hold the same tree (a commit that did not touch the package, by its
     git tree id): it is neither resolved nor probed. Each tree is compared with its baseline
     (``against``, else the release it declares: runner/commands/baseline.py), and each fix's
-    status says what it rests on."""
+    status says what it rests on; each row names the changed places the probes can reach that
+    ``ledger`` (runner/evidence/reviews.py) does not accept."""
     twins = twins or {}
     probes = list(opts.probes)
     findings: dict[str, list[static.Finding]] = {}
@@ -60,9 +62,12 @@ def counted(texts: list[str], opts: pipeline.Options, twins: dict[str, str] | No
         if record is not None:
             baseline.say(record)
         fixes = judging.fixes(receipts)
+        unreviewed, rejected, accepted = reviews.standing(record, ledger or reviews.Ledger()) if record else ([], [], [])
         row = Row(source=t, label=bundle.label(done.trees[t].identity), tree_digest=done.trees[t].identity.tree_digest,
                   fixes=departures.judged(fixes, record, receipts) if record else fixes, static=findings[t],
-                  reused=all((t, p) in done.reused for p in probes), departures=record.line() if record else None)
+                  reused=all((t, p) in done.reused for p in probes), departures=record.line() if record else None,
+                  unreviewed=[reviews.named(h) for h in unreviewed], rejected=[reviews.named(h) for h in rejected],
+                  reviewed=len(accepted))
         out[t] = Probed(row=row, receipts=receipts, departures=record)
     return same_trees([out[t] for t in texts]), done.runs
 

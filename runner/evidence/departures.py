@@ -1,17 +1,22 @@
-"""Where a tree departs from its upstream baseline, and whether the cases ran there.
+"""Where a tree departs from its upstream baseline, whether the probes' processes can reach it, and
+whether the cases ran there.
 
 A verdict is only as good as the code it was observed on. For a tree and its baseline (by default
 the release its own ``sglang/version.py`` declares), this lists the files added, removed and
-changed; for each changed (or added) Python module that a case's process imported, the changed
-hunks, split by the function that encloses them, each with the cases whose recorded lines
-(runner/judge/coverage.py) touch its statements, and what in it reads the interpreter's or the
-process's state (runner/evidence/awareness.py: it *can tell it is being probed*). Everything is
-read from the stored trees' bytes; nothing of either tree runs here.
+changed; for every changed (or added) Python module of the package, whatever any process reported,
+the changed hunks, split by the function that encloses them, each with how it can be reached
+(runner/evidence/reach.py: the static import closure of the probes' modules, which the receipts'
+materials may add to, never subtract from), the cases whose recorded lines (runner/judge/coverage.py)
+touch its statements, a content address a reviewer's decision is recorded under
+(runner/evidence/reviews.py), and, as a hint for the reader, what in it reads the interpreter's or
+the process's state (runner/evidence/awareness.py). Everything is read from the stored trees'
+bytes; nothing of either tree runs here.
 """
 
 from __future__ import annotations
 
 import ast
+import hashlib
 import os
 import re
 import stat
@@ -23,7 +28,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from runner.evidence import awareness
+from runner.evidence import awareness, reach
 from runner.errors import Redacted
 from runner.judge import coverage, judging
 from runner.evidence.receipts import Receipt
@@ -45,6 +50,15 @@ class Aware(_Model):
     what: str
 
 
+Reached = Literal["ran", "at import", "imported", "unreachable"]
+REACHED: dict[str, str] = {
+    "ran": "a case ran it (recorded lines, or its module's code ran renamed)",
+    "at import": "module- or class-level code of a module the probes' processes import: it runs before every case",
+    "imported": "in a function of a module the probes' processes import: any code of the process may call it",
+    "unreachable": "nothing the probes import reaches it (or it is only comments and blank lines)",
+}
+
+
 class Hunk(_Model):
     """One changed place in one function: the tree's lines (None when lines were only removed;
     ``at`` is then the tree line after which they were), the baseline's, and what ran there."""
@@ -58,7 +72,7 @@ class Hunk(_Model):
     removed: int
     code: bool = Field(description="touches a statement (not only comments or blank lines)")
     ran_in: dict[str, list[str]] = Field(description="probe -> the cases whose recorded lines touch its statements")
-    at_import: bool = Field(False, description="module- or class-level code of a module a probe run imported (or a def or "
+    at_import: bool = Field(False, description="module- or class-level code of a module the probes' processes import (or a def or "
                                                "class statement's decorators, defaults, bases): it runs when the module "
                                                "is imported, before any case (not traced per case)")
     renamed_in: dict[str, list[str]] = Field(
@@ -67,6 +81,15 @@ class Hunk(_Model):
     aware: list[Aware] = Field(description="what in its lines reads the interpreter's or process's state: it can tell it is being probed")
     diff: list[str] = Field(description="the hunk's removed (-) and added (+) lines, at most MAX_DIFF_LINES")
     diff_more: int = 0
+    reach: Reached | None = Field(None, description="how the probes' processes can reach it, read from the tree's bytes "
+                                                    "(runner/evidence/reach.py); null in records made before 2026-12-04")
+    key: str | None = Field(None, description="sha256 of its file, function and every removed and added line (no line "
+                                              "numbers): what a review is recorded under (runner/evidence/reviews.py)")
+
+    @property
+    def reachable(self) -> bool:
+        """Code the probes' processes can run: a verdict that rests on it rests on code upstream never had."""
+        return self.reach is not None and self.reach != "unreachable"
 
     @property
     def ran(self) -> bool:
@@ -84,7 +107,8 @@ class Hunk(_Model):
 class FileChange(_Model):
     path: str
     change: Literal["added", "removed", "changed"]
-    imported: bool = Field(description="a probe run imported it (a material of a receipt)")
+    imported: bool = Field(description="a probe run imported it (a material of a receipt: the tree's own word)")
+    reachable: bool = Field(False, description="in the static import closure of the probes' modules (runner/evidence/reach.py)")
     hunks: list[Hunk] = []
     note: str | None = None
 
@@ -122,6 +146,10 @@ class Departures(_Model):
     def counts(self) -> dict[str, int]:
         return {kind: sum(f.change == kind for f in self.files) for kind in ("added", "removed", "changed")}
 
+    def reachable(self) -> list[Hunk]:
+        """The changed places the probes' processes can run (runner/evidence/reach.py)."""
+        return [h for h in self.hunks() if h.reachable]
+
     def aware(self) -> list[Hunk]:
         return [h for h in self.hunks() if h.aware]
 
@@ -139,7 +167,8 @@ class Departures(_Model):
         counts = self.counts()
         return (f"{self.source}: departs from {self.baseline} ({how}): {counts['changed']} changed, {counts['added']} added, "
                 f"{counts['removed']} removed file(s); {len(self.ran())} changed place(s) the cases ran, "
-                f"{len(self.at_import())} more run at import, {len(self.aware())} that can tell they are being probed"
+                f"{len(self.at_import())} more run at import, {len(self.reachable())} reachable in all, "
+                f"{len(self.aware())} that can tell they are being probed"
                 + (f", {len(self.renamed())} in modules whose code ran under another file's name" if self.renamed() else ""))
 
 
@@ -266,6 +295,7 @@ def compare(source: str, tree_digest: str, tree_root: Path, baseline: str, basel
         return Departures(**head, identical=True, unrecorded=unrecorded)
     mine, theirs = _files(tree_root), _files(baseline_root)
     imported = {name for r in receipts for name in r.materials}
+    reached = reach.closure(mine, lambda rel: mine[rel].read_bytes() if rel in mine else None, imported)
     changes: list[FileChange] = []
     for rel in sorted(mine.keys() | theirs.keys()):
         if rel not in theirs:
@@ -278,16 +308,17 @@ def compare(source: str, tree_digest: str, tree_root: Path, baseline: str, basel
             continue
         hunks: list[Hunk] = []
         note = None
-        if rel in imported and change != "removed":
-            if rel.endswith(".py"):
-                before = theirs[rel].read_bytes() if rel in theirs else b""
-                hunks = hunks_of(rel, before, mine[rel].read_bytes(), receipts)
-            elif rel.endswith(COMPILED):
-                note = "compiled module imported by the probe run: its code can be neither read nor traced"
-                hunks = [Hunk(file=rel, function="<compiled module>", at=1, lines=None, baseline_lines=None, added=0,
-                              removed=0, code=True, ran_in=_imported_by(rel, receipts),
-                              aware=[Aware(line=1, what="compiled code: what it reads cannot be told")], diff=[])]
-        changes.append(FileChange(path=rel, change=change, imported=rel in imported, hunks=hunks, note=note))
+        if change != "removed" and rel.endswith(".py"):
+            before = theirs[rel].read_bytes() if rel in theirs else b""
+            hunks = hunks_of(rel, before, mine[rel].read_bytes(), receipts, rel in reached)
+        elif change != "removed" and rel.endswith(COMPILED) and rel in reached:
+            note = "compiled module the probes' processes can import: its code can be neither read nor traced"
+            hunks = [Hunk(file=rel, function="<compiled module>", at=1, lines=None, baseline_lines=None, added=0,
+                          removed=0, code=True, ran_in=_imported_by(rel, receipts),
+                          aware=[Aware(line=1, what="compiled code: what it reads cannot be told")], diff=[],
+                          reach="at import", key=_key(rel, "<compiled module>", [sha256_file(mine[rel])]))]
+        changes.append(FileChange(path=rel, change=change, imported=rel in imported, reachable=rel in reached, hunks=hunks,
+                                  note=note))
     return Departures(**head, identical=False, files=changes, unrecorded=unrecorded)
 
 
@@ -295,8 +326,24 @@ def _imported_by(rel: str, receipts: list[Receipt]) -> dict[str, list[str]]:
     return {r.probe.id: [c.id for c in r.cases if c.outcome == "observed"] for r in receipts if rel in r.materials}
 
 
-def hunks_of(rel: str, before: bytes, after: bytes, receipts: list[Receipt]) -> list[Hunk]:
-    """The changed places of one module, one per enclosing function, marked from ``receipts``."""
+def _key(rel: str, function: str, lines: list[str]) -> str:
+    """A hunk's content address: its file, its function and its lines (line ends normalised, no line numbers)."""
+    return hashlib.sha256("\0".join([rel, function, *lines]).encode("utf-8", errors="surrogatepass")).hexdigest()
+
+
+def _reached(code: bool, ran: bool, at_import: bool, in_closure: bool) -> str:
+    if not code:
+        return "unreachable"
+    if ran:
+        return "ran"
+    if not in_closure:
+        return "unreachable"
+    return "at import" if at_import else "imported"
+
+
+def hunks_of(rel: str, before: bytes, after: bytes, receipts: list[Receipt], in_closure: bool = True) -> list[Hunk]:
+    """The changed places of one module, one per enclosing function, marked from ``receipts``;
+    ``in_closure``: the module is in the static import closure of the probes' modules."""
     old, new = Source.read(before), Source.read(after)
     opcodes = [op for op in SequenceMatcher(None, old.lines, new.lines, autojunk=False).get_opcodes() if op[0] != "equal"]
     changed = [(j1 + 1, j2) for _, _, _, j1, j2 in opcodes if j2 > j1]
@@ -321,7 +368,7 @@ def hunks_of(rel: str, before: bytes, after: bytes, receipts: list[Receipt]) -> 
                       if statements and (cases := coverage.cases_running(r.cases, rel, coverage.merge(statements)))}
             renamed_in = {r.probe.id: cases for r in receipts
                           if code and (cases := [c.id for c in r.cases if rel in (c.renamed or ())])}
-            at_import = first is not None and new.at_import(first, last)
+            at_import = in_closure and first is not None and new.at_import(first, last)
             aware = [] if first is None else sorted({Aware(line=h.line, what=h.what) for h in hits
                                                      if h.line <= last and h.end >= first},
                                                     key=lambda a: (a.line, a.what))
@@ -329,7 +376,8 @@ def hunks_of(rel: str, before: bytes, after: bytes, receipts: list[Receipt]) -> 
                 file=rel, function=function, at=at, lines=None if first is None else (first, last),
                 baseline_lines=(i1 + 1, i2) if gone else None, added=len(added_lines), removed=len(gone), code=code,
                 ran_in=ran_in, renamed_in=renamed_in, at_import=at_import, aware=aware, diff=text[:MAX_DIFF_LINES],
-                diff_more=max(0, len(text) - MAX_DIFF_LINES),
+                diff_more=max(0, len(text) - MAX_DIFF_LINES), key=_key(rel, function, text),
+                reach=_reached(code, any(ran_in.values()) or any(renamed_in.values()), at_import, in_closure),
             ))
     return out
 

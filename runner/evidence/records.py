@@ -26,6 +26,10 @@ class Row(BaseModel):
     same_tree_as: str | None = None  # an earlier source of this sweep with the same tree: its receipts stand for both
     reused: bool = False  # every receipt behind the row was observed before this command (receipts store or a twin)
     departures: str | None = None  # one line: how the tree departs from its baseline (record: departures/<label>.json)
+    unreviewed: list[str] = Field([], description="each changed place the probes can reach that no review accepted or "
+                                                  "rejected: 'file:line in function (how reached) key' (docs/review.md)")
+    rejected: list[str] = Field([], description="each reachable changed place a review rejected")
+    reviewed: int = Field(0, description="reachable changed places a review accepted (audit --reviews)")
 
 
 class SweepRecord(BaseModel):

@@ -13,6 +13,7 @@ from runner.evidence.mutation import Mutation
 from runner.judge.observations import Observations
 from runner.evidence.pins import Pins
 from runner.evidence.receipts import Differential, Receipt
+from runner.evidence.reviews import Ledger
 from runner.evidence.records import (Acceptance, BackportRecord, GateRecord, ModelRecord, MutationRecord, RunRecord,
                                      SweepRecord)
 from runner.evidence.upstream import Outcomes, UpstreamTestsRecord
@@ -26,6 +27,7 @@ MODELS = {
     "sweep": SweepRecord,  # bundle.json "extra" of audit, sweep and merge bundles: rows, bug windows
     "mutation": Mutation,  # mutation/*.json of mutate (and run --mutate) bundles
     "departures": Departures,  # departures/*.json: where a tree departs from its baseline, and what ran there
+    "reviews": Ledger,  # the review ledger an auditor keeps (diffprobe review; audit --reviews)
     "envelope": Envelope,  # attestations/*.intoto.json (DSSE); the Statements inside follow in-toto's spec
     "pytest-outcomes": Outcomes,  # what upstream-tests' pytest plugin writes in a tree's environment
     "upstream-tests": UpstreamTestsRecord,  # bundle.json "extra" of upstream-tests bundles: test files, grading

@@ -14,7 +14,7 @@ import re
 import pytest
 
 from runner import cli
-from runner.evidence import bundle, departures
+from runner.evidence import bundle, departures, reviews
 from runner.evidence.records import SweepRecord
 from runner.sandbox import bwrap, execute
 from runner.store import envs, sources, specs
@@ -68,11 +68,14 @@ def test_a_release_is_identical_to_the_version_it_declares(swept, trees):
 def test_a_vendor_change_off_the_verdicts_path_is_listed_and_leaves_fixed_alone(swept, trees):
     record = swept["records"][trees["vendor"]]
     assert not record.identical and record.counts() == {"added": 1, "removed": 0, "changed": 1}
-    [hunk] = record.hunks()
-    assert (hunk.file, hunk.function, hunk.ran, hunk.aware) == (aware_forks.UTILS, "acme_build_banner", False, [])
+    tool, hunk = record.hunks()  # every changed module is read (in path order), whatever the probe runs imported
+    assert (hunk.file, hunk.function, hunk.ran, hunk.aware, hunk.reach) == (aware_forks.UTILS, "acme_build_banner", False, [],
+                                                                            "imported")
     added = next(f for f in record.files if f.change == "added")
-    assert added.path == "sglang/acme_tools.py" and not added.imported and not added.hunks
+    assert added.path == "sglang/acme_tools.py" and not added.imported and not added.reachable
+    assert (tool.file, tool.reach) == ("sglang/acme_tools.py", "unreachable")
     assert all(f.departed is None for f in swept["rows"][trees["vendor"]].fixes)
+    assert swept["rows"][trees["vendor"]].unreviewed == [reviews.named(hunk)]  # audit: fixed on unreviewed code (exit 4)
     assert all(_status(swept["rows"][trees["vendor"]], n).status == "fixed" for n in (36988, 38935))
 
 

@@ -73,11 +73,13 @@ def test_an_unrelated_change_is_listed_not_run_and_leaves_fixed_alone(tmp_path):
     record = _compare(tmp_path, fork, [[4, 8]], extra={"sglang/vendor_tool.py": "x = 1\n"})
     assert record.counts() == {"added": 1, "removed": 0, "changed": 1}
     hunks = record.hunks()
-    assert [(h.function, h.ran, h.code, h.lines) for h in hunks] == [("unrelated", False, True, (12, 14))]
+    assert [(h.file, h.function, h.ran, h.code, h.lines, h.reach) for h in hunks] == [
+        ("sglang/door.py", "unrelated", False, True, (12, 14), "imported"),  # a module the probe imported: reachable
+        ("sglang/vendor_tool.py", "<module>", False, True, (1, 1), "unreachable")]  # nothing imports it: listed all the same
     [judged] = departures.judged([judging.FixStatus(fix=38935, status="fixed", sites=[])], record,
                                  [_receipt("admission", 38935, ["sglang/door.py"])])
     assert judged.departed is None and judging.shown(judged) == "fixed"
-    assert "1 changed, 1 added, 0 removed file(s); 0 changed place(s) the cases ran, 0 more run at import, 0 that can tell" in record.line()
+    assert "1 changed, 1 added, 0 removed file(s); 0 changed place(s) the cases ran, 0 more run at import, 1 reachable in all, 0 that can tell" in record.line()
 
 
 def test_removed_lines_count_as_run_when_the_statements_beside_them_ran(tmp_path):
