@@ -50,11 +50,13 @@ class Aware(_Model):
     what: str
 
 
-Reached = Literal["ran", "at import", "imported", "unreachable"]
+Reached = Literal["ran", "at import", "imported", "data", "removed", "unreachable"]
 REACHED: dict[str, str] = {
     "ran": "a case ran it (recorded lines, or its module's code ran renamed)",
     "at import": "module- or class-level code of a module the probes' processes import: it runs before every case",
     "imported": "in a function of a module the probes' processes import: any code of the process may call it",
+    "data": "a file of the package that is not Python (changed or added): code of the process may read it",
+    "removed": "a file upstream has and the tree lacks: importing or reading it fails where upstream's succeeds",
     "unreachable": "nothing the probes import reaches it (or it is only comments and blank lines)",
 }
 
@@ -311,15 +313,26 @@ def compare(source: str, tree_digest: str, tree_root: Path, baseline: str, basel
         if change != "removed" and rel.endswith(".py"):
             before = theirs[rel].read_bytes() if rel in theirs else b""
             hunks = hunks_of(rel, before, mine[rel].read_bytes(), receipts, rel in reached)
-        elif change != "removed" and rel.endswith(COMPILED) and rel in reached:
-            note = "compiled module the probes' processes can import: its code can be neither read nor traced"
-            hunks = [Hunk(file=rel, function="<compiled module>", at=1, lines=None, baseline_lines=None, added=0,
-                          removed=0, code=True, ran_in=_imported_by(rel, receipts),
-                          aware=[Aware(line=1, what="compiled code: what it reads cannot be told")], diff=[],
-                          reach="at import", key=_key(rel, "<compiled module>", [sha256_file(mine[rel])]))]
+        elif change != "removed" and rel.endswith(COMPILED):
+            note = "compiled module: its code can be neither read nor traced"
+            hunks = [_whole(rel, "<compiled module>", mine[rel], "at import" if rel in reached else "unreachable",
+                            _imported_by(rel, receipts), [Aware(line=1, what="compiled code: what it reads cannot be told")])]
+        else:  # a data file, or a file upstream has and the tree lacks: the process may read it, or import it and fail
+            note = "not Python: the process may read it" if change != "removed" else "removed: importing or reading it fails"
+            hunks = [_whole(rel, f"<{change} file>", mine[rel] if change != "removed" else theirs[rel],
+                            "data" if change != "removed" else "removed")]
         changes.append(FileChange(path=rel, change=change, imported=rel in imported, reachable=rel in reached, hunks=hunks,
                                   note=note))
     return Departures(**head, identical=False, files=changes, unrecorded=unrecorded)
+
+
+def _whole(rel: str, function: str, path: Path, reached: str, ran_in: dict[str, list[str]] | None = None,
+           aware: list[Aware] = ()) -> Hunk:
+    """A file that is not cut into hunks (compiled, data, removed) as one changed place, addressed by its bytes."""
+    digest = sha256_file(path)
+    return Hunk(file=rel, function=function, at=1, lines=None, baseline_lines=None, added=0, removed=0, code=True,
+                ran_in=ran_in or {}, aware=list(aware), diff=[f"{function[1:-1]}, sha256 {digest}"], reach=reached,
+                key=_key(rel, function, [digest]))
 
 
 def _imported_by(rel: str, receipts: list[Receipt]) -> dict[str, list[str]]:
