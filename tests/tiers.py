@@ -38,6 +38,7 @@ INTEGRATION = (
     "tests/commands/test_bad_input.py",  # every bad input: one line, its exit code
     "tests/commands/test_run_commits.py",  # a git source: commits of a repository laid out like upstream
     "tests/store/test_intake_links.py",  # upstream's own layout (its in-package link) committed and taken in
+    "tests/commands/test_images_real.py::test_an_image_pulled_by_digest_audits_as_its_release",  # a container image by digest
     "tests/commands/test_backport.py::test_fix_applied_onto_an_older_tree_behaves_like_head",  # one backport
     "tests/commands/test_departures_real.py",  # audits of vendor-style forks of a release, their departures
     "tests/views/test_report.py",  # report terminal/HTML of a real run, chromium, tampered bundles
