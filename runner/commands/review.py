@@ -10,7 +10,7 @@ from rich.text import Text
 
 from runner import errors, ui
 from runner.commands import options
-from runner.evidence import bundle, departures, reviews
+from runner.evidence import bundle, departures, dsse, reviews
 from runner.evidence.departures import REACHED, Hunk
 
 MIN_PREFIX = 8
@@ -25,7 +25,18 @@ def cmd_review(args) -> int:
     if not records:
         raise errors.BadInput(f"{errors.printable(str(root))} holds no departure records (audit, sweep and backport write them)")
     ledger_path = Path(args.ledger)
+    signers = options.signers(args)
     ledger = reviews.load(ledger_path, missing_ok=True)
+    changed = False
+    if args.import_:
+        if not args.key:
+            raise errors.BadInput("--import needs --key PUBLIC_KEY: the key of the auditor who signed it")
+        keys = {k: v for path in args.key for k, v in dsse.load_keys(Path(path)).items()}
+        theirs = reviews.imported(Path(args.import_), keys)
+        ledger, taken = reviews.merged(ledger, theirs, ", ".join(dsse.shown(k) for k in sorted(keys)))
+        changed = True
+        ui.out.print(Text(f"imported {taken} decision(s) of {len(theirs.reviews)} from {errors.printable(args.import_)} "
+                          f"(yours stand where you decided)"))
     reachable = {h.key: h for r in records.values() for h in r.reachable() if h.key}
     decisions = [*(("accepted", k) for k in args.accept or []), *(("rejected", k) for k in args.reject or [])]
     if args.accept_all:
@@ -38,8 +49,10 @@ def cmd_review(args) -> int:
                               date=today, note=args.note or "", diff=h.diff)
                for decision, prefix in decisions for h in [_one(prefix, reachable)]]
         ledger = ledger.with_(new)
-        reviews.save(ledger_path, ledger)
+        changed = True
         ui.out.print(Text(f"recorded {len(new)} decision(s) by {errors.printable(args.reviewer)} in {errors.printable(str(ledger_path))}"))
+    if changed or signers:
+        reviews.save(ledger_path, ledger, signers)
     left = 0
     for record in records.values():
         unreviewed, rejected, accepted = reviews.standing(record, ledger)
@@ -94,4 +107,9 @@ def register(sub) -> None:
     p.add_argument("--accept-all", action="store_true", help="accept every reachable changed place shown (read them first)")
     p.add_argument("--reviewer", metavar="NAME", help="who decides (recorded with each decision)")
     p.add_argument("--note", metavar="TEXT", help="why (recorded with each decision)")
+    p.add_argument("--sign", metavar="KEY", help="also write FILE.dsse.json, the ledger signed with this Ed25519 private key "
+                                                 "(diffprobe keygen), for other auditors to import")
+    p.add_argument("--import", dest="import_", metavar="SIGNED", help="take another auditor's decisions from their signed "
+                                                                     "ledger (their FILE.dsse.json) where yours are silent")
+    p.add_argument("--key", metavar="PUBLIC_KEY", action="append", help="the public key --import must be signed by")
     p.set_defaults(func=cmd_review)

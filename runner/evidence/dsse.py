@@ -161,15 +161,16 @@ def load_keys(path: Path) -> dict[str, Ed25519PublicKey]:
 # --- envelopes --------------------------------------------------------------------------------
 
 
-def seal(payload: bytes, signers: list[Signer], previous: Envelope | None = None) -> Envelope:
+def seal(payload: bytes, signers: list[Signer], previous: Envelope | None = None, *,
+         payload_type: str = PAYLOAD_TYPE) -> Envelope:
     """An envelope over ``payload`` signed by each signer. Signatures of ``previous`` by other keys
     are kept when it carries the same payload (several parties may sign one bundle); over another
     payload they could never verify again and are left out (``kept_from``). A signer's own
     earlier signature is replaced."""
     mine = {s.keyid for s in signers}
     kept = [s for s in kept_from(previous, payload) if s.keyid not in mine]
-    return Envelope(payload=base64.b64encode(payload).decode(), payloadType=PAYLOAD_TYPE,
-                    signatures=kept + [s.sign(PAYLOAD_TYPE, payload) for s in signers])
+    return Envelope(payload=base64.b64encode(payload).decode(), payloadType=payload_type,
+                    signatures=kept + [s.sign(payload_type, payload) for s in signers])
 
 
 def kept_from(previous: Envelope | None, payload: bytes) -> list[Signature]:
@@ -198,12 +199,13 @@ def parse(data: bytes) -> Envelope:
     return envelope
 
 
-def verified_by(envelope: Envelope, keys: dict[str, Ed25519PublicKey]) -> tuple[set[str], list[str]]:
+def verified_by(envelope: Envelope, keys: dict[str, Ed25519PublicKey], *,
+                payload_type: str = PAYLOAD_TYPE) -> tuple[set[str], list[str]]:
     """(key ids of ``keys`` whose signature verifies, problems). Each signature is checked against
     the key its id names, and only that key; a signature claiming a given key that does not verify
     with it (garbage, or another key's signature relabelled) is a problem, never skipped."""
-    if envelope.payloadType != PAYLOAD_TYPE:
-        return set(), [f"payloadType is {envelope.payloadType!r}, not {PAYLOAD_TYPE}"]
+    if envelope.payloadType != payload_type:
+        return set(), [f"payloadType is {printable(envelope.payloadType[:100])!r}, not {payload_type}"]
     signed = pae(envelope.payloadType, envelope.payload_bytes())
     good, problems = set(), []
     for s in envelope.signatures:
@@ -219,14 +221,15 @@ def verified_by(envelope: Envelope, keys: dict[str, Ed25519PublicKey]) -> tuple[
     return good, problems
 
 
-def check_signatures(envelope: Envelope, keys: dict[str, Ed25519PublicKey], threshold: int = 1) -> str | None:
+def check_signatures(envelope: Envelope, keys: dict[str, Ed25519PublicKey], threshold: int = 1, *,
+                     payload_type: str = PAYLOAD_TYPE) -> str | None:
     """None when valid signatures by at least ``threshold`` distinct keys of ``keys`` sign the
     envelope and no signature claiming one of them is broken; else why not.
 
     Signatures claiming keys not given are ignored (another party may have co-signed), but they
     never count: an envelope signed only by strangers is refused.
     """
-    good, problems = verified_by(envelope, keys)
+    good, problems = verified_by(envelope, keys, payload_type=payload_type)
     if problems:
         return problems[0]
     if len(good) >= threshold:

@@ -5,7 +5,9 @@ the next audit of the same fork need not stop on it again (cargo-vet's audits, c
 review is recorded under the hunk's content address (``Hunk.key``: its file, its function and its
 removed and added lines, no line numbers), so an unrelated edit above it keeps the review and
 changing one byte of the hunk makes it unreviewed again. The ledger is one JSON file
-(``diffprobe.reviews/1``), written atomically, that the auditor keeps in their own repository.
+(``diffprobe.reviews/1``), written atomically, that the auditor keeps in their own repository; signed
+(``FILE.dsse.json``, a DSSE envelope over its bytes, with the keys attestations use), another auditor
+can import its decisions with the signer's public key, as cargo-vet imports audits.
 """
 
 from __future__ import annotations
@@ -17,10 +19,13 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from runner import errors
+from runner.evidence import dsse
 from runner.evidence.departures import Departures, Hunk
 from runner.files import write_atomic
 
 SCHEMA = "diffprobe.reviews/1"
+PAYLOAD_TYPE = "application/vnd.diffprobe.reviews+json"  # never an in-toto Statement: one envelope cannot pass for the other
+SIGNED = ".dsse.json"
 _KEY = re.compile(r"[0-9a-f]{64}")
 
 
@@ -77,8 +82,38 @@ def load(path: Path | None, *, missing_ok: bool = False) -> Ledger:
                               f"{errors.one_line(where + ': ' + first['msg'], 200)}") from None
 
 
-def save(path: Path, ledger: Ledger) -> None:
-    write_atomic(path, (ledger.model_dump_json(indent=2) + "\n").encode())
+def save(path: Path, ledger: Ledger, signers: list[dsse.Signer] = ()) -> None:
+    """The ledger at ``path``; with ``signers``, also its envelope at ``path`` + ``.dsse.json``."""
+    data = (ledger.model_dump_json(indent=2) + "\n").encode()
+    write_atomic(path, data)
+    if signers:
+        write_atomic(path.with_name(path.name + SIGNED), dsse.dump(dsse.seal(data, list(signers), payload_type=PAYLOAD_TYPE)))
+
+
+def imported(envelope_path: Path, keys: dict) -> Ledger:
+    """Another auditor's ledger from its envelope, signed by one of ``keys`` (their public keys), or the user's error."""
+    try:
+        envelope = dsse.parse(envelope_path.read_bytes())
+    except OSError as e:
+        raise errors.BadInput(f"cannot read {errors.printable(str(envelope_path))}: {e.strerror}") from None
+    except ValueError as e:
+        raise errors.BadInput(f"{errors.printable(str(envelope_path))}: {e}") from None
+    problem = dsse.check_signatures(envelope, keys, payload_type=PAYLOAD_TYPE)
+    if problem:
+        raise errors.DiffprobeError.differs(f"{errors.printable(str(envelope_path))}: not imported: {problem}")
+    try:
+        return Ledger.model_validate_json(envelope.payload_bytes())
+    except ValidationError:
+        raise errors.BadInput(f"{errors.printable(str(envelope_path))} signs something that is not a review ledger") from None
+
+
+def merged(mine: Ledger, theirs: Ledger, signer: str) -> tuple[Ledger, int]:
+    """``mine`` with every decision of ``theirs`` on a place ``mine`` has not decided (mine stand), each
+    noting whose key vouched for it; and how many were taken."""
+    decided = mine.decided()
+    taken = [r.model_copy(update={"note": (f"imported, signed by {signer}" + (f": {r.note}" if r.note else ""))[:4000]})
+             for r in theirs.reviews if r.key not in decided]
+    return mine.with_(taken), len(taken)
 
 
 def standing(record: Departures, ledger: Ledger) -> tuple[list[Hunk], list[Hunk], list[Hunk]]:

@@ -102,3 +102,27 @@ def test_a_data_file_changed_and_a_module_removed_are_each_one_reachable_place(t
     assert {(h.file, h.function, h.reach) for h in record.reachable()} == {
         ("sglang/srt/named_only.py", "<removed file>", "removed"), ("sglang/srt/table.json", "<changed file>", "data")}
     assert all(len(h.key) == 64 and " sha256 " in h.diff[0] for h in record.reachable())  # addressed by the bytes
+
+
+def test_a_signed_ledger_is_imported_with_its_signers_key_only(tmp_path):
+    from runner.evidence import dsse
+
+    private, public, _ = dsse.generate(tmp_path / "alice")
+    _, stranger, _ = dsse.generate(tmp_path / "mallory")
+    theirs = reviews.Ledger(reviews=[reviews.Review(key=k * 64, file="sglang/x.py", function="f", decision=d, reviewer="alice",
+                                                    date="2026-12-04", note="read") for k, d in (("a", "accepted"), ("b", "rejected"))])
+    path = tmp_path / "alice.json"
+    reviews.save(path, theirs, [dsse.load_signer(private)])
+    envelope = path.with_name(path.name + reviews.SIGNED)
+    assert reviews.imported(envelope, dsse.load_keys(public)) == theirs
+    mine = reviews.Ledger(reviews=[theirs.reviews[1].model_copy(update={"decision": "accepted", "reviewer": "me"})])
+    merged, taken = reviews.merged(mine, theirs, "alice")
+    assert taken == 1 and merged.decided()["b" * 64].reviewer == "me"  # mine stand
+    assert merged.decided()["a" * 64].note == "imported, signed by alice: read"
+    with pytest.raises(errors.DiffprobeError, match="not imported: signed only by key"):
+        reviews.imported(envelope, dsse.load_keys(stranger))
+    forged = envelope.read_text().replace(envelope.read_text().split('"payload": "')[1].split('"')[0],
+                                          __import__("base64").b64encode(b'{"reviews": []}').decode())
+    (tmp_path / "forged.json").write_text(forged)
+    with pytest.raises(errors.DiffprobeError, match="does not verify"):
+        reviews.imported(tmp_path / "forged.json", dsse.load_keys(public))
