@@ -34,7 +34,8 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="diffprobe", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
                      epilog=f"a SOURCE is {specs.SYNTAX}\nevery command: diffprobe COMMAND --help "
-                            "(its arguments, an example and its exit codes)\nreading a verdict: docs/reading-a-verdict.md")
+                            "(its arguments, an example, its exit codes and its page in docs/)\n"
+                            "reading a verdict: docs/reading-a-verdict.md; every page: docs/index.md")
     parser.add_argument("--version", action="version", version=f"diffprobe {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in COMMANDS:

@@ -43,6 +43,7 @@ INTEGRATION = (
     "tests/commands/test_departures_real.py",  # audits of vendor-style forks of a release, their departures
     "tests/views/test_report.py",  # report terminal/HTML of a real run, chromium, tampered bundles
     "tests/views/test_timeline.py",
+    "tests/views/test_report_width.py",  # the HTML report fits a 1280 px screen (headless chromium)
     "tests/test_evidence.py",  # the committed bundles verify
     "tests/store/test_sources.py",  # pypi and git sources, pins, the same bytes from two sources
     "tests/store/test_env_seal.py",

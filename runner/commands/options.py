@@ -22,13 +22,30 @@ EXIT_CODES = {
 }
 
 
+# Each command's page in the documentation site (docs/), named at the end of its --help (gate's checks:
+# accept's page, which explains them after accept); a command not listed points at its entry in the
+# generated command reference.
+DOCS = {"run": "reproduce.md", "audit": "audit.md", "review": "review.md", "backport": "backport.md",
+        "accept": "accept.md", "gate": "accept.md", "pool": "accept.md", "canary": "accept.md",
+        "latency": "accept.md", "sweep": "sweeps.md", "merge": "deployment.md", "report": "report.md",
+        "compare": "report.md", "verify": "attestations.md", "attest": "attestations.md",
+        "keygen": "attestations.md", "upstream-tests": "upstream-tests.md", "mutate": "fixed.md",
+        "model": "model.md", "resolve": "sources.md", "env": "environments.md", "gc": "environments.md"}
+
+
+def docs_page(name: str) -> str:
+    return f"docs/{DOCS.get(name, f'commands.md#{name}')}"
+
+
 def command(sub, name: str, proves: str, *, example: str, ok: str, differs: str | None = None,
             about: str | None = None, more: dict[int, str] | None = None) -> argparse.ArgumentParser:
     """A subcommand's parser. ``proves`` is its one line in ``diffprobe --help``; its own --help adds
-    ``about`` (plain text, no markup), then one example and what each exit code means (``more``: its own)."""
+    ``about`` (plain text, no markup), then one example, what each exit code means (``more``: its own)
+    and the page of the documentation that explains it."""
     codes = {errors.OK: ok, **({errors.DIFFERS: differs} if differs else {}), **EXIT_CODES, **(more or {})}
     epilog = (f"example:\n  {example}\n\nexit codes:\n"
-              + "\n".join(f"  {code:<4}{meaning}" for code, meaning in codes.items()))
+              + "\n".join(f"  {code:<4}{meaning}" for code, meaning in sorted(codes.items()))
+              + f"\n\nmore: {docs_page(name)}")
     return sub.add_parser(name, help=proves, description=proves + (f"\n\n{about}" if about else ""), epilog=epilog,
                           formatter_class=argparse.RawDescriptionHelpFormatter)
 

@@ -6,11 +6,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+from pathlib import Path
 
 import pytest
 
 from runner import cli
 from runner.store import specs
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def parsers() -> dict[str, argparse.ArgumentParser]:
@@ -48,6 +51,18 @@ def test_every_argument_documented_with_an_example_and_exit_codes(name: str) -> 
     for code in ("0 ", "2 ", "3 "):
         assert any(line.strip().startswith(code) for line in codes.splitlines()), f"{name}: exit code {code} not explained"
     assert "``" not in text and "`" not in text, f"{name}: markup in help"
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_every_command_points_at_its_page_in_the_docs(name: str) -> None:
+    """The last line of a command's help names a page of the documentation site that exists; a
+    command without a page of its own points at its heading in the generated command reference."""
+    last = shown(COMMANDS[name]).rstrip().splitlines()[-1]
+    assert last.startswith("more: docs/"), last
+    page, _, anchor = last.removeprefix("more: ").partition("#")
+    assert (ROOT / page).is_file(), page
+    if anchor:
+        assert page == "docs/commands.md" and anchor == name  # mkdocs_hooks.commands gives each command {#name}
 
 
 @pytest.mark.parametrize("name", sorted(COMMANDS))
