@@ -5,7 +5,8 @@ A fork can behave well only when watched: look at ``sys.modules`` for a harness,
 for a probe's frame, read ``/proc/1/cmdline`` or the environment, time itself. None of that is
 proof of intent (honest code reads the environment too), and none of it can be ruled out by
 reading alone; so it is said where a fork departs from upstream, beside whether the cases ran
-it (runner/evidence/departures.py). Names are followed through aliases (``import sys as s``,
+it (runner/evidence/departures.py), as a hint for the reader: it decides nothing (what decides is
+departed code the probes can reach, and whether a review accepted it: docs/review.md). Names are followed through aliases (``import sys as s``,
 ``from sys import modules as m``, ``x = sys``), ``__import__`` and ``importlib.import_module``
 with constant names, ``getattr``/``vars()[...]``/``__dict__[...]`` with constant strings (string
 constants folded through ``+``, f-strings and ``"".join``); what hides its name from this reading
