@@ -50,13 +50,12 @@ class Aware(_Model):
     what: str
 
 
-Reached = Literal["ran", "at import", "imported", "data", "removed", "unreachable"]
+Reached = Literal["ran", "at import", "imported", "data", "unreachable"]
 REACHED: dict[str, str] = {
     "ran": "a case ran it (recorded lines, or its module's code ran renamed)",
     "at import": "module- or class-level code of a module the probes' processes import: it runs before every case",
     "imported": "in a function of a module the probes' processes import: any code of the process may call it",
     "data": "a file of the package that is not Python (changed or added): code of the process may read it",
-    "removed": "a file upstream has and the tree lacks: importing or reading it fails where upstream's succeeds",
     "unreachable": "nothing the probes import reaches it (or it is only comments and blank lines)",
 }
 
@@ -317,10 +316,9 @@ def compare(source: str, tree_digest: str, tree_root: Path, baseline: str, basel
             note = "compiled module: its code can be neither read nor traced"
             hunks = [_whole(rel, "<compiled module>", mine[rel], "at import" if rel in reached else "unreachable",
                             _imported_by(rel, receipts), [Aware(line=1, what="compiled code: what it reads cannot be told")])]
-        else:  # a data file, or a file upstream has and the tree lacks: the process may read it, or import it and fail
-            note = "not Python: the process may read it" if change != "removed" else "removed: importing or reading it fails"
-            hunks = [_whole(rel, f"<{change} file>", mine[rel] if change != "removed" else theirs[rel],
-                            "data" if change != "removed" else "removed")]
+        elif change != "removed":  # a data file: the process may read it
+            note = "not Python: the process may read it"
+            hunks = [_whole(rel, f"<{change} file>", mine[rel], "data")]
         changes.append(FileChange(path=rel, change=change, imported=rel in imported, reachable=rel in reached, hunks=hunks,
                                   note=note))
     return Departures(**head, identical=False, files=changes, unrecorded=unrecorded)
