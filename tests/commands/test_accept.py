@@ -342,7 +342,7 @@ def test_report_shows_the_four_gates_beside_the_steps(cache, fleet, tmp_path, mo
     buf = io.StringIO()
     monkeypatch.setattr(ui, "out", Console(file=buf, width=250, highlight=False, soft_wrap=True))
     page = tmp_path / "r.html"
-    assert cli.main(["report", str(root), "--html", str(page)]) == 0
+    assert cli.main(["report", str(root), "--all", "--html", str(page)]) == 0
     out = buf.getvalue()
     assert out.index("The incident's seven steps") < out.index("The four acceptance gates")
     assert "acceptance: not accepted (gate 3 failed, gate 4 failed)" in out and f"tree pypi:sglang==0.5.23 {digest}" in out
