@@ -76,6 +76,10 @@ def _walk(top: Path, where: str, skip: Path | None = None) -> None:
             raise _refuse(where, here, f"more than {DEPTH} levels deep")
         try:
             listing = list(os.scandir(here))
+        except FileNotFoundError:
+            if here == top:
+                raise _refuse(where, here, "it cannot be listed (No such file or directory)") from None
+            continue  # removed while walked: git's own gc packs loose objects and drops their directories
         except OSError as err:
             raise _refuse(where, here, f"it cannot be listed ({err.strerror})") from None
         for entry in listing:
@@ -83,7 +87,10 @@ def _walk(top: Path, where: str, skip: Path | None = None) -> None:
             if count > ENTRIES:
                 raise _refuse(where, top, f"more than {ENTRIES} entries")
             path = Path(entry.path)
-            st = entry.stat(follow_symlinks=False)
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue  # gone since it was listed: nothing there for git to read
             if stat.S_ISDIR(st.st_mode):
                 if path != skip:
                     stack.append((path, depth + 1))
