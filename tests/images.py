@@ -56,21 +56,25 @@ def python_layer() -> bytes:
                 directory(SITE)])
 
 
+def files_layer(files: dict[str, bytes], site: str = SITE) -> bytes:
+    """A layer holding ``files`` (names relative to ``site``), their directories made as met."""
+    members, dirs = [], set()
+    for name, data in files.items():
+        parts = f"{site}/{name}".split("/")
+        for i in range(1, len(parts)):
+            d = "/".join(parts[:i])
+            if d not in dirs:
+                dirs.add(d)
+                members.append(directory(d))
+        members.append(Member(f"{site}/{name}", data))
+    return tar(members)
+
+
 def wheel_layer(wheel: Path, site: str = SITE, skip: tuple[str, ...] = ()) -> bytes:
     """``pip install --no-compile wheel`` into ``site``: every member, directories made as met."""
-    members, dirs = [], set()
     with zipfile.ZipFile(wheel) as zf:
-        for info in zf.infolist():
-            if info.filename.endswith("/") or info.filename in skip:
-                continue
-            parts = f"{site}/{info.filename}".split("/")
-            for i in range(1, len(parts)):
-                d = "/".join(parts[:i])
-                if d not in dirs:
-                    dirs.add(d)
-                    members.append(directory(d))
-            members.append(Member(f"{site}/{info.filename}", zf.read(info)))
-    return tar(members)
+        return files_layer({i.filename: zf.read(i) for i in zf.infolist()
+                            if not i.filename.endswith("/") and i.filename not in skip}, site)
 
 
 def _blob(layout: Path, data: bytes) -> tuple[str, int]:

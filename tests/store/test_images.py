@@ -28,16 +28,7 @@ PACKAGE = {"sglang/__init__.py": b"__version__ = '0.0.1'\n", "sglang/srt/fix.py"
 
 
 def package_layer(files: dict[str, bytes] = PACKAGE, site: str = SITE) -> bytes:
-    members, dirs = [], set()
-    for name, data in files.items():
-        parts = f"{site}/{name}".split("/")
-        for i in range(1, len(parts)):
-            d = "/".join(parts[:i])
-            if d not in dirs:
-                dirs.add(d)
-                members.append(directory(d))
-        members.append(Member(f"{site}/{name}", data))
-    return build.tar(members)
+    return build.files_layer(files, site)
 
 
 def digest_of(files: dict[str, bytes]) -> str:
