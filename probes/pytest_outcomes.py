@@ -30,15 +30,28 @@ be found (``sglang.x.Class.attr``), or an attribute its own code read from one o
 classes or their instances. Whether the tree's source lacks it is decided on the host, from the
 stored tree (runner/evidence/targets.py); here only the name and where the test asked for it.
 
-The file (``diffprobe.pytest-outcomes/3``) is rewritten atomically as each test starts and ends, so
+Every exception also carries what the host needs to tell a test of another era from a behaviour,
+as data and never as wording: its ``frames`` (owner, path under the owner's root, line, function);
+for a ``TypeError`` raised at a call that crossed between the test's files and the tree (either
+way), the ``call``: the positions of the call in its frame and the place of the code it called,
+looked up without running anything (``inspect.getattr_static``); for an ``AttributeError`` on an
+instance of one of the tree's classes, ``unset``: the class and the attribute. Whether the call's
+arguments fit the callee, or the tree's constructor sets the attribute, is read on the host from the
+stored code (runner/judge/targets.py), never from what runs here.
+
+The file (``diffprobe.pytest-outcomes/4``) is rewritten atomically as each test starts and ends, so
 a run killed at its deadline still says what finished and what was running.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
+import builtins
 import functools
 import importlib.util
+import inspect
+import linecache
 import os
 import platform
 import re
@@ -51,10 +64,11 @@ from typing import Any
 
 import pytest
 
-SCHEMA = "diffprobe.pytest-outcomes/3"
+SCHEMA = "diffprobe.pytest-outcomes/4"
 HERE = os.path.dirname(os.path.abspath(__file__))
 MOCK_FILE = os.path.abspath(unittest.mock.__file__)
 MESSAGE_LIMIT = 300
+FRAME_LIMIT = 40  # innermost frames kept per exception: the call that failed and who made it
 
 
 def load_harness() -> types.ModuleType:
@@ -194,7 +208,7 @@ class Recorder:
         """The attributed exception, or for a failure without one (a strict XPASS) its report line."""
         return getattr(report, "diffprobe_exception", None) or {
             "type": "Failed", "message": self.clean(str(report.longrepr)), "origin": "other", "assertion": False,
-            "frame": None, "module": None, "raised_as": None, "wanted": None,
+            "frame": None, "module": None, "raised_as": None, "wanted": None, "frames": [], "call": None, "unset": None,
         }
 
     def describe(self, exc: BaseException) -> dict[str, Any]:
@@ -223,7 +237,59 @@ class Recorder:
             "module": module,
             "raised_as": raised_as,
             "wanted": self.wanted(exc),
+            "frames": [self.place(f.f_code.co_filename) | {"line": line, "function": f.f_code.co_name}
+                       for f, line in _frames(exc)[-FRAME_LIMIT:]],
+            "call": self.crossing_call(exc),
+            "unset": self.unset(exc),
         }
+
+    def place(self, filename: str) -> dict[str, Any]:
+        """``{owner, path}``: whose file (``test``, ``sglang``, ``mock``, ``other``) and its path under
+        that owner's root (the test directory, the tree's root), so the host can read it there."""
+        path = os.path.abspath(filename)
+        if path == MOCK_FILE:
+            return {"owner": "mock", "path": None}
+        if self.in_tree(path):
+            return {"owner": "sglang", "path": os.path.relpath(path, self.places.sglang_root).replace(os.sep, "/")}
+        if _inside(path, self.test_dir):
+            return {"owner": "test", "path": os.path.relpath(path, self.test_dir).replace(os.sep, "/")}
+        return {"owner": "other", "path": None}
+
+    def crossing_call(self, exc: BaseException) -> dict[str, Any] | None:
+        """A ``TypeError`` raised by the call instruction of the innermost frame, when that call went
+        from the test's files into the tree or back: the call's positions and the callee's place."""
+        tb = exc.__traceback__
+        if not isinstance(exc, TypeError) or tb is None:
+            return None
+        while tb.tb_next is not None:
+            tb = tb.tb_next
+        code = tb.tb_frame.f_code
+        if tb.tb_lasti < 0:
+            return None
+        positions = list(code.co_positions())[tb.tb_lasti // 2]
+        if None in positions:
+            return None
+        line, end_line, col, end_col = positions
+        call = _call_expression(code.co_filename, line, end_line, col, end_col)
+        callee = _callee(call.func, tb.tb_frame) if call is not None else None
+        if callee is None:
+            return None
+        function, bound = callee
+        caller, target = self.place(code.co_filename), self.place(function.__code__.co_filename)
+        if {caller["owner"], target["owner"]} != {"test", "sglang"}:
+            return None  # a call within one side: a mismatch there is that side's own business
+        return {"caller": caller | {"line": line, "end_line": end_line, "col": col, "end_col": end_col},
+                "callee": target | {"line": function.__code__.co_firstlineno, "qualname": function.__qualname__,
+                                    "bound": bound}}
+
+    def unset(self, exc: BaseException) -> dict[str, str] | None:
+        """An ``AttributeError`` on an instance of one of the tree's classes: ``{cls, name}``."""
+        obj = getattr(exc, "obj", None) if isinstance(exc, AttributeError) else None
+        name = getattr(exc, "name", None)
+        if obj is None or isinstance(obj, (type, types.ModuleType)) or not isinstance(name, str):
+            return None
+        owner = self.tree_name(obj, instances=True)
+        return {"cls": owner, "name": name} if owner else None
 
     def wanted(self, exc: BaseException) -> dict[str, str] | None:
         """What of the tree the test asked for and could not get: ``{name, how, at}`` (docstring)."""
@@ -368,6 +434,67 @@ def _import_target(exc: ImportError) -> str | None:
     found = re.match(r"cannot import name '([^']+)' from '([^']+)'", str(exc))
     name = f"{found.group(2)}.{found.group(1)}" if found else exc.name if isinstance(exc, ModuleNotFoundError) else None
     return name if isinstance(name, str) and name.split(".")[0] == "sglang" else None
+
+
+def _call_expression(filename: str, line: int, end_line: int, col: int, end_col: int) -> ast.Call | None:
+    """The call expression at those positions of a source file (columns are UTF-8 byte offsets)."""
+    lines = [text.encode() for text in linecache.getlines(filename)[line - 1:end_line]]
+    if len(lines) != end_line - line + 1:
+        return None
+    lines[-1] = lines[-1][:end_col]
+    lines[0] = lines[0][col:]
+    try:
+        node = ast.parse(b"".join(lines).decode(), mode="eval").body
+    except (SyntaxError, ValueError, UnicodeDecodeError):
+        return None
+    return node if isinstance(node, ast.Call) else None
+
+
+def _callee(expr: ast.expr, frame: types.FrameType) -> tuple[types.FunctionType, bool] | None:
+    """The Python function a call's callee expression names, and whether a first argument is bound
+    to it (a method through an instance, a classmethod, a class's ``__init__``). Looked up without
+    running a descriptor or ``__getattr__``: names and dotted attributes only, else None."""
+    found = _static(expr, frame)
+    if found is None:
+        return None
+    value, owner = found
+    bound = False
+    if isinstance(value, staticmethod):
+        value = value.__func__
+    elif isinstance(value, classmethod):
+        value, bound = value.__func__, True
+    elif isinstance(value, types.MethodType):
+        value, bound = value.__func__, True
+    elif isinstance(value, type):
+        value, bound = inspect.getattr_static(value, "__init__", None), True
+    elif isinstance(value, types.FunctionType) and owner is not None and not isinstance(owner, (type, types.ModuleType)):
+        bound = value is not _own_attributes(owner).get(expr.attr)  # read from the class, not set on the instance
+    return (value, bound) if isinstance(value, types.FunctionType) else None
+
+
+def _own_attributes(obj: Any) -> dict[str, Any]:
+    try:
+        return vars(obj)
+    except TypeError:  # no __dict__ (slots)
+        return {}
+
+
+def _static(expr: ast.expr, frame: types.FrameType) -> tuple[Any, Any] | None:
+    """``(value, the object it was read from)`` of a name or dotted attribute, statically."""
+    if isinstance(expr, ast.Name):
+        for scope in (frame.f_locals, frame.f_globals, vars(builtins)):
+            if expr.id in scope:
+                return scope[expr.id], None
+        return None
+    if isinstance(expr, ast.Attribute):
+        inner = _static(expr.value, frame)
+        if inner is None:
+            return None
+        try:
+            return inspect.getattr_static(inner[0], expr.attr), inner[0]
+        except AttributeError:
+            return None
+    return None
 
 
 def _chained(exc: BaseException) -> BaseException | None:

@@ -8,19 +8,13 @@ where the OS allows, a deadline), every test and subtest gets an outcome, and ev
 exception type, an origin (``stub``, ``test`` files, the tree's ``sglang``, ``environment``,
 ``other``) and whether it was the test's own assertion.
 
-Grading, per test or subtest id, as SWE-bench's harness does where the tree is what is measured:
-passed = pytest's passed, xpassed or xfailed; failed = failed or error (any phase), killed at the
-deadline or by a crash while running, or not collected because the tree lacks what the file imports
-or patches (``target missing``, resolved against the tree's source: runner/evidence/targets.py);
-*never ran* = skipped, not collected for any other reason, or not reached before the deadline.
-``fail-to-pass``, ``pass-to-pass``, ``pass-to-fail``, ``fail-to-fail`` need both sides graded;
-anything else is ``never ran``, which is never counted as passed (README: where this differs from
-SWE-bench's counts). Failing grades are split by cause (the test's own assertion, a missing target,
-or the failure's origin), each row says why in words, and a test that falls through to its own
-stand-ins, lacks a module or wants what the tree lacks at head is inconclusive, never a regression
-nor a missing fix. Exit 0 only when head collected, no test fails at head, no test that ran at base is missing at
-head, and at least one test passed at head; 1 otherwise; 3 when a module is missing from an
-environment (the test is not at fault). Files and layout: ``upstream_layout``.
+The grading is the judge's (runner/judge/upstream.py, a pure function of both sides' outcomes and
+the code they ran as stored): per test or subtest id as SWE-bench grades, split by cause, a test of
+another era than the tree "incompatible (test era)", and a stub fall-through, a missing module or
+another era at head inconclusive, never a regression nor a missing fix. Exit 0 only when head
+collected, no test fails at head, no test that ran at base is missing at head, and at least one test
+passed at head; 1 otherwise; 3 when a module is missing from an environment (the test is not at
+fault). Files and layout: ``upstream_layout``.
 
 Receipts use the common case vocabulary (``docs/probe-contract.md``) and never call a harness gap
 a behaviour. Each test or subtest is one case, role ``bug``: an upstream test exists to catch a
@@ -31,7 +25,7 @@ behaviour, and its signature is its own failed assertion.
 | passed, xpassed, xfailed | observed, effects ``{"pytest": ...}`` | clean | |
 | failed on the test's own assertion | observed, effects with ``exception`` | bug | |
 | a test whose failed subtests all failed on assertions | observed | bug | |
-| any other failure or error | error | inconclusive | stub -> ``double``, sglang -> ``sglang``, test/other -> ``setup``, target missing -> ``import`` |
+| any other failure or error | error | inconclusive | stub -> ``double``, sglang -> ``sglang``, test/other -> ``setup``, target missing -> ``import``, another era's call or object -> ``setup`` |
 | collection error (one case named after the file) | error | inconclusive | ``import`` |
 | running when the process died | error | inconclusive | ``process`` |
 | running at the deadline | timeout | inconclusive | |
@@ -41,16 +35,15 @@ behaviour, and its signature is its own failed assertion.
 from __future__ import annotations
 
 import argparse
-from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Callable, get_args
+from typing import Callable
 
 from pydantic import ValidationError
 
 from runner import errors, ui
 from runner.commands import baseline, options, pipeline
-from runner.evidence import bundle, catalog, departures, pins, receipts, targets
+from runner.evidence import bundle, catalog, departures, pins, receipts
 from runner.sandbox import execute
 from runner.store import envs, intake, sources, specs
 from runner.errors import BadInput, Infrastructure
@@ -58,8 +51,10 @@ from runner.files import sha256_bytes, sha256_file
 from runner.evidence.materials import rederive
 from runner.judge.observations import Case, CaseError, ImportResult
 from runner.evidence.receipts import ProbeRef, Receipt
-from runner.evidence.upstream import (NOT_BEHAVIOUR, Cause, CollectionError, Grade, GradedTest, Grading, Outcomes, PytestCount,
-                                      Raised, Result, SideState, SideSummary, Status, UpstreamFileRecord, UpstreamTestsRecord)
+from runner.evidence.upstream import UpstreamFileRecord, UpstreamTestsRecord
+from runner.judge import targets
+from runner.judge.pytest_records import CollectionError, Grading, Outcomes, Raised, Result
+from runner.judge.upstream import PASSED, Entry, cause_of, detail_of, entries, grade
 from runner.commands import upstream_layout
 from runner.commands.upstream_layout import UpstreamFile
 from runner.views.grading import show
@@ -75,14 +70,9 @@ LIMITS = [
     "sibling modules it imports, at that commit; from a local file only what --with names",
 ]
 
-# --- how outcomes are read (their formats and the grading's: runner/evidence/upstream.py) -----
-
-PASSED = ("passed", "xpassed", "xfailed")
-WHERE = {"stub": "double", "sglang": "sglang", "test": "setup", "other": "setup", "environment": "setup"}
-_GRADE: dict[tuple[str, str], Grade] = {
-    ("failed", "passed"): "fail-to-pass", ("passed", "passed"): "pass-to-pass",
-    ("passed", "failed"): "pass-to-fail", ("failed", "failed"): "fail-to-fail",
-}
+# A failure's cause -> where its case's error lies (docs/probe-contract.md's vocabulary)
+WHERE = {"stub": "double", "sglang": "sglang", "test": "setup", "other": "setup", "environment": "setup",
+         "target missing": "import", "signature mismatch": "setup", "attribute unset": "setup"}
 
 
 # --- the test file ---------------------------------------------------------------------------
@@ -154,11 +144,15 @@ class Side:
     tree: sources.Tree
     outcomes: Outcomes
     run: execute.Isolated
-    lacking: dict[str, str] = field(default_factory=dict)  # a name the test wanted -> what of it the tree lacks
+    code: targets.Code | None = None  # the tree's and the test's code as stored, for the judge
 
     @property
     def timed_out(self) -> bool:
         return self.run.code is None
+
+    @property
+    def how(self) -> str:
+        return _how(self.run)
 
 
 def run_side(name: str, text: str, tree: sources.Tree, environment: envs.Env, test: UpstreamFile, timeout: int,
@@ -196,15 +190,7 @@ def run_side(name: str, text: str, tree: sources.Tree, environment: envs.Env, te
                              f"(not the test's fault: a dependency that is not installed)")
     if run.code is None:
         ui.warn(f"{name}: pytest exceeded {timeout} s and was killed; unfinished tests are graded as such")
-    return Side(name, text, tree, outcomes, run, lacking(outcomes, targets.Source(tree.root)))
-
-
-def lacking(o: Outcomes, source: targets.Source) -> dict[str, str]:
-    """Each name a failure says the test wanted, resolved against the tree's own source: those it
-    certainly lacks (runner/evidence/targets.py), with the part that is missing."""
-    raised = [c.exception for c in o.collection_errors] + [r.exception for r in o.results if r.exception]
-    found = {r.wanted.name: source.lacks(r.wanted.name) for r in raised if r.wanted}
-    return {name: missing for name, missing in found.items() if missing}
+    return Side(name, text, tree, outcomes, run, targets.Code(targets.Source(tree.root), test.files()))
 
 
 def missing_modules(o: Outcomes) -> list[str]:
@@ -220,84 +206,6 @@ def _how(run: execute.Isolated) -> str:
     return f"killed by signal {-run.code}" if run.code < 0 else f"exit {run.code}"
 
 
-# --- per test, per side ----------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Entry:
-    """One test or subtest on one side: its status for grading and the words that explain it."""
-
-    id: str
-    parent: str | None
-    title: str | None
-    status: Status
-    kind: str  # "passed", "AttributeError (stub)", "skipped", "timeout", ...: what counts are made of
-    detail: str | None  # skip reason or the exception's message
-    result: Result | None
-    cause: Cause | None = None  # why it failed, when it did
-
-
-def kind_of(r: Result, lacks: dict[str, str] = {}) -> str:  # noqa: B006 (read only)
-    """Never a bare "failed": the exception type and whether it was an assertion or where it came from."""
-    if r.outcome in PASSED or r.outcome == "skipped":
-        return r.outcome
-    if r.exception is None:
-        return "failed through its subtests"
-    return f"{r.exception.type} ({cause_of(r.exception, lacks)}{'' if r.phase == 'call' else f', in {r.phase}'})"
-
-
-def cause_of(raised: Raised, lacks: dict[str, str] = {}) -> Cause:  # noqa: B006 (read only)
-    """The test's own assertion; the test's target missing from the tree (``lacks``: what the tree's
-    source lacks of the names tests wanted); else where the exception came from."""
-    if raised.assertion:
-        return "assertion"
-    return "target missing" if raised.wanted and raised.wanted.name in lacks else raised.origin
-
-
-def missing_target(raised: Raised, lacks: dict[str, str]) -> str | None:
-    """"the tree lacks X (how at where)" when the failure is the test's target missing."""
-    if cause_of(raised, lacks) != "target missing":
-        return None
-    w = raised.wanted
-    return f"the tree lacks {lacks[w.name]} ({w.how} of {w.name}" + (f" at {w.at})" if w.at else ")")
-
-
-def _cause(r: Result, subtests: list[Result], lacks: dict[str, str]) -> Cause | None:
-    """A failure's cause; a test that failed through its subtests fails for theirs: an
-    assertion only if every failed subtest failed on one."""
-    if r.outcome in PASSED or r.outcome == "skipped":
-        return None
-    if r.exception is not None:
-        return cause_of(r.exception, lacks)
-    causes = [cause_of(s.exception, lacks) for s in subtests if s.outcome == "failed" and s.exception]
-    return next((c for c in causes if c != "assertion"), "assertion" if causes else "other")
-
-
-def entries(side: Side) -> list[Entry]:
-    o = side.outcomes
-    titles = {c.id: c.title for c in o.collected}
-    by_parent: dict[str, list[Result]] = {}
-    for r in o.results:
-        if r.parent:
-            by_parent.setdefault(r.parent, []).append(r)
-    got = []
-    for r in o.results:
-        status: Status = "passed" if r.outcome in PASSED else "never ran" if r.outcome == "skipped" else "failed"
-        detail = r.reason if r.outcome in ("skipped", "xfailed") else \
-            (missing_target(r.exception, side.lacking) or r.exception.message) if r.exception else None
-        got.append(Entry(r.id, r.parent, titles.get(r.id), status, kind_of(r, side.lacking), detail, r,
-                         _cause(r, by_parent.get(r.id, []), side.lacking)))
-    if not o.complete and o.running:
-        kind = "timeout" if side.timed_out else "crashed"
-        got.append(Entry(o.running, None, titles.get(o.running), "failed", kind, _how(side.run), None,
-                         "timeout" if side.timed_out else "crash"))
-    done = {e.id for e in got}
-    for c in o.collected:
-        if c.id not in done:
-            got.append(Entry(c.id, None, c.title, "never ran", "not reached", f"pytest stopped ({_how(side.run)})", None))
-    return got
-
-
 # --- receipts --------------------------------------------------------------------------------
 
 
@@ -307,15 +215,15 @@ def cases(side: Side, test: UpstreamFile) -> list[Case]:
     for e in listed:
         if e.parent and e.result and e.result.outcome == "failed":
             failed_subtests.setdefault(e.parent, []).append(e.result)
-    got = [_collection_case(c, test, side.lacking) for c in side.outcomes.collection_errors]
+    got = [_collection_case(c, test, side.code) for c in side.outcomes.collection_errors]
     for e in listed:
         got.append(Case(id=e.id, site=test.name, role="bug", title=e.title or e.id, signature=SIGNATURE,
                         duration_ms=e.result.duration_ms if e.result else 0,
-                        **_observation(e, failed_subtests.get(e.id, []), side.lacking)))
+                        **_observation(e, failed_subtests.get(e.id, []), side.code)))
     return got
 
 
-def _observation(e: Entry, failed_subtests: list[Result], lacks: dict[str, str]) -> dict:
+def _observation(e: Entry, failed_subtests: list[Result], code: targets.Code | None) -> dict:
     """Outcome, classification and evidence of one entry (the mapping in the module docstring)."""
     r = e.result
     if r is None:
@@ -332,19 +240,18 @@ def _observation(e: Entry, failed_subtests: list[Result], lacks: dict[str, str])
         if r.exception.assertion:
             effects = {"pytest": r.outcome, "phase": r.phase, "exception": r.exception.model_dump(mode="json")}
             return {"outcome": "observed", "classification": "bug", "effects": effects}
-        return _error(_case_error(r.exception, lacks))
+        return _error(_case_error(r.exception, code))
     fallen = [s.exception for s in failed_subtests if s.exception and not s.exception.assertion]
     if not fallen:
         effects = {"pytest": r.outcome, "failed_subtests": r.failed_subtests}
         return {"outcome": "observed", "classification": "bug", "effects": effects}
-    first = _case_error(fallen[0], lacks)
+    first = _case_error(fallen[0], code)
     message = f"{len(fallen)} of {r.failed_subtests} failed subtests did not fail on an assertion; first: {first.message}"
     return _error(CaseError(type=first.type, message=message, where=first.where, frame=first.frame))
 
 
-def _case_error(raised: Raised, lacks: dict[str, str]) -> CaseError:
-    missing = missing_target(raised, lacks)
-    return CaseError(type=raised.type, message=missing or raised.message, where="import" if missing else WHERE[raised.origin],
+def _case_error(raised: Raised, code: targets.Code | None) -> CaseError:
+    return CaseError(type=raised.type, message=detail_of(raised, code), where=WHERE[cause_of(raised, code)],
                      frame=raised.frame)
 
 
@@ -352,14 +259,13 @@ def _error(error: CaseError) -> dict:
     return {"outcome": "error", "classification": "inconclusive", "error": error}
 
 
-def _collection_error(c: CollectionError, lacks: dict[str, str]) -> CaseError:
-    return CaseError(type=c.exception.type, message=missing_target(c.exception, lacks) or c.exception.message,
-                     where="import", frame=c.exception.frame)
+def _collection_error(c: CollectionError, code: targets.Code | None) -> CaseError:
+    return CaseError(type=c.exception.type, message=detail_of(c.exception, code), where="import", frame=c.exception.frame)
 
 
-def _collection_case(c: CollectionError, test: UpstreamFile, lacks: dict[str, str]) -> Case:
+def _collection_case(c: CollectionError, test: UpstreamFile, code: targets.Code | None) -> Case:
     return Case(id=c.id, site=test.name, role="bug", title=f"collect {test.name}", signature=SIGNATURE,
-                duration_ms=0, **_error(_collection_error(c, lacks)))
+                duration_ms=0, **_error(_collection_error(c, code)))
 
 
 def receipt(side: Side, environment: envs.Env, test: UpstreamFile, probe: ProbeRef) -> Receipt:
@@ -368,172 +274,10 @@ def receipt(side: Side, environment: envs.Env, test: UpstreamFile, probe: ProbeR
                                     standins_used=o.standins, isolation=side.run.isolation)
     imported = ImportResult(outcome="ok", duration_ms=0)
     if o.collection_errors:  # the test module did not import: the nearest thing to SGLang failing to import
-        imported = ImportResult(outcome="error", duration_ms=0, error=_collection_error(o.collection_errors[0], side.lacking))
+        imported = ImportResult(outcome="error", duration_ms=0, error=_collection_error(o.collection_errors[0], side.code))
     return receipts.make(probe, side.tree.identity, env, cases(side, test), started_at=side.run.started_at,
                          finished_at=side.run.finished_at, materials=rederive(side.tree, o.materials),
                          import_result=imported)
-
-
-# --- grading ---------------------------------------------------------------------------------
-
-
-def _state(entry: Entry | None, side: Side, declared: bool = False) -> SideState:
-    """A test's state on one side. One the side did not collect never ran, unless the file did not
-    collect because the tree lacks what it imports or patches: then it fails there, for that reason
-    (SWE-bench counts a test missing from a side's results as failed; diffprobe only when the tree,
-    not the environment or the file itself, is why)."""
-    if entry is not None:
-        return SideState(status=entry.status, kind=entry.kind, detail=entry.detail, cause=entry.cause)
-    errors = side.outcomes.collection_errors
-    if errors and all(missing_target(c.exception, side.lacking) for c in errors):
-        return SideState(status="failed", kind=f"not collected: {kind_of_collection(errors[0], side.lacking)}",
-                         detail=missing_target(errors[0].exception, side.lacking), cause="target missing")
-    why = "collection error" if errors else "not collected on this side"
-    return SideState(status="never ran", kind="not collected", detail=f"{why}{'; listed from its source' * declared}")
-
-
-def _grade(base: SideState, head: SideState) -> Grade:
-    return _GRADE.get((base.status, head.status), "never ran")
-
-
-def _summary(side: Side, listed: list[Entry]) -> SideSummary:
-    def count(rows: list[Entry]) -> dict[str, int]:
-        c = Counter(e.kind for e in rows)
-        return {"passed": c.pop("passed", 0), **dict(c.most_common())}
-
-    return SideSummary(
-        source=side.text, tests=count([e for e in listed if e.parent is None]),
-        subtests=count([e for e in listed if e.parent is not None]),
-        collection_errors=[kind_of_collection(c, side.lacking) for c in side.outcomes.collection_errors],
-        timed_out=side.timed_out,
-        pytest=pytest_count(side.outcomes),
-    )
-
-
-def pytest_count(o: Outcomes) -> PytestCount | None:
-    """How pytest's own line relates to the records: its "failed" counts failed tests and failed
-    subtests alike, its "passed" counts tests only (a unittest test whose subTest blocks failed is
-    "passed" there, its failed subtests are in "failed"), errors are counted apart."""
-    if not o.complete:
-        return None
-    tests = [r for r in o.results if r.parent is None]
-    subtests = [r for r in o.results if r.parent is not None]
-    failed_tests = sum(r.outcome == "failed" for r in tests)
-    failed_subtests = sum(r.outcome == "failed" for r in subtests)
-    passed_tests = sum(r.outcome == "passed" for r in tests)
-    said = {word: int(n) for n, word in (part.split(" ", 1) for part in o.summary if part.split(" ", 1)[0].isdigit())}
-    agrees = said.get("failed", 0) == failed_tests + failed_subtests and said.get("passed", 0) == passed_tests
-    return PytestCount(line=o.summary, failed_tests=failed_tests, failed_subtests=failed_subtests,
-                       passed_tests=passed_tests, passed_subtests=sum(r.outcome == "passed" for r in subtests),
-                       agrees=agrees)
-
-
-def kind_of_collection(c: CollectionError, lacks: dict[str, str] = {}) -> str:  # noqa: B006 (read only)
-    return f"{c.exception.type} ({cause_of(c.exception, lacks)})"
-
-
-def _covered(declared: str, ids: set[str]) -> bool:
-    return declared in ids or any(i.startswith(declared + "[") for i in ids)
-
-
-def grade(base: Side, head: Side, declared: tuple[str, ...] = ()) -> Grading:
-    """Per test and subtest id. A test listed from the file's source that neither side collected
-    never ran on either (a file that collects nowhere still shows its tests)."""
-    b_entries, h_entries = entries(base), entries(head)
-    b, h = {e.id: e for e in b_entries}, {e.id: e for e in h_entries}
-    rows = []
-    for test_id in dict.fromkeys([*h, *b]):
-        ref = h.get(test_id) or b[test_id]
-        rows.append(graded(test_id, ref.parent, _state(b.get(test_id), base), _state(h.get(test_id), head)))
-    seen = {r.id for r in rows}
-    for test_id in declared:
-        if not _covered(test_id, seen):
-            rows.append(graded(test_id, None, _state(None, base, True), _state(None, head, True)))
-    head_errors = [(kind_of_collection(c, head.lacking), missing_target(c.exception, head.lacking) or c.exception.message,
-                    cause_of(c.exception, head.lacking)) for c in head.outcomes.collection_errors]
-    verdict, blockers = _verdict(rows, head_errors)
-    counts = Counter(r.grade for r in rows)
-    by_cause: dict[Grade, dict[str, int]] = {}
-    for g in ("fail-to-pass", "pass-to-fail", "fail-to-fail"):
-        split = Counter(r.cause or "other" for r in rows if r.grade == g)
-        by_cause[g] = dict(split.most_common())
-    return Grading(counts={g: counts.get(g, 0) for g in get_args(Grade)}, by_cause=by_cause, tests=rows,
-                   base=_summary(base, b_entries), head=_summary(head, h_entries), verdict=verdict, blockers=blockers,
-                   passed=not blockers)
-
-
-def graded(test_id: str, parent: str | None, base: SideState, head: SideState) -> GradedTest:
-    """One row: its grade, the failure it rests on, and the reason in words, each true of the two states."""
-    g = _grade(base, head)
-    cause = base.cause if g == "fail-to-pass" else head.cause
-    return GradedTest(id=test_id, parent=parent, base=base, head=head, grade=g, cause=cause, reason=reason(g, base, head))
-
-
-def _said(state: SideState) -> str:
-    return f"{state.kind}: {state.detail}" if state.detail and state.status != "passed" else state.kind
-
-
-def reason(g: Grade, base: SideState, head: SideState) -> str:
-    if g == "fail-to-pass":
-        return f"fails at base ({_said(base)}); passes at head"
-    if g == "pass-to-pass":
-        return "passes at base and at head"
-    if g == "pass-to-fail":
-        why = f"passes at base; fails at head ({_said(head)})"
-        return why + (f": {NOT_BEHAVIOUR_WORDS[head.cause]}, not a regression" if head.cause in NOT_BEHAVIOUR else "")
-    if g == "fail-to-fail":
-        return f"fails at base ({_said(base)}) and at head ({_said(head)})"
-    sides = [f"never ran at {name} ({_said(s)})" for name, s in (("base", base), ("head", head)) if s.status == "never ran"]
-    return "; ".join(sides) + ": not compared"
-
-
-# What a failure at head with a cause that is not the tree's behaviour says instead
-NOT_BEHAVIOUR_WORDS = {"stub": "it fell through to the test's own stand-ins",
-                       "environment": "the environment lacks a module",
-                       "target missing": "the test asks for something this tree does not have (a test of another era)"}
-
-
-def _ran(state: SideState) -> bool:
-    """The test ran on that side (passed or failed running), as opposed to never ran or not collected."""
-    return state.status != "never ran" and not state.kind.startswith("not collected")
-
-
-def _verdict(rows: list[GradedTest], head_errors: list[tuple[str, str, Cause]]) -> tuple[str, list[str]]:
-    """Why the head does not pass, each reason in the words its cause deserves: a test that fell
-    through to its own stub, lacks a module or wants what the tree lacks at head says nothing about
-    the tree -- it is inconclusive, never a regression nor a missing fix. ``head_errors``: the head's
-    collection errors, (kind, detail, cause)."""
-    blockers, found = [], set()
-    for kind, detail, cause in head_errors:
-        not_behaviour = cause in NOT_BEHAVIOUR
-        blockers.append(f"head: the file does not collect: {kind}: {detail}"
-                        + (f": {NOT_BEHAVIOUR_WORDS[cause]}, inconclusive" if not_behaviour else ""))
-        found.add("inconclusive" if not_behaviour else "fails at head")
-    for r in rows:
-        if r.head.status == "failed":
-            not_behaviour = r.head.cause in NOT_BEHAVIOUR
-            words = NOT_BEHAVIOUR_WORDS.get(r.head.cause or "", "")
-            if r.grade == "pass-to-fail":
-                word = "inconclusive" if not_behaviour else "regression"
-                blockers.append(f"{r.id}: passed at base, {r.head.kind} at head: "
-                                + (f"{words}, not a regression" if not_behaviour else "regression"))
-            elif r.grade == "fail-to-fail" and r.head.cause == "assertion":
-                word = "fix missing"
-                blockers.append(f"{r.id}: the test's assertion fails at base and at head: fix missing")
-            else:
-                word = "inconclusive" if not_behaviour else "fails at head"
-                blockers.append(f"{r.id}: {r.head.kind} at head" + (f" ({words}: inconclusive)" if not_behaviour else ""))
-            found.add(word)
-    dropped = [r for r in rows if _ran(r.base) and r.head.status == "never ran"]
-    blockers += [f"{r.id}: ran at base ({r.base.kind}), never ran at head ({r.head.kind}): not compared, inconclusive"
-                 for r in dropped]
-    if dropped:
-        found.add("inconclusive")
-    if not any(r.head.status == "passed" for r in rows):
-        blockers.append("no test passed at head")
-        found.add("inconclusive")
-    order = ("regression", "fix missing", "fails at head", "inconclusive")
-    return next((v for v in order if v in found), "passes"), blockers
 
 
 def record(test: UpstreamFile, base: str, head: str, grading: Grading) -> UpstreamTestsRecord:
@@ -564,7 +308,8 @@ def cmd_upstream_tests(args: argparse.Namespace) -> int:
             ui.warn(f"{text}: {note}")
         sides[name] = run_side(name, text, trees[name], environment, test, args.timeout, sandboxed=opts.sandboxed(trees[name]))
         got.append(receipt(sides[name], environment, test, probe))
-    grading = grade(sides["base"], sides["head"], test.declared)
+    recorded = record(test, args.base, args.head, grade(sides["base"], sides["head"], test.declared))
+    grading = recorded.grading  # each side's source redacted as recorded
     # Each side against its baseline: pytest runs record no lines, so a changed place the tests
     # imported is never "not run" on their account, and --strict fails on any such place at head.
     records = {name: baseline.departures_of(text, trees[name], baseline.of(trees[name], args.against, opts), [r])
@@ -575,7 +320,7 @@ def cmd_upstream_tests(args: argparse.Namespace) -> int:
     out = bundle.write(
         bundle.out_path(args.out, PROBE_ID), kind=PROBE_ID, created_at=started,
         receipts=list({bundle.receipt_name(r): r for r in got}.values()), differentials=[], pins_sha256=None, limits=LIMITS,
-        extra=record(test, args.base, args.head, grading).model_dump(mode="json", by_alias=True),
+        extra=recorded.model_dump(mode="json", by_alias=True),
         files={departures.file_name(bundle.label(trees[name].identity)): bundle.dump(r) for name, r in records.items()},
         signers=signers,
     )

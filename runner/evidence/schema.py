@@ -16,7 +16,8 @@ from runner.evidence.receipts import Differential, Receipt
 from runner.evidence.reviews import Ledger
 from runner.evidence.records import (Acceptance, BackportRecord, GateRecord, ModelRecord, MutationRecord, RunRecord,
                                      SweepRecord)
-from runner.evidence.upstream import Outcomes, UpstreamTestsRecord
+from runner.evidence.upstream import UpstreamTestsRecord
+from runner.judge.pytest_records import Outcomes
 
 MODELS = {
     "pins": Pins,

@@ -1,7 +1,7 @@
 """An upstream-tests grading as people read it: per test and subtest on both sides, failures by type
 and origin, pytest's own count beside ours. The ``upstream-tests`` command and ``report`` both show
-it (so it sits below both: a view reads no command); the record is runner/evidence/upstream.py's,
-the rules that grade stay with the command."""
+it (so it sits below both: a view reads no command); the grading is the judge's
+(runner/judge/upstream.py), its record runner/evidence/upstream.py's."""
 
 from __future__ import annotations
 
@@ -9,14 +9,16 @@ from rich.markup import escape
 from rich.table import Table
 
 from runner import ui
-from runner.evidence.upstream import NOT_BEHAVIOUR, Grade, Grading, PytestCount, SideState, SideSummary
+from runner.judge.pytest_records import INCOMPATIBLE, NOT_BEHAVIOUR, Grade, Grading, PytestCount, SideState, SideSummary
 
 _GRADE_STYLE = {"fail-to-pass": "green", "pass-to-pass": "dim", "pass-to-fail": "bold red", "fail-to-fail": "red",
-                "never ran": "yellow"}
+                "incompatible (test era)": "magenta", "never ran": "yellow"}
 ORIGINS = ("origins: (assertion) the test's own assertion failed; (stub) raised on a test stub or mock, the code "
            "fell through to it; (test) raised by the test's files; (sglang) raised in the tree's code; "
-           "(environment) a module the environment lacks; (target missing) the test imports, patches or reads a "
-           "name the tree's source does not define")
+           "(environment) a module the environment lacks; the test of another era (incompatible): (target missing) "
+           "it imports, patches or reads a name the tree's source does not define, (signature mismatch) a call "
+           "between its files and the tree that the callee's signature does not accept, (attribute unset) the tree "
+           "read what its constructor sets from an object the test built without it")
 
 
 def counts_line(summary: SideSummary) -> str:
@@ -70,8 +72,10 @@ def verdict_line(grading: Grading) -> str:
         clauses.append(f"every test that fails at base ({len(failed_at_base)}) passes at head")
     if not counts.get("fail-to-pass"):
         clauses.append("no test fails at base and passes at head: nothing here shows a fix")
-    if not counts.get("pass-to-fail"):
+    if not any(r.base.status == "passed" and r.head.status == "failed" for r in rows):
         clauses.append("none that passes at base fails at head")
+    if counts.get(INCOMPATIBLE):
+        clauses.append(f"{counts[INCOMPATIBLE]} incompatible (test era): the test and the tree are of different eras, not compared")
     if never_at_base:
         clauses.append(f"{never_at_base} never ran at base: not compared")
     verdict = grading.verdict or ("passes" if grading.passed else "does not pass")

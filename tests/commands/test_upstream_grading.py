@@ -8,8 +8,10 @@ from pathlib import Path
 import pytest
 
 from runner import cli
+from runner.judge import upstream as judge_upstream
 from runner.commands import upstream_layout, upstream_tests
 from runner.commands.upstream_tests import Outcomes, Side
+from runner.judge import targets
 from runner.errors import BadInput
 from runner.views import grading
 
@@ -219,11 +221,11 @@ def test_pytests_own_count_is_explained_by_the_records():
                       result(f"{parent} (i=0)", "failed", raised("test", True), parent),
                       result(f"{parent} (i=1)", "passed", None, parent)],
              summary=["2 failed", "1 passed", "3 warnings"]).outcomes
-    count = upstream_tests.pytest_count(o)
+    count = judge_upstream.pytest_count(o)
     assert (count.failed_tests, count.failed_subtests, count.passed_tests, count.passed_subtests) == (1, 1, 1, 1)
     assert count.agrees
     assert "its failed = 1 test + 1 subtest" in grading.pytest_line(count)
-    wrong = upstream_tests.pytest_count(o.model_copy(update={"summary": ["1 failed", "1 passed"]}))
+    wrong = judge_upstream.pytest_count(o.model_copy(update={"summary": ["1 failed", "1 passed"]}))
     assert not wrong.agrees and "do NOT add up" in grading.pytest_line(wrong)
 
 
@@ -243,18 +245,23 @@ def wanted_raised(name: str, how: str = "import", type_: str = "ImportError") ->
     return {**raised("test", type_=type_), "wanted": {"name": name, "how": how, "at": "test_x.py:3 in <module>"}}
 
 
-def test_a_base_that_lacks_what_the_file_imports_fails_every_test_so_passing_at_head_is_fail_to_pass():
+def lacking(names: dict[str, str]) -> targets.Code:
+    """The code a side ran, as far as grading asks here: a tree whose source lacks ``names``."""
+    return targets.Code(type("Tree", (), {"lacks": lambda self, name: names.get(name)})(), {})
+
+
+def test_a_base_that_lacks_what_the_file_imports_fails_every_test_there_as_another_era_never_fail_to_pass():
     error = {"id": "test_x.py", "exception": wanted_raised("sglang.srt.x.is_unadmitted_reject")}
     base = side("base", [], [error])
-    base = Side(base.name, base.text, None, base.outcomes, base.run, {"sglang.srt.x.is_unadmitted_reject": "sglang.srt.x.is_unadmitted_reject"})
+    base = Side(base.name, base.text, None, base.outcomes, base.run, lacking({"sglang.srt.x.is_unadmitted_reject": "sglang.srt.x.is_unadmitted_reject"}))
     head = side("head", [result("test_x.py::T::test_a", "passed"), result("test_x.py::T::test_b", "failed", raised("test", True))])
     g = upstream_tests.grade(base, head)
     rows = {r.id: r for r in g.tests}
-    assert (rows["test_x.py::T::test_a"].grade, rows["test_x.py::T::test_a"].cause) == ("fail-to-pass", "target missing")
+    assert (rows["test_x.py::T::test_a"].grade, rows["test_x.py::T::test_a"].cause) == (INCOMPATIBLE, "target missing")
     assert rows["test_x.py::T::test_a"].base.detail == ("the tree lacks sglang.srt.x.is_unadmitted_reject (import of "
                                                         "sglang.srt.x.is_unadmitted_reject at test_x.py:3 in <module>)")
-    assert (rows["test_x.py::T::test_b"].grade, rows["test_x.py::T::test_b"].cause) == ("fail-to-fail", "assertion")
-    assert g.verdict == "fix missing"  # the test's own assertion fails at head
+    assert (rows["test_x.py::T::test_b"].grade, rows["test_x.py::T::test_b"].cause) == (INCOMPATIBLE, "target missing")
+    assert g.verdict == "fails at head" and g.counts["fail-to-pass"] == 0  # an era's test at base compares nothing
 
 
 @pytest.mark.parametrize("exception", [
@@ -274,20 +281,20 @@ def test_a_base_that_cannot_collect_for_any_other_reason_never_ran(exception):
 def test_a_patch_target_missing_at_head_is_inconclusive_never_a_regression():
     base = side("base", [result("t::a", "passed")])
     head = side("head", [result("t::a", "failed", wanted_raised("sglang.srt.d.Q._release", "mock.patch", "AttributeError"))])
-    head = Side(head.name, head.text, None, head.outcomes, head.run, {"sglang.srt.d.Q._release": "sglang.srt.d.Q._release"})
+    head = Side(head.name, head.text, None, head.outcomes, head.run, lacking({"sglang.srt.d.Q._release": "sglang.srt.d.Q._release"}))
     g = upstream_tests.grade(base, head)
     (row,) = g.tests
-    assert (row.grade, row.cause, row.head.kind) == ("pass-to-fail", "target missing", "AttributeError (target missing)")
-    assert g.verdict == "inconclusive" and "not a regression" in row.reason and "another era" in row.reason
+    assert (row.grade, row.cause, row.head.kind) == (INCOMPATIBLE, "target missing", "AttributeError (target missing)")
+    assert g.verdict == "inconclusive" and "neither a fix nor a regression" in row.reason and "another era" in row.reason
     assert all("regression" not in b.replace("not a regression", "") for b in g.blockers)
 
 
 def test_a_head_that_lacks_what_the_file_imports_is_inconclusive():
     base = side("base", [result("test_x.py::test_a", "passed")])
     head = side("head", [], [{"id": "test_x.py", "exception": wanted_raised("sglang.srt.x.old_name")}])
-    head = Side(head.name, head.text, None, head.outcomes, head.run, {"sglang.srt.x.old_name": "sglang.srt.x.old_name"})
+    head = Side(head.name, head.text, None, head.outcomes, head.run, lacking({"sglang.srt.x.old_name": "sglang.srt.x.old_name"}))
     g = upstream_tests.grade(base, head)
-    assert g.verdict == "inconclusive" and g.tests[0].grade == "pass-to-fail" and g.tests[0].cause == "target missing"
+    assert g.verdict == "inconclusive" and g.tests[0].grade == INCOMPATIBLE and g.tests[0].cause == "target missing"
     assert g.blockers[0].startswith("head: the file does not collect: ImportError (target missing): the tree lacks sglang.srt.x.old_name")
 
 
@@ -313,7 +320,7 @@ def test_nothing_is_said_of_tests_failing_at_base_when_none_ran_there():
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from runner.evidence.upstream import NOT_BEHAVIOUR  # noqa: E402
+from runner.judge.pytest_records import INCOMPATIBLE, NOT_BEHAVIOUR  # noqa: E402
 
 OUTCOMES = {
     "passed": ("passed", None), "xfailed": ("xfailed", None), "skipped": ("skipped", None),
@@ -331,7 +338,7 @@ def _side(name: str, states: list[str], collection: str) -> Side:
     else:
         results = [result(f"test_x.py::test_{i}", *OUTCOMES[s]) for i, s in enumerate(states) if OUTCOMES[s]]
         built = side(name, results)
-    return Side(built.name, built.text, None, built.outcomes, built.run, {"sglang.gone.x": "sglang.gone"})
+    return Side(built.name, built.text, None, built.outcomes, built.run, lacking({"sglang.gone.x": "sglang.gone"}))
 
 
 gradings = st.integers(1, 6).flatmap(lambda n: st.tuples(
@@ -364,7 +371,7 @@ def test_every_verdict_message_and_reason_is_true_of_its_counts(case):
         assert g.verdict == "passes" and at["failed"] == 0 and at["passed"] > 0 and not head.outcomes.collection_errors
     if g.verdict == "fails at head":  # something failed at head for a reason that is the tree's or the test's
         assert any(r.head.status == "failed" and r.head.cause not in NOT_BEHAVIOUR for r in rows) or any(
-            upstream_tests.cause_of(c.exception, head.lacking) not in NOT_BEHAVIOUR for c in head.outcomes.collection_errors)
+            upstream_tests.cause_of(c.exception, head.code) not in NOT_BEHAVIOUR for c in head.outcomes.collection_errors)
     if g.verdict == "inconclusive":
         assert not g.passed and g.blockers
     behaviour_p2f = [r for r in rows if r.grade == "pass-to-fail" and r.cause not in NOT_BEHAVIOUR]
@@ -384,5 +391,7 @@ def test_every_verdict_message_and_reason_is_true_of_its_counts(case):
             assert said.endswith("passes at head") or said.endswith("at head")
         if "not a regression" in said:
             assert r.grade == "pass-to-fail" and r.head.cause in NOT_BEHAVIOUR
+        # a failure of another era's test is never a fix, a regression or a missing fix
+        assert (r.grade == INCOMPATIBLE) == (r.grade != "never ran" and "target missing" in (r.base.cause, r.head.cause)), said
         if r.cause == "target missing":
             assert r.grade != "pass-to-fail" or g.verdict != "regression" or r not in behaviour_p2f

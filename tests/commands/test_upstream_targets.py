@@ -16,7 +16,8 @@ import pytest
 from runner.commands import upstream_tests
 from runner.commands.upstream_tests import Outcomes, Side
 from runner.evidence import catalog
-from runner.evidence.targets import Source
+from runner.judge.pytest_records import INCOMPATIBLE
+from runner.judge.targets import Code, Source
 
 PLUGIN = Path(catalog.__file__).resolve().parents[2] / "probes" / "pytest_outcomes.py"
 
@@ -196,7 +197,7 @@ def run_plugin(tmp_path: Path, name: str, files: dict[str, str], tests: dict[str
                    env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
     outcomes = Outcomes.model_validate_json(out.read_bytes())
     return Side(name, f"path:{name}", None, outcomes, type("Run", (), {"code": 1})(),
-                upstream_tests.lacking(outcomes, Source(root)))
+                Code(Source(root), {path: text.encode() for path, text in tests.items()}))
 
 
 @pytest.fixture(scope="module")
@@ -226,14 +227,15 @@ def test_the_plugin_names_what_the_test_asked_for_and_how(base_and_head):
     assert wanted["test_patch_decorator_a_method_the_tree_lacks"].at is None  # the decorator ran outside the test
 
 
-def test_the_host_grades_a_missing_target_as_failed_at_base_so_passing_at_head_is_fail_to_pass(base_and_head):
+def test_the_host_grades_a_missing_target_as_another_era_at_base_never_fail_to_pass(base_and_head):
     base, head, tmp = base_and_head
     rows = {r.id.split("::")[1]: r for r in upstream_tests.grade(base, head).tests}
     for name in ("test_patch_a_function_the_tree_lacks", "test_patch_object_a_method_the_tree_lacks",
                  "test_patch_decorator_a_method_the_tree_lacks", "test_retire"):
-        assert (rows[name].grade, rows[name].cause) == ("fail-to-pass", "target missing"), name
+        assert (rows[name].grade, rows[name].cause) == (INCOMPATIBLE, "target missing"), name
         assert rows[name].base.kind.endswith("(target missing)") and "the tree lacks sglang.srt.door" in rows[name].base.detail
-        assert rows[name].reason.startswith("fails at base (") and rows[name].reason.endswith("passes at head")
+        assert rows[name].reason.startswith("fails at base (") and "passes at head: the test is of another era" in rows[name].reason
+        assert rows[name].base.incompatible.tree.startswith("the tree lacks sglang.srt.door")
     assert rows["test_the_trees_own_code_raising_is_the_trees"].base.cause == "sglang"
     assert rows["test_a_stub_stays_a_stub"].base.cause == "stub"
     assert rows["test_import_a_module_the_tree_lacks"].head.cause == "target missing"
@@ -242,8 +244,8 @@ def test_the_host_grades_a_missing_target_as_failed_at_base_so_passing_at_head_i
 
 def test_a_file_whose_import_the_base_lacks_fails_there_for_that_reason(tmp_path):
     """The whole file does not collect at base because the tree lacks the name it imports: every
-    test fails at base with that reason (SWE-bench: missing from the base's log, so failed), and a
-    test passing at head is fail-to-pass. The same file with an import of a third-party module the
+    test fails at base with that reason (SWE-bench: missing from the base's log, so failed), and the
+    test is of another era there: never fail-to-pass. The same file with an import of a third-party module the
     environment lacks, or with a syntax error in its helper, never ran at base."""
     collect = "from sglang.srt.door import retire\n\n\ndef test_retire_exists():\n    assert retire() is None\n"
     base = run_plugin(tmp_path, "base", BASE, {"test_collect.py": collect})
@@ -252,7 +254,7 @@ def test_a_file_whose_import_the_base_lacks_fails_there_for_that_reason(tmp_path
     assert error.exception.wanted.name == "sglang.srt.door.retire"
     g = upstream_tests.grade(base, head)
     (row,) = g.tests
-    assert (row.grade, row.cause, row.base.status) == ("fail-to-pass", "target missing", "failed")
+    assert (row.grade, row.cause, row.base.status) == (INCOMPATIBLE, "target missing", "failed")
     assert row.base.detail.startswith("the tree lacks sglang.srt.door.retire (import of sglang.srt.door.retire at test_collect.py:1")
     assert g.base.collection_errors == ["ImportError (target missing)"] and g.verdict == "passes"
     for broken, origin in (("import not_installed_anywhere\n", "environment"), ("import helper_syntax\n", "test")):

@@ -124,7 +124,8 @@ def test_local_file_fail_to_pass_across_the_fix(tmp_path, cache, capsys):
     assert grades[f"{NAME}::test_rejection_leaves_the_request_unfinished"] == "pass-to-pass"
     assert grades[f"{NAME}::TestRejectionState::test_prompt_shrinks_to_one_token (rid='x')"] == "pass-to-pass"
     assert grades[f"{NAME}::test_on_gpu"] == "never ran"
-    assert grading.counts == {"fail-to-pass": 4, "pass-to-pass": 4, "pass-to-fail": 0, "fail-to-fail": 0, "never ran": 1}
+    assert grading.counts == {"fail-to-pass": 4, "pass-to-pass": 4, "pass-to-fail": 0, "fail-to-fail": 0,
+                              "incompatible (test era)": 0, "never ran": 1}
     # failures are counted by exception type and origin, never as a bare "failed"
     assert grading.base.tests == {"passed": 2, "AttributeError (stub)": 1, "failed through its subtests": 1, "skipped": 1}
     assert grading.base.subtests == {"passed": 2, "AttributeError (stub)": 2}
@@ -186,10 +187,12 @@ def test_git_path_from_head_commit_a_base_lacking_the_import_fails_there(tmp_pat
     grading, _ = _grading(out)
     assert grading.verdict == "passes"
     # 0.5.20 lacks is_unadmitted_reject: the file does not collect there, and that is the tree's lack,
-    # so every test fails at base for that reason (SWE-bench: absent from the base's log) and those
-    # passing at head are fail-to-pass; the one skipped at head never ran there
+    # so every test fails at base for that reason (SWE-bench: absent from the base's log, F2P) and is
+    # of another era there: nothing of the base ran, so nothing reads fail-to-pass; the one skipped
+    # at head never ran there
     assert grading.base.collection_errors == ["ImportError (target missing)"]
-    assert grading.counts["fail-to-pass"] == 8 and grading.counts["never ran"] == 1
+    assert grading.counts["incompatible (test era)"] == 8 and grading.counts["fail-to-pass"] == 0
+    assert grading.counts["never ran"] == 1
     assert all(t.base.status == "failed" and t.base.cause == "target missing" for t in grading.tests)
     assert grading.head.tests == {"passed": 4, "skipped": 1}
     base = receipts["receipts/sglang-0.5.20.upstream-tests.json"]

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from runner import cli
+from runner.judge import upstream as judge_upstream
 from runner.commands import upstream_layout, upstream_tests
 from runner.commands.sweep import version_key
 from runner.evidence import bundle, pins
@@ -73,7 +74,7 @@ def assert_same(side, plain):
     assert outcomes == plain.outcomes
     assert failed_subtests == plain.failed_subtests
     assert side.outcomes.summary == plain.summary and side.outcomes.exit_status == plain.exit_status
-    count = upstream_tests.pytest_count(side.outcomes)
+    count = judge_upstream.pytest_count(side.outcomes)
     assert count.agrees  # and the records add up to pytest's own failed and passed counts
     return side
 
@@ -155,7 +156,7 @@ def test_from_git_with_its_conftest_and_helpers_graded_by_cause(tmp_path, cache,
     old = rows["TestPrefillDoor::test_door_of_old_releases_sends_rejected_requests"]
     assert (old.grade, old.cause, old.head.kind) == ("pass-to-fail", "stub", "AttributeError (stub)")
     assert grading.by_cause == {"fail-to-pass": {"assertion": 2, "stub": 1}, "pass-to-fail": {"stub": 1},
-                                "fail-to-fail": {"sglang": 2}}
+                                "fail-to-fail": {"sglang": 2}, "incompatible (test era)": {}}
     assert grading.verdict == "fails at head"  # the tree's own ValueError and assert, not the stub
     assert "1 pass-to-fail (1 stub: not a regression)" in printed
     assert "pytest's own count: 5 failed, 5 passed" in printed
@@ -187,7 +188,7 @@ def test_a_module_the_environment_lacks_is_an_environment_problem(tmp_path, cach
 @pytest.mark.slow
 def test_a_file_importing_what_neither_tree_has_fails_on_both_for_that_reason(tmp_path, cache):
     """Its tests are listed from its source; each fails on both sides because the trees lack the
-    name it imports: fail-to-fail (target missing), inconclusive, never a missing fix."""
+    name it imports: incompatible (test era), inconclusive, never a missing fix."""
     source = (STYLE / "reject_predicate.py").read_text().replace("import is_unadmitted_reject",
                                                                   "import is_unadmitted_reject, no_such_helper")
     tests = tmp_path / "test_reject_predicate.py"
@@ -199,5 +200,5 @@ def test_a_file_importing_what_neither_tree_has_fails_on_both_for_that_reason(tm
     assert [r.id.split("::", 1)[1] for r in grading.tests] == [
         "TestUnadmittedReject::test_rejected_at_intake", "TestUnadmittedReject::test_not_rejected",
         "TestUnadmittedReject::test_reentering_request_is_not_unadmitted"]
-    assert grading.counts["fail-to-fail"] == 3 and grading.by_cause["fail-to-fail"] == {"target missing": 3}
+    assert grading.counts["incompatible (test era)"] == 3 and grading.by_cause["incompatible (test era)"] == {"target missing": 3}
     assert grading.verdict == "inconclusive"

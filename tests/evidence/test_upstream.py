@@ -17,7 +17,8 @@ import pytest
 from runner.commands import upstream_tests
 from runner.commands.upstream_layout import UpstreamFile
 from runner.evidence import catalog, schema
-from runner.evidence.upstream import Outcomes, UpstreamTestsRecord
+from runner.evidence.upstream import UpstreamTestsRecord
+from runner.judge.pytest_records import Outcomes
 
 # Upstream's style without SGLang: every outcome the plugin records, subtests, a mock's assertion,
 # a stand-in fallen through, and a module the environment lacks.
@@ -129,3 +130,17 @@ def test_an_upstream_tests_record_validates_against_the_committed_schema(written
     jsonschema.Draft202012Validator(_schema("upstream-tests")).validate(doc)
     assert doc["tests"]["from"] == "local:/x/test_mixed.py" and doc["grading"]["tests"]
     assert UpstreamTestsRecord.model_validate(doc) == extra
+
+
+def test_the_record_redacts_the_sources_its_grading_names(written):
+    """The judge's grading names each side's source as given (the judge imports no redaction); the
+    record a bundle keeps redacts them, as made and as read."""
+    secret = "git+https://alice:ghp_S3CRET@git.example/sglang.git@abc123"
+    run = type("Run", (), {"code": 1})()
+    side = upstream_tests.Side("base", secret, None, Outcomes.model_validate(written["mixed"]), run)
+    test = UpstreamFile("test_mixed.py", "local:/x/test_mixed.py", MIXED.encode(), {}, ())
+    made = upstream_tests.record(test, "b", "h", upstream_tests.grade(side, side))
+    doc = made.model_dump(mode="json", by_alias=True)
+    assert "S3CRET" not in orjson.dumps(doc).decode() and made.grading.base.source.startswith("git+https://***@")
+    doc["grading"]["head"]["source"] = secret
+    assert "S3CRET" not in UpstreamTestsRecord.model_validate(doc).grading.head.source

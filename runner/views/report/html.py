@@ -17,7 +17,7 @@ from runner import errors
 from runner.evidence import bundle, receipts
 from runner.judge import judging
 from runner.evidence.receipts import Differential, Receipt
-from runner.evidence.upstream import Grading
+from runner.judge.pytest_records import Grading
 from runner.files import write_atomic
 from runner.views import confinement, grading, timeline
 from runner.views.verdict import of_record

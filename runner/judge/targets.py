@@ -43,6 +43,57 @@ class Source:
         found = self._resolve(parts, depth=0)
         return None if found is None or found is UNKNOWN else found
 
+    def read(self, path: str) -> bytes | None:
+        """A file of the tree by its path under the root (``sglang/...``), within the bound."""
+        parts = path.split("/")
+        if parts[0] != PACKAGE or any(p in ("", ".", "..") for p in parts):
+            return None
+        file = self.root.joinpath(*parts)
+        if not file.is_file() or file.is_symlink() or file.stat().st_size > MAX_SOURCE:
+            return None
+        return file.read_bytes()
+
+    def constructor_sets(self, parts: list[str], name: str, depth: int) -> str | None:
+        """``Code.constructor_sets`` for the class ``parts`` (dotted, split)."""
+        found = self._class(parts)
+        if found is None or depth > 20:
+            return None
+        module, cls = found
+        init = next((n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None)
+        if init is not None and (node := _sets(init, name)) is not None:
+            return f"{'/'.join(module)}.py:{node.lineno} in {cls.name}.__init__"
+        if init is not None and not _calls_super_init(init):
+            return None
+        scope = self._module(module)
+        for base in cls.bases:
+            dotted = _dotted(base.value if isinstance(base, ast.Subscript) else base)
+            binding = _bindings(scope.body).get(dotted[0]) if dotted and scope else None
+            if not isinstance(binding, tuple):
+                continue
+            kind, node = binding
+            target = [*module, *dotted] if kind == "class" else \
+                [*(_imported(node, dotted[0], module, self._is_package(module)) or []), *dotted[1:]] if kind == "import" else []
+            if target and target[0] == PACKAGE and (where := self.constructor_sets(target, name, depth + 1)):
+                return where
+        return None
+
+    def _class(self, parts: list[str]) -> tuple[list[str], ast.ClassDef] | None:
+        """(module, class node) of a dotted class name the tree's source defines at module level or nested."""
+        for i in range(len(parts) - 1, 0, -1):
+            if self._file(parts[:i]) is not None:
+                break
+        else:
+            return None
+        module = self._module(parts[:i])
+        body, cls = module.body if module else [], None
+        for part in parts[i:]:
+            cls = next((n for n in body if isinstance(n, ast.ClassDef) and n.name == part), None)
+            if cls is None:
+                return None
+            body = cls.body
+        path = self._file(parts[:i])
+        return ([*parts[:i - 1], path.stem] if path.name != "__init__.py" else [*parts[:i], "__init__"]), cls
+
     # --- modules ---------------------------------------------------------------------------------
 
     def _file(self, parts: list[str]) -> Path | None:
@@ -275,3 +326,81 @@ def _imported(node: ast.Import | ast.ImportFrom, name: str, module: list[str], i
                 base = []
             return [*base, *(node.module.split(".") if node.module else []), alias.name]
     return None
+
+
+# --- the code a failure crossed: call sites, signatures, constructors ---------------------------
+
+
+@dataclass
+class Code:
+    """The code one side ran, as stored: the tree's source and the test's files (path under the
+    test directory -> bytes), read where a failure's frames point (probes/pytest_outcomes.py)."""
+
+    tree: Source
+    test_files: dict[str, bytes]
+    parsed: dict[tuple[str, str], ast.Module | None] = field(default_factory=dict)
+
+    def module(self, owner: str, path: str | None) -> ast.Module | None:
+        """A file of the tree (``sglang/...``) or of the test's, parsed; None when absent or unreadable."""
+        if path is None or owner not in ("sglang", "test"):
+            return None
+        if (owner, path) not in self.parsed:
+            data = self.test_files.get(path) if owner == "test" else self.tree.read(path)
+            try:
+                self.parsed[owner, path] = ast.parse(data) if data is not None else None
+            except (SyntaxError, ValueError):
+                self.parsed[owner, path] = None
+        return self.parsed[owner, path]
+
+    def call(self, owner: str, path: str | None, line: int, end_line: int, col: int, end_col: int) -> ast.Call | None:
+        """The call expression at exactly those positions."""
+        module = self.module(owner, path)
+        for node in ast.walk(module) if module else ():
+            if isinstance(node, ast.Call) and (node.lineno, node.end_lineno, node.col_offset, node.end_col_offset) == \
+                    (line, end_line, col, end_col):
+                return node
+        return None
+
+    def function(self, owner: str, path: str | None, line: int, qualname: str) -> ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | None:
+        """The one function (or lambda) whose code starts at ``line`` (its first decorator's, if any)
+        and whose name is the last part of ``qualname``; None when absent or ambiguous."""
+        module = self.module(owner, path)
+        name = qualname.rsplit(".", 1)[-1]
+        found = []
+        for node in ast.walk(module) if module else ():
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
+                first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+                found += [node] if first == line else []
+            elif isinstance(node, ast.Lambda) and name == "<lambda>" and node.lineno == line:
+                found.append(node)
+        return found[0] if len(found) == 1 else None
+
+    def constructor_sets(self, cls: str, name: str) -> str | None:
+        """Where the tree's constructor of ``cls`` (dotted) sets ``self.<name>`` unconditionally (its
+        ``__init__``'s own statements, or a base's reached through ``super().__init__`` or inherited),
+        as ``path:line in Class.__init__``; None when it does not, or the source cannot tell."""
+        return self.tree.constructor_sets(cls.split("."), name, depth=0)
+
+
+def _sets(init: ast.FunctionDef, name: str) -> ast.stmt | None:
+    """The statement of ``init``'s own body (not under a condition or a loop) assigning ``self.<name>``."""
+    body = list(init.body)
+    for node in body:
+        if isinstance(node, (ast.With, ast.AsyncWith)):
+            body += node.body
+        elif isinstance(node, ast.Try):
+            body += node.body + node.finalbody
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        for target in (e for t in targets for e in ast.walk(t)):
+            if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self" \
+                    and target.attr == name:
+                return node
+    return None
+
+
+def _calls_super_init(init: ast.FunctionDef) -> bool:
+    for node in init.body:
+        call = node.value if isinstance(node, ast.Expr) else None
+        if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "__init__":
+            return True
+    return False
