@@ -130,22 +130,28 @@ def decisions(fn: ast.FunctionDef, names: tuple[str, ...] = ()) -> set[str]:
     ``while`` test, a boolean or conditional expression) of a statement of the fix's code or of a statement
     enclosing one. Each is an input the cases must vary (a dimension of the probe's case space) or a name
     that needs none (``Space.incidental``)."""
-    parents = {id(node): parent for node, parent, *_ in walk(fn) if parent is not None}
-    deciding: dict[int, ast.stmt] = {}
-    for stmt in statements(fn, names):
-        node: ast.AST | None = stmt
-        while node is not None and node is not fn:
-            if isinstance(node, ast.stmt):
-                deciding[id(node)] = node
-            node = parents.get(id(node))
     found: set[str] = set()
-    for stmt in deciding.values():
+    for stmt in deciding(fn, names):
         tests = [stmt.test] if isinstance(stmt, (ast.If, ast.While)) else []
         tests += [n for n in own(stmt) if isinstance(n, (ast.BoolOp, ast.IfExp))]
         for test in tests:
             found.update(n.attr if isinstance(n, ast.Attribute) else n.id
                          for n in ast.walk(test) if isinstance(n, (ast.Attribute, ast.Name)))
     return found
+
+
+def deciding(fn: ast.FunctionDef, names: tuple[str, ...] = ()) -> list[ast.stmt]:
+    """The statements whose conditions decide the fix's code: each of its statements and every statement
+    enclosing one, in source order."""
+    parents = {id(node): parent for node, parent, *_ in walk(fn) if parent is not None}
+    found: dict[int, ast.stmt] = {}
+    for stmt in statements(fn, names):
+        node: ast.AST | None = stmt
+        while node is not None and node is not fn:
+            if isinstance(node, ast.stmt):
+                found[id(node)] = node
+            node = parents.get(id(node))
+    return sorted(found.values(), key=lambda n: (n.lineno, n.col_offset))
 
 
 def enclosing(fn: ast.FunctionDef, target: ast.AST) -> ast.stmt:

@@ -1,7 +1,7 @@
 """Probe harness: the one entry point the host runs inside a tree's environment.
 
     <env python> -I -B /abs/probes/harness.py --probe PROBE_ID [--probe PROBE_ID ...] --out DIR
-        [--case-timeout SECONDS] [--case CASE_ID ...] [--no-lines]
+        [--case-timeout SECONDS] [--case CASE_ID ...] [--no-lines] [--conditions JSON]
     <env python> -I -B /abs/<dir>/harness.py  < the same arguments, NUL-separated
 
 (the host passes them on standard input, so that no command line a tree can read names them).
@@ -40,6 +40,7 @@ PROBE_MODULES = {name: f"{PACKAGE}.{module}" for name, module in (
     ("lifetime-failures", "lifetime_failures"), ("handoff", "handoff"))}
 HERE = os.path.dirname(os.path.abspath(__file__))
 RECORD_LINES = True  # per-case coverage (probes/coverage.py); --no-lines exists to measure its cost
+CONDITIONS: dict[int, str] | None = None  # index -> name of each condition the fix's code records (--conditions), once installed
 
 
 def load_package() -> ModuleType:
@@ -61,6 +62,7 @@ def load_package() -> ModuleType:
 load_package()  # before the imports below: the package is not on sys.path
 _case = importlib.import_module(f"{PACKAGE}.case")
 _coverage = importlib.import_module(f"{PACKAGE}.coverage")
+_recording = importlib.import_module(f"{PACKAGE}.recording")
 Case, Places, Probe, error, run_case = _case.Case, _case.Places, _case.Probe, _case.error, _case.run_case
 not_applicable, unmet = _case.not_applicable, _case.unmet
 Recorder, canonical = _coverage.Recorder, _coverage.canonical
@@ -201,7 +203,7 @@ def run_forked(case: Case, places: Places, timeout: float, log: ImportLog) -> tu
         if message is not None:  # its result is in; its exit (unmapping a large heap) need not hold up the next case
             EXITING.append(pid)
             return {**case.header(), **message["result"], "lines": message["lines"], "renamed": message["renamed"],
-                    "duration_ms": _ms_since(start)}, message
+                    "conditions": message["conditions"], "duration_ms": _ms_since(start)}, message
     elif ended == "overflow":
         problem = f"more than {MAX_MESSAGE} bytes"
     if ended != "eof":
@@ -247,8 +249,8 @@ def well_formed(data: bytes) -> tuple[dict | None, str | None]:
         message = json.loads(data)
     except (ValueError, RecursionError) as exc:
         return None, f"not one JSON document ({type(exc).__name__})"
-    if not isinstance(message, dict) or sorted(set(message) - {"renamed"}) != ["lines", "modules", "result", "standins"]:
-        return None, "not an object of result, lines, modules and standins (and renamed)"
+    if not isinstance(message, dict) or sorted(set(message) - {"renamed", "conditions"}) != ["lines", "modules", "result", "standins"]:
+        return None, "not an object of result, lines, modules and standins (and renamed, conditions)"
     result = message["result"]
     if not _lines_ok(message["lines"]):
         return None, "lines are not null or file -> sorted, disjoint [start, end] line ranges"
@@ -256,6 +258,10 @@ def well_formed(data: bytes) -> tuple[dict | None, str | None]:
     if renamed is not None and not (isinstance(renamed, list) and isinstance(message["lines"], dict)
                                     and all(isinstance(n, str) and n in message["lines"] for n in renamed)):
         return None, "renamed is not null or a list of files whose lines were recorded"
+    conditions = message.setdefault("conditions", None)
+    if conditions is not None and not (isinstance(conditions, dict) and all(
+            isinstance(k, str) and v in ([False], [True], [False, True]) for k, v in conditions.items())):
+        return None, "conditions is not null or condition -> the values it took ([false], [true] or [false, true])"
     for key in ("modules", "standins"):
         if not isinstance(message[key], list) or not all(isinstance(n, str) for n in message[key]):
             return None, f"{key} is not a list of names"
@@ -310,6 +316,7 @@ def _child(case: Case, places: Places, write_fd: int, log: ImportLog) -> None:
     code = 1
     try:
         recorder = Recorder(places.sglang_root).start() if places.sglang_root and RECORD_LINES else None
+        _recording.reset()
         try:
             result = run_case(case, places)
         finally:
@@ -319,6 +326,7 @@ def _child(case: Case, places: Places, write_fd: int, log: ImportLog) -> None:
             "result": result,
             "lines": None if result["outcome"] == "not_applicable" else lines,
             "renamed": recorder.renamed() if recorder and lines is not None and result["outcome"] != "not_applicable" else None,
+            "conditions": None if CONDITIONS is None or result["outcome"] == "not_applicable" else _recording.seen(CONDITIONS),
             "modules": sorted(imported_files(places.sglang_root, new)),
             "standins": sorted(standins_among(new)),
         }
@@ -357,6 +365,7 @@ def _bare(outcome: str, failure: dict | None = None) -> dict[str, Any]:
         "error": failure,
         "missing": None,
         "lines": None,
+        "conditions": None,
     }
 
 
@@ -389,6 +398,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--case-timeout", type=float, default=60.0)
     parser.add_argument("--case", action="append", dest="cases", metavar="CASE_ID")
     parser.add_argument("--no-lines", action="store_true", help="record no per-case lines (to measure what recording costs)")
+    parser.add_argument("--conditions", metavar="JSON",
+                        help="the atomic conditions of the fix's code, as the host read them from the stored tree "
+                             "(probes/recording.py install): each case records which it evaluated, and to what")
     parser.add_argument("--mutate", action="store_true",
                         help="run the cases against mutants of the fix's code; writes mutation-<probe>.json")
     parser.add_argument("--hunks", metavar="JSON",
@@ -414,6 +426,9 @@ def main(argv: list[str]) -> int:
     imported = import_sglang(tuple(dict.fromkeys(m for probe in probes for m in probe.imports)), places)
     if imported["outcome"] == "ok":
         warm_up(probes)
+        if args.conditions is not None and sglang_root:
+            global CONDITIONS
+            CONDITIONS = _recording.install(json.loads(args.conditions), sglang_root)
     # Asked here, before any case is forked: a case the tree cannot run costs no process (and anything the
     # question imports is the parent's, like the import itself).
     lacking = {c.id: unmet(c) for probe in probes for c in selected[probe.id]} if imported["outcome"] == "ok" else {}

@@ -74,7 +74,7 @@ def run_mutants(environment: envs.Env, probe: str, case_timeout: int, sandboxed:
     """The harness with ``--mutate`` in the tree's sandbox (where the fail-closed rule allows none,
     outside it: ``pipeline.Options.sandboxed``), as ``execute.run_probes`` runs it; with ``hunks``, those
     changes are the mutants."""
-    args = ["--case-timeout", str(case_timeout), "--probe", probe, "--mutate",
+    args = ["--case-timeout", str(case_timeout), "--probe", probe, "--mutate", *execute.condition_args(environment),
             *(("--hunks", hunks.model_dump_json()) if hunks is not None else ())]
     with execute.harness(environment, args, timeout=MUTATE_ALLOWANCE, sandboxed=sandboxed) as (run, out):
         if run.code != 0:

@@ -16,7 +16,7 @@ from rich.markup import escape
 from runner import errors, ui
 from runner.commands.options import ProbeOptions, bounds
 from runner.evidence import catalog, materials, pins, receipts, results
-from runner.judge import fixcode, judging
+from runner.judge import conditions, fixcode, judging
 from runner.sandbox import execute
 from runner.store import envs, intake, sources, specs
 from runner.store.cache import Store
@@ -173,10 +173,14 @@ def probe(
     same: dict[str, str] = {}  # source -> the earlier source with its tree, whose receipts it shares
 
     def one(text: str, environment: envs.Env, probes: list[str], key: str, sandboxed: bool) -> dict[tuple[str, str], Receipt]:
+        with PARSING:
+            listed = conditions.wanted(materials.reader(environment.tree.root))
         with ui.step(f"probing {escape(text)}: {', '.join(probes)}", done=False):  # live on a terminal: never silent
-            runs = execute.run_probes(environment, probes, case_timeout=opts.probe.case_timeout, sandboxed=sandboxed)
+            runs = execute.run_probes(environment, probes, case_timeout=opts.probe.case_timeout, sandboxed=sandboxed,
+                                      listed=listed)
         for attempt in range(2, opts.probe.repeat + 1):
-            again = execute.run_probes(environment, probes, case_timeout=opts.probe.case_timeout, sandboxed=sandboxed)
+            again = execute.run_probes(environment, probes, case_timeout=opts.probe.case_timeout, sandboxed=sandboxed,
+                                       listed=listed)
             _same_or_fail(text, runs, again, attempt)
         fresh = {}
         for probe, run in runs.items():

@@ -1,5 +1,5 @@
 """Coverage of the fix's code: which statements of each function a fix changed (``duties.FIX_CODE``) a receipt's
-cases ran, and which none did.
+cases ran, and which none did; which of its atomic conditions they saw both ways (``runner/judge/conditions.py``).
 
 The statements are read on the host from the stored tree (``probes/fixcode.py``: the same reading the
 harness makes for mutation sites), never from what the tree's process said; what each case ran comes from
@@ -15,7 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from probes import fixcode
 from probes.duties import FIX_CODE
-from runner.judge import coverage
+from runner.judge import conditions, coverage
+from runner.judge.conditions import Condition
 from runner.judge.observations import Case
 
 
@@ -29,6 +30,8 @@ class FixFunction(_Model):
                                                "sglang/); null: not where FIX_CODE names it (the tree lacks it)")
     statements: list[tuple[int, int]] = Field([], description="each statement of the fix's code: [first line, last line]")
     not_covered: list[int] = Field([], description="the first line of each statement no case ran")
+    conditions: list[Condition] = Field([], description="each atomic condition of the fix's code (read "
+                                                   "from the stored tree) and the values the cases saw it take")
 
 
 class FixCoverage(_Model):
@@ -42,6 +45,21 @@ class FixCoverage(_Model):
     def not_covered(self) -> list[str]:
         """``file:line`` of each statement of the fix's code no case ran."""
         return [f"{f.file}:{line}" for f in self.functions for line in f.not_covered]
+
+    def one_way(self) -> list[str]:
+        """Each atomic condition of the fix's code no case saw both ways and no reason explains, as it reads:
+        ``condition `X` at file:line never false``."""
+        out = []
+        for c in (c for f in self.functions for c in f.conditions):
+            if missing := c.missing():
+                never = "never true or false" if len(missing) == 2 else f"never {str(missing[0]).lower()}"
+                out.append(f"condition `{c.text}` at {c.line} {never}")
+        return out
+
+    def both_ways(self) -> tuple[int, int]:
+        """(conditions seen both ways or explained, conditions) of the fix's code."""
+        every = [c for f in self.functions for c in f.conditions]
+        return sum(not c.missing() for c in every), len(every)
 
 
 def measure(fix: int, read: Callable[[str], str | None], cases: Iterable[Case]) -> FixCoverage | None:
@@ -60,7 +78,8 @@ def measure(fix: int, read: Callable[[str], str | None], cases: Iterable[Case]) 
             continue
         name, node = found
         spans = [fixcode.span(s) for s in fixcode.statements(node, names)]
-        functions.append(FixFunction(function=qualified, file=name, statements=spans, not_covered=[]))
+        functions.append(FixFunction(function=qualified, file=name, statements=spans, not_covered=[],
+                                     conditions=conditions.listed(qualified, name, node, names)))
     return judged(FixCoverage(fix=fix, functions=functions), cases)
 
 
@@ -73,5 +92,5 @@ def judged(cov: FixCoverage, cases: Iterable[Case]) -> FixCoverage:
         run = [c for c in cases if c.lines and f.file in c.lines]
         missed = [start for start, end in f.statements
                   if not any(coverage.overlaps(c.lines[f.file], [(start, end)]) for c in run)]
-        functions.append(f.model_copy(update={"not_covered": missed}))
+        functions.append(f.model_copy(update={"not_covered": missed, "conditions": conditions.judged(f.conditions, cases)}))
     return cov.model_copy(update={"functions": functions, "unrecorded": coverage.unrecorded(cases)})

@@ -16,7 +16,7 @@ Outcome = Literal["observed", "error", "not_applicable", "timeout"]
 Classification = Literal["bug", "clean", "inconclusive"]
 ErrorWhere = Literal["setup", "sglang", "double", "import", "process"]
 # Fields of a case that say how the run went, not what the tree did: a repeat need not reproduce them.
-NOT_OBSERVED = frozenset({"duration_ms", "lines", "renamed"})
+NOT_OBSERVED = frozenset({"duration_ms", "lines", "renamed", "conditions"})
 
 
 def reject_floats(value: Any, where: str = "effects") -> Any:
@@ -66,6 +66,11 @@ class Case(_Model):
                           "renamed): that code's lines are recorded under the module's file as the code reports them, "
                           "so where in the file they ran cannot be trusted")
 
+    conditions: dict[str, list[bool]] | None = Field(
+        None, description="the atomic conditions of the fix's code (listed by the host, runner/judge/conditions.py) the "
+                          "case's process evaluated: file:line:col -> the values it took ([false], [true] or "
+                          "[false, true]); null: not recorded")
+
     _check_effects = field_validator("effects")(classmethod(lambda cls, v: reject_floats(v)))
 
     @field_validator("lines")
@@ -78,6 +83,13 @@ class Case(_Model):
             if not canonical([list(s) for s in spans]):
                 raise ValueError(f"lines of {path[:200]}: not sorted, merged [start, end] ranges from line 1")
         return lines
+
+    @field_validator("conditions")
+    @classmethod
+    def _values(cls, found: dict[str, list[bool]] | None) -> dict[str, list[bool]] | None:
+        if any(took not in ([False], [True], [False, True]) for took in (found or {}).values()):
+            raise ValueError("conditions: each took [false], [true] or [false, true]")
+        return found
 
     @model_validator(mode="after")
     def _renamed_within_lines(self) -> "Case":

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import io
+import json
 import os
 import shutil
 import signal
@@ -35,8 +36,8 @@ from pydantic import ValidationError
 
 from runner.errors import BadInput, Infrastructure
 from runner.evidence import catalog
-from runner.judge import judging
-from runner.evidence.materials import rederive
+from runner.judge import conditions, judging
+from runner.evidence.materials import reader, rederive
 from runner.judge.observations import Observations
 from runner.files import scratch_dir
 from runner.sandbox import bwrap, limits
@@ -117,13 +118,18 @@ def run_probes(
     run_timeout: int | None = None,
     cases: list[str] | None = None,
     lines: bool = True,
+    record_conditions: bool = True,
+    listed: list[dict] | None = None,
 ) -> dict[str, Run]:
     """Run ``probes`` in one harness process (one SGLang import) and return each probe's run;
-    ``lines=False`` records no per-case coverage (bench/coverage_cost.py measures what it costs)."""
+    ``lines=False`` records no per-case coverage, ``record_conditions=False`` no atomic conditions of the fix's
+    code (bench/coverage_cost.py and bench/conditions_cost.py measure what each costs); ``listed``: those
+    conditions when the caller has read them already (``conditions.wanted``)."""
     count = len(cases) if cases else sum(len(judging.case_ids(p)) or MAX_CASES for p in probes)
     run_timeout = run_timeout or IMPORT_ALLOWANCE + case_timeout * count
     args = ["--case-timeout", str(case_timeout), *[a for p in probes for a in ("--probe", p)],
-            *[a for c in cases or () for a in ("--case", c)], *(() if lines else ("--no-lines",))]
+            *[a for c in cases or () for a in ("--case", c)], *(() if lines else ("--no-lines",)),
+            *(condition_args(environment, listed) if record_conditions else ())]
     with harness(environment, args, timeout=run_timeout, sandboxed=sandboxed) as (run, out):
         if run.code is None:
             raise Infrastructure(f"probes {', '.join(probes)} in {environment.root.name} exceeded {run_timeout} s and were killed")
@@ -140,6 +146,12 @@ def run_probes(
             runs[probe] = Run(observations, rederive(environment.tree, [*observations.imported, *ran]), run.started_at,
                               run.finished_at, run.isolation, run.log_tail)
     return runs
+
+
+def condition_args(environment: Env, listed: list[dict] | None = None) -> tuple[str, str]:
+    """``--conditions``: the atomic conditions of every fix's code, read on the host from the stored tree (the
+    tree's process records them; it never says which there are)."""
+    return "--conditions", json.dumps(listed if listed is not None else conditions.wanted(reader(environment.tree.root)))
 
 
 @contextlib.contextmanager

@@ -45,11 +45,11 @@ def test_a_copy_has_the_identities_of_the_project(copy):
 
 def test_the_judge_is_its_package_and_the_probes_code_it_imports():
     """Nothing of storage, formats, signing, views or commands: runner/judge, the package file above it, and
-    the probes' duty tables, case spaces, coverage and fix-code reading."""
+    the probes' duty tables, case spaces, coverage, fix-code and condition reading."""
     files = catalog.judge_files()
     assert {f for f in files if not f.startswith("runner/judge/")} == {
         "runner/__init__.py", "probes/__init__.py", "probes/duties.py", "probes/space.py", "probes/coverage.py",
-        "probes/fixcode.py"}
+        "probes/fixcode.py", "probes/conditions.py"}
     assert {f"runner/judge/{p.name}" for p in (ROOT / "runner" / "judge").glob("*.py")} <= set(files)
 
 

@@ -1,0 +1,84 @@
+"""Condition evidence on the host (issue #38): the atomic conditions of the fix's code are read from the stored
+tree, each receipt says which values its cases saw each take, and ``verify`` derives that again from the cases'
+records. A hand-made tree (no SGLang)."""
+
+from __future__ import annotations
+
+import pytest
+
+from probes import duties
+from runner.evidence import materials, receipts
+from runner.judge import conditions, fixcode
+from tests import helpers
+
+UTILS = "sglang/srt/disaggregation/utils.py"
+SOURCE = '''
+def is_unadmitted_reject(req):
+    """A rejected request."""
+    if req.aborted and not req.holds:
+        return True
+    return req.count > 0
+'''
+A, HOLDS, COUNT = f"{UTILS}:4:7", f"{UTILS}:4:27", f"{UTILS}:6:11"
+
+
+@pytest.fixture()
+def tree_root(tmp_path, monkeypatch):
+    monkeypatch.setitem(duties.FIX_CODE, 38935, {"sglang.srt.disaggregation.utils.is_unadmitted_reject": ()})
+    path = tmp_path / "tree" / UTILS
+    path.parent.mkdir(parents=True)
+    path.write_text(SOURCE)
+    return tmp_path / "tree"
+
+
+def _cases(*took: dict[str, list[bool]] | None):
+    return [helpers.case(f"c{i}", lines={UTILS: [[4, 6]]}, conditions=t) for i, t in enumerate(took)]
+
+
+def test_the_host_lists_each_atomic_condition_from_the_stored_bytes(tree_root):
+    cov = fixcode.measure(38935, materials.reader(tree_root), [])
+    [fn] = cov.functions
+    assert [(c.at, c.kind, c.text) for c in fn.conditions] == [
+        (A, "truth", "req.aborted"), (HOLDS, "truth", "req.holds"), (COUNT, "value", "req.count > 0")]
+    assert [e["conditions"] for e in conditions.wanted(materials.reader(tree_root))
+            if e["function"].endswith("is_unadmitted_reject")] == [[
+                {"at": A, "position": [4, 7, 4, 18], "kind": "truth"},
+                {"at": HOLDS, "position": [4, 27, 4, 36], "kind": "truth"},
+                {"at": COUNT, "position": [6, 11, 6, 24], "kind": "value"}]]
+
+
+def test_each_condition_is_counted_both_ways_across_cases(tree_root):
+    cov = fixcode.measure(38935, materials.reader(tree_root), _cases({A: [True], HOLDS: [False]},
+                                                                     {A: [False], COUNT: [False, True]}))
+    assert cov.both_ways() == (2, 3)
+    assert cov.one_way() == [f"condition `req.holds` at {UTILS}:4 never true"]
+    assert fixcode.measure(38935, materials.reader(tree_root), _cases(None)).one_way()[0].endswith("never true or false")
+
+
+def test_a_case_cannot_report_a_value_a_condition_cannot_take():
+    with pytest.raises(ValueError, match="conditions"):
+        helpers.case("c0", conditions={A: [True, True]})
+
+
+def test_verify_rederives_the_conditions_from_the_cases(tree_root):
+    cases = _cases({A: [True], HOLDS: [False]})
+    honest = receipts.make(helpers.PROBE, helpers.tree("0.5.21"), receipts.host_environment(), cases,
+                           started_at="t0", finished_at="t1",
+                           fix_code=fixcode.measure(38935, materials.reader(tree_root), cases))
+    assert receipts.rederive(honest, None) == []
+    [fn] = honest.fix_code.functions
+    lied = fn.model_copy(update={"conditions": [c.model_copy(update={"seen": [False, True]}) for c in fn.conditions]})
+    body = honest.model_dump(mode="json") | {"fix_code": honest.fix_code.model_copy(
+        update={"functions": [lied]}).model_dump(mode="json")}
+    body["digest"] = receipts.seal(body)
+    resealed = receipts.Receipt.model_validate(body)
+    assert any("does not follow" in p for p in receipts.rederive(resealed, None))
+
+
+def test_a_declared_reason_holds_only_for_the_exact_text(tree_root, monkeypatch):
+    monkeypatch.setitem(conditions.REASONS, ("sglang.srt.disaggregation.utils.is_unadmitted_reject", "req.holds"),
+                        "no probe builds it")
+    cov = fixcode.measure(38935, materials.reader(tree_root), _cases({A: [False, True], COUNT: [False, True]}))
+    assert cov.one_way() == [] and cov.both_ways() == (3, 3)
+    (tree_root / UTILS).write_text(SOURCE.replace("not req.holds", "not req.holds_kv"))
+    assert fixcode.measure(38935, materials.reader(tree_root), []).functions[0].conditions[1].reason is None
