@@ -6,7 +6,7 @@ A page names what it wants with a marker line; the hook replaces it when the sit
   (the parser ``diffprobe`` itself runs), at a fixed width;
 - ``<!-- generated: schemas -->``: every file format, from the JSON schemas in ``evidence/schema/``
   (themselves generated from the pydantic models, and kept current by a test);
-- ``<!-- generated: duties -->``: every duty, from ``probes/duties.py`` (what the host judges with).
+- ``<!-- generated: duties -->``: every fix's duty table, from ``probes/duties_*.py`` (what the host judges with).
 
 A page in ``docs/`` that the nav does not list yet is listed under "More" (titled by its heading), so a
 page written by whoever knows the topic appears in the site the day it lands; its place in the nav is
@@ -102,11 +102,28 @@ def schemas() -> str:
     return "\n".join(out)
 
 
-def duties() -> str:
-    from probes import duties as d
+def _pattern(when) -> str:
+    return ", ".join(f"{dim} {' or '.join(values)}" for dim, values in when.items())
 
-    out = ["| duty | fix | what must hold |", "|---|---|---|"]
-    out += [f"| `{duty.id}` | #{duty.fix} | {_cell(duty.promise)} |" for duty in d.DUTIES.values()]
+
+def duties() -> str:
+    """One table per fix, from its module's rows: each duty and what must hold, then which cases check which."""
+    from probes import duties as d
+    from probes import registry
+
+    out: list[str] = []
+    for entry in registry.PROBES:
+        table = d.TABLES[entry.fix]
+        out += [f"### #{entry.fix}: probe `{entry.id}` {{#duties-{entry.fix}}}", "",
+                f"`probes/duties_{entry.fix}.py`. " + _cell((table.__doc__ or "").split("\n\n")[1]), ""]
+        if table.DUTIES:
+            out += ["| duty | what must hold | check |", "|---|---|---|"]
+            out += [f"| `{duty.id}` | {_cell(duty.promise)} | `{duty.held.__name__}` |" for duty in table.DUTIES]
+            out.append("")
+        out += ["| cases where | check the duties |", "|---|---|"]
+        out += [f"| {_cell(_pattern(rule.when))} | {', '.join(f'`{x}`' for x in rule.duties)} |"
+                for rule in table.SPACE.duties_by]
+        out.append("")
     return "\n".join(out)
 
 

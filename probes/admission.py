@@ -241,7 +241,7 @@ def _peer_address(decode: Any, req: Any) -> str:
     return spell(req) if spell is not None else f"{req.bootstrap_host}:{port}"
 
 
-# --- requests as they reach a door: one point of the case space (probes/duties.py ADMISSION) --------
+# --- requests as they reach a door: one point of the case space (probes/duties_38935.py SPACE) ---------
 
 
 def request(journal: Journal, rid: str, mode: str, point: Mapping[str, str]) -> Any:
@@ -300,7 +300,7 @@ def point_case(point: Mapping[str, str]) -> Case:
     """The case of one point: its door, its request, the flag its entry passes; ``requires`` names the
     door's ``add`` and the flag's parameter (a door without it cannot be entered that way: not
     applicable), and for a rejection the tree's own length check."""
-    space = duties.ADMISSION
+    space = duties.SPACES["admission"]
     prefill = point["door"] == "prefill"
     door, module, queue = (PrefillDoor, PREFILL, "PrefillBootstrapQueue") if prefill else (DecodeDoor, DECODE, "DecodePreallocQueue")
     add = f"{module}.{queue}.add"
@@ -340,7 +340,7 @@ PROBE = Probe(
         DECODE,
         SCHEDULER,
     ),
-    cases=tuple(point_case(p) for p in duties.ADMISSION.points()),
+    cases=tuple(point_case(p) for p in duties.SPACES["admission"].points()),
     warm=lambda: (beam_groups(), cache_abort_release(), read_sources(
         tree.resolve(f"{SCHEDULER}.Scheduler"), tree.resolve(f"{PREFILL}.PrefillBootstrapQueue"),
         tree.resolve(f"{DECODE}.DecodePreallocQueue"), tree.resolve("sglang.srt.managers.schedule_batch.Req"))),

@@ -1,7 +1,7 @@
 """Cases and the one mechanism that runs them (inside the forked child).
 
 A case builds a scene (real SGLang objects wired to recording doubles), drives SGLang once,
-then reads the scene's effects and judges each duty it declares (``probes/duties.py``). Failures
+then reads the scene's effects and judges each duty it declares (``probes/duties_*.py``). Failures
 are attributed honestly: to our own set-up, to a gap in a double, or to the tree's code. Two
 failures are the tree's behaviour and observed as such (``effects["escaped"]``): a failure the case
 scripted (a transport whose ``abort()`` raises) that the tree let escape, and an AttributeError
@@ -34,7 +34,7 @@ class Scene(Protocol):
 
 @dataclass(frozen=True)
 class Case:
-    """One observation. ``duties`` are what it checks (declared in ``probes/duties.py``); its bug
+    """One observation. ``duties`` are what it checks (declared in ``probes/duties_*.py``); its bug
     signature is their conjunction: any failed duty makes it a bug (for a guard case: a
     regression, a valid or re-entering request dropped).
 

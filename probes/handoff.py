@@ -381,7 +381,7 @@ def shape_of(point: dict[str, str]) -> HandoffShape:
 def _cases() -> tuple[Case, ...]:
     from . import duties
 
-    space = duties.HANDOFF
+    space = duties.SPACES["handoff"]
     return tuple(Case(id=space.case_id(p), site=space.site_of(p), role=space.role(p), title=space.title(p),
                       duties=space.duties(p), build=lambda journal, shape=shape_of(p): Handoff(journal, shape),
                       requires=REQUIRES) for p in space.points())

@@ -34,10 +34,6 @@ SCHEMA = "diffprobe.observations/3"
 # Run as a script (in a tree's sandbox) the package is loaded under a name that says nothing of
 # what runs it: a tree must not find a harness by its module names. Imported, it is what it is.
 PACKAGE = "_job" if __name__ == "__main__" else (__name__.rpartition(".")[0] or "probes")
-PROBE_MODULES = {name: f"{PACKAGE}.{module}" for name, module in (
-    ("admission", "admission"), ("prefill-cleanup", "prefill_cleanup"),
-    ("lifetime-default", "lifetime_default"), ("lifetime-drain", "lifetime_drain"), ("lifetime-peers", "lifetime_peers"),
-    ("lifetime-failures", "lifetime_failures"), ("handoff", "handoff"))}
 HERE = os.path.dirname(os.path.abspath(__file__))
 RECORD_LINES = True  # per-case coverage (probes/coverage.py); --no-lines exists to measure its cost
 CONDITIONS: dict[int, str] | None = None  # index -> name of each condition the fix's code records (--conditions), once installed
@@ -67,6 +63,8 @@ Case, Places, Probe, error, run_case = _case.Case, _case.Places, _case.Probe, _c
 not_applicable, unmet = _case.not_applicable, _case.unmet
 Recorder, canonical = _coverage.Recorder, _coverage.canonical
 publish_defaults = importlib.import_module(f"{PACKAGE}.tree").publish_defaults
+# probe id -> its module (probes/registry.py, the one registry)
+PROBE_MODULES = {e.id: f"{PACKAGE}.{e.module}" for e in importlib.import_module(f"{PACKAGE}.registry").PROBES}
 
 
 def find_sglang_root() -> str | None:

@@ -1026,7 +1026,7 @@ REQUIRES = (
 
 
 def space_cases(space: Any, shape_of: Callable[[Mapping[str, str]], Shape]) -> tuple[Case, ...]:
-    """Every reachable point of a lifetime probe's case space (``probes/duties.py``) as a case: its site
+    """Every reachable point of a lifetime probe's case space (``probes/duties_*.py``) as a case: its site
     is the configuration it runs under, its duties the space's."""
     def requires(shape: Shape) -> tuple[str, ...]:
         publishes = shape.failure in ("metadata-send-fails", "bootstrap-fails")  # run the tree's send_metadata

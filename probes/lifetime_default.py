@@ -23,4 +23,4 @@ def shape_of(point: Mapping[str, str]) -> Shape:
                  in_flight=point["in_flight"] == "yes", acks=point["acks"])
 
 
-PROBE = Probe(id="lifetime-default", fix=41023, imports=IMPORTS, cases=space_cases(duties.LIFETIME_DEFAULT, shape_of))
+PROBE = Probe(id="lifetime-default", fix=41023, imports=IMPORTS, cases=space_cases(duties.SPACES["lifetime-default"], shape_of))

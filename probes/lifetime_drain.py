@@ -23,4 +23,4 @@ def shape_of(point: Mapping[str, str]) -> Shape:
                  decode_ranks=2 if point["decode_ranks"] == "two" else 1, acks=point["acks"])
 
 
-PROBE = Probe(id="lifetime-drain", fix=40645, imports=IMPORTS, cases=space_cases(duties.LIFETIME_DRAIN, shape_of))
+PROBE = Probe(id="lifetime-drain", fix=40645, imports=IMPORTS, cases=space_cases(duties.SPACES["lifetime-drain"], shape_of))

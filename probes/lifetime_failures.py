@@ -25,4 +25,4 @@ def shape_of(point: Mapping[str, str]) -> Shape:
                  failed_write="keeps writing" if point["failed_write"] == "keeps-writing" else "stops")
 
 
-PROBE = Probe(id="lifetime-failures", fix=41404, imports=IMPORTS, cases=space_cases(duties.LIFETIME_FAILURES, shape_of))
+PROBE = Probe(id="lifetime-failures", fix=41404, imports=IMPORTS, cases=space_cases(duties.SPACES["lifetime-failures"], shape_of))

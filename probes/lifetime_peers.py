@@ -24,4 +24,4 @@ def shape_of(point: Mapping[str, str]) -> Shape:
                  stale_ack=point["stale"] == "yes", acks=point["acks"])
 
 
-PROBE = Probe(id="lifetime-peers", fix=41402, imports=IMPORTS, cases=space_cases(duties.LIFETIME_PEERS, shape_of))
+PROBE = Probe(id="lifetime-peers", fix=41402, imports=IMPORTS, cases=space_cases(duties.SPACES["lifetime-peers"], shape_of))

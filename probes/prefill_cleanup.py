@@ -17,6 +17,7 @@ from typing import Any
 from . import tree
 from .case import Case, Probe
 from . import duties
+from .effects import names_request
 from .doubles import Double, Journal, KVTransport, output_streamer, read_sources, same_signature, strict_subject
 from .plain import JSON, plain
 
@@ -37,7 +38,7 @@ class TransportError(Exception):
 
 @dataclass(frozen=True)
 class Shape:
-    """The request as the result finds it, from one point of the case space (``probes/duties.py``
+    """The request as the result finds it, from one point of the case space (``probes/duties_36988.py``
     PREFILL_CLEANUP).
 
     ``abort``: ``none``, ``pending`` (marked while running, in ``to_finish``) or ``retired`` (already
@@ -384,7 +385,7 @@ class ResultScene:
                              + [req.rid for req in self.scheduler.disagg_prefill_bootstrap_queue.queue]),
             "kv_chunks_sent": [
                 {"args": e["args"], "kwargs": e["kwargs"]} for e in calls("scheduler", "send_kv_chunk")
-                if other is None or not duties.names_request(e["args"][:1] + list(e["kwargs"].values()), COMPANION)
+                if other is None or not names_request(e["args"][:1] + list(e["kwargs"].values()), COMPANION)
             ],
             "sender_calls": [
                 e["call"] for e in self.journal.entries
@@ -407,7 +408,7 @@ class ResultScene:
         """Whether journal entry ``n`` is the other request's: it names it, or its release made it."""
         if self.companion is None:
             return False
-        return duties.names_request([entry["args"], entry["kwargs"]], COMPANION) or any(
+        return names_request([entry["args"], entry["kwargs"]], COMPANION) or any(
             start <= n < end and rid == COMPANION for start, end, rid in self.spans)
 
     def effects(self) -> dict[str, JSON]:
@@ -418,7 +419,7 @@ class ResultScene:
 
 
 def point_case(point: Mapping[str, str]) -> Case:
-    space = duties.PREFILL_CLEANUP
+    space = duties.SPACES["prefill-cleanup"]
     case_id, shape = space.case_id(point), Shape.of(point)
     return Case(
         id=case_id,
@@ -445,7 +446,7 @@ PROBE = Probe(
         "sglang.srt.managers.utils",
         "sglang.srt.managers.scheduler",
     ),
-    cases=tuple(point_case(p) for p in duties.PREFILL_CLEANUP.points()),
+    cases=tuple(point_case(p) for p in duties.SPACES["prefill-cleanup"].points()),
     warm=lambda: read_sources(tree.resolve(SCHEDULER), tree.resolve(f"{PREFILL}.PrefillBootstrapQueue"),
                               tree.resolve("sglang.srt.managers.schedule_batch.Req")),
 )

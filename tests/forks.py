@@ -25,9 +25,9 @@ WITHOUT_DECODE_GATE: list[Edit] = [(DECODE, DECODE_GATE, "")]
 
 def rejected_at(door: str) -> list[str]:
     """The bug cases of #38935's case space at ``door`` ("prefill" or "decode"), in the space's order:
-    what a tree without that door's gate must show the bug on (read from probes/duties.py ADMISSION,
+    what a tree without that door's gate must show the bug on (read from probes/duties_38935.py's SPACE,
     so a case the space gains is expected too)."""
-    space = duties.ADMISSION
+    space = duties.SPACES["admission"]
     return [space.case_id(p) for p in space.points() if p["door"] == door and space.role(p) == "bug"]
 # The cleanup of #36988 removed at one call site only: after a grammar rejection.
 GRAMMAR_CLEANUP = (

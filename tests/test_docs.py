@@ -2,7 +2,7 @@
 
 - The site builds with ``mkdocs build --strict``: a broken link or anchor, a missing page, or a page
   left out of the nav fails; the command reference, format tables and duty table it generates
-  (mkdocs_hooks.py) come from the parser, the JSON schemas and probes/duties.py.
+  (mkdocs_hooks.py) come from the parser, the JSON schemas and the duty tables (probes/duties_*.py).
 - Every shell example in the README is checked: the cheap ones (``verify`` and ``report`` of the
   committed bundle) run for real; the expensive ones (``run``, ``backport``, ``audit``, ``accept``, the
   set-up commands) are parsed by diffprobe's own parser, so a renamed option or command fails here.

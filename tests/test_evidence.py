@@ -67,22 +67,30 @@ def test_committed_bundles_are_current(root):
 
 
 def test_a_stale_input_is_named(tmp_path, monkeypatch):
-    """The check itself: another judge, another probe version or pins file is found."""
+    """The check itself: another judge, another probe version or pins file is found. Measured against the
+    identities the bundle records, so that it holds while committed evidence awaits its regeneration."""
     root = next(p for p in committed_bundles(marked=False) if p.name.startswith("releases-"))
+    recorded = [orjson.loads((root / name).read_bytes()) for name in orjson.loads((root / bundle.INDEX).read_bytes())["receipts"]]
+    [judge] = {r["environment"]["diffprobe_sha256"] for r in recorded}
+    versions = {r["probe"]["id"]: r["probe"]["sha256"] for r in recorded}
+
+    def current(judged: str = judge, handoff: str = versions["handoff"]) -> None:
+        probe_digest.cache_clear()
+        monkeypatch.setattr(catalog, "judge_digest", lambda: judged)
+        monkeypatch.setattr(catalog, "probe_digest", lambda probe: handoff if probe == "handoff" else versions[probe])
+
+    current()
     assert stale(root) == []
-    monkeypatch.setattr(catalog, "judge_digest", lambda: "0" * 64)
-    assert any("judged by another judge" in line for line in stale(root))
-    monkeypatch.undo()
-    probe_digest.cache_clear()
-    real = catalog.probe_digest
-    monkeypatch.setattr(catalog, "probe_digest", lambda probe: "0" * 64 if probe == "handoff" else real(probe))
+    current(judged="0" * 64)
+    assert {line.split(": ", 1)[1] for line in stale(root)} == {f"judged by another judge ({judge[:12]})"}
+    current(handoff="0" * 64)
     assert {line.split(": ", 1)[1] for line in stale(root)} == {"another version of probe handoff"}
-    probe_digest.cache_clear()
-    monkeypatch.undo()
+    current()
     edited = tmp_path / "pins.toml"
     edited.write_bytes(pins.default_path().read_bytes() + b"\n")
     monkeypatch.setattr(pins, "default_path", lambda: edited)
     assert stale(root) == [f"{root.name}: made with another pins.toml"]
+    probe_digest.cache_clear()
 
 
 def test_one_command_makes_every_committed_bundle():

@@ -14,18 +14,11 @@ import importlib.util
 from collections.abc import Iterable
 from pathlib import Path
 
+from probes import registry
 from runner.files import sha256_bytes, sha256_file
 
-# probe id -> module file inside probes/
-PROBES: dict[str, str] = {
-    "admission": "admission.py",
-    "prefill-cleanup": "prefill_cleanup.py",
-    "lifetime-default": "lifetime_default.py",
-    "lifetime-drain": "lifetime_drain.py",
-    "lifetime-peers": "lifetime_peers.py",
-    "lifetime-failures": "lifetime_failures.py",
-    "handoff": "handoff.py",
-}
+# probe id -> module file inside probes/, read from the one registry (probes/registry.py, which the harness reads too)
+PROBES: dict[str, str] = {entry.id: f"{entry.module}.py" for entry in registry.PROBES}
 HARNESS = "harness.py"
 # ``diffprobe upstream-tests``' entry point: not a tree probe (no fix of its own), and not part of theirs.
 UPSTREAM_TESTS = ("upstream-tests", "pytest_outcomes.py")

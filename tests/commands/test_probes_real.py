@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from probes.duties import ADMISSION
+from probes.duties_38935 import SPACE as ADMISSION
 from runner import cli
 from runner.commands import options, pipeline
 from runner.evidence import bundle, compare

@@ -56,10 +56,10 @@ def test_a_mutant_the_evidence_does_not_catch_is_reported_as_a_survivor(release_
     dropped = "result-sender-aborted"
     weak = tmp_path / "probes"
     shutil.copytree(catalog.probes_dir(), weak, ignore=shutil.ignore_patterns("__pycache__"))
-    text = (weak / "duties.py").read_text()
+    text = (weak / "duties_36988.py").read_text()
     assert text.count(f'RETIRED_BEFORE_CACHE = ("{dropped}", ') == 1
     text = text.replace(f'RETIRED_BEFORE_CACHE = ("{dropped}", ', "RETIRED_BEFORE_CACHE = (")
-    (weak / "duties.py").write_text(text)
+    (weak / "duties_36988.py").write_text(text)
     monkeypatch.setattr(catalog, "probes_dir", lambda: weak)  # what the sandbox runs
     monkeypatch.setitem(duties.CASES, "prefill-cleanup",  # what the host judges with
                         {case: tuple(d for d in ds if d != dropped) for case, ds in duties.CASES["prefill-cleanup"].items()})

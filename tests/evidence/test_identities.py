@@ -45,11 +45,12 @@ def test_a_copy_has_the_identities_of_the_project(copy):
 
 def test_the_judge_is_its_package_and_the_probes_code_it_imports():
     """Nothing of storage, formats, signing, views or commands: runner/judge, the package file above it, and
-    the probes' duty tables, case spaces, coverage, fix-code and condition reading."""
+    the probes' registry, duty tables (one per fix), case spaces, coverage, fix-code and condition reading."""
     files = catalog.judge_files()
     assert {f for f in files if not f.startswith("runner/judge/")} == {
         "runner/__init__.py", "probes/__init__.py", "probes/duties.py", "probes/space.py", "probes/coverage.py",
-        "probes/fixcode.py", "probes/conditions.py"}
+        "probes/fixcode.py", "probes/conditions.py", "probes/registry.py", "probes/effects.py", "probes/duties_lifetime.py",
+        *(f"probes/duties_{fix}.py" for fix in (36988, 38935, 39500, 40645, 41023, 41402, 41404))}
     assert {f"runner/judge/{p.name}" for p in (ROOT / "runner" / "judge").glob("*.py")} <= set(files)
 
 
@@ -131,9 +132,26 @@ def test_bundles_on_either_side_of_an_edit_compare(copy, tmp_path, monkeypatch, 
         assert code != 0 and "judges differ" in out
 
 
-def test_the_three_probe_registries_agree():
-    """Until one registry serves the host, the harness and the duty tables (it would move every probe's
-    identity, so every committed receipt's): the same probes, by the same modules."""
-    from probes import duties, harness
-    assert set(catalog.PROBES) == set(harness.PROBE_MODULES) == set(duties.SPACES)
-    assert {p: m.rpartition(".")[2] + ".py" for p, m in harness.PROBE_MODULES.items()} == catalog.PROBES
+def test_one_registry_names_every_probe_for_the_host_the_harness_and_the_duty_tables():
+    """probes/registry.py is the one list: the host's catalog, the harness's modules and the duty tables are read
+    from it, each probe module declares the id and fix of its row, and each row's fix has the table of its space."""
+    import importlib
+
+    from probes import duties, harness, registry
+    ids = [e.id for e in registry.PROBES]
+    assert list(catalog.PROBES) == ids == list(harness.PROBE_MODULES) == list(duties.SPACES)
+    for entry in registry.PROBES:
+        probe = importlib.import_module(f"probes.{entry.module}").PROBE
+        assert (probe.id, probe.fix) == (entry.id, entry.fix)
+        assert duties.TABLES[entry.fix].SPACE is duties.SPACES[entry.id]
+        assert f"probes/duties_{entry.fix}.py" in catalog.judge_files() and f"probes/{entry.module}.py" in catalog.probe_files(entry.id)
+
+
+def test_editing_the_registry_or_a_duty_table_moves_the_judge_and_every_probe(copy):
+    """Every probe's cases and the judge read the registry and every table (probes/duties.py composes them): one
+    table's edit moves them all, as the one duties.py did."""
+    for edited in ("registry.py", "duties_41402.py"):
+        before = identities(copy)
+        edit_docstring(copy / "probes" / edited)
+        after = identities(copy)
+        assert {k for k in before if before[k] != after[k]} == set(before), edited  # upstream-tests' too (probes/case.py)

@@ -96,7 +96,7 @@ def test_decodes_own_failed_send_is_read_by_the_duties_of_41404():
     an effect naming the escape fails exactly that duty, whatever else the effects show."""
     for case_id, declared in duties.CASES["lifetime-failures"].items():
         assert ("lifetime-failure-handled" in declared) == case_id.startswith("metadata-send-fails"), case_id
-    assert duties.DUTIES["lifetime-failure-handled"].fix == 41404
+    assert duties.FIX_OF["lifetime-failure-handled"] == 41404
     escaped = {"escaped": {"type": "ZMQError", "message": "connection reset",
                            "frame": "sglang/srt/disaggregation/mooncake/conn.py:1865 in send_metadata"}}
     assert duties.judge_duties(("lifetime-failure-handled",), escaped) == {"lifetime-failure-handled": False}

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from probes import duties, space
+from probes import duties, duties_36988, duties_38935, space
 from probes.space import Dimension, Rule, Space, Unreachable, Value
 
 TOY = Space(
@@ -130,16 +130,16 @@ def test_todays_cases_keep_their_ids_and_duties(probe):
     table = duties.CASES[probe]
     assert set(duties.KEPT_IDS[probe]) <= set(table)
     assert table["aborted-final-result" if probe == "prefill-cleanup" else "prefill-door-rejected"] == (
-        duties.RETIRED_ONCE if probe == "prefill-cleanup" else duties.REJECTED)
+        duties_36988.RETIRED_ONCE if probe == "prefill-cleanup" else duties_38935.REJECTED)
 
 
 def test_both_doors_get_the_same_dimensions():
     """Every state of the request reaches both doors; only what one door's code alone reads (the decode
     door's prefill peer lookup) is varied at that door only, and it says so."""
-    door_only = {d.name for d in duties.ADMISSION.dimensions if d.over and "door" in d.over}
+    door_only = {d.name for d in duties.SPACES["admission"].dimensions if d.over and "door" in d.over}
     assert door_only == {"peer"}
     by_door: dict[str, set] = {"prefill": set(), "decode": set()}
-    for p in duties.ADMISSION.points():
+    for p in duties.SPACES["admission"].points():
         by_door[p["door"]].add(tuple(sorted((k, v) for k, v in p.items() if k != "door" and k not in door_only)))
     assert by_door["prefill"] == by_door["decode"]
 

@@ -9,7 +9,7 @@ import pytest
 
 from probes import duties, fixcode
 
-FIXES = {38935: duties.ADMISSION, 36988: duties.PREFILL_CLEANUP}
+FIXES = {38935: duties.SPACES["admission"], 36988: duties.SPACES["prefill-cleanup"]}
 
 
 @pytest.mark.parametrize("version", ["0.5.21", "0.5.22", "0.5.23"])

@@ -1,0 +1,181 @@
+"""The duty table of #39500 (0.5.21): the handoff checksum.
+
+With ``--disaggregation-enable-kv-checksum``, decode never reads pages the request's own write did not reach.
+
+Rows are duties (id, what must hold, the check over a case's recorded effects); the case space (``SPACE``)
+says which cases check which duties; ``FIX_CODE`` names the code the fix changed (what ``mutate`` mutates).
+Standard library only: the host judges with it too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from . import space
+from .duties_lifetime import DECODE, frees, site, subject
+from .effects import Duty, Effects, streamed_once_with
+
+
+def _handoff_rank(effects: Effects) -> Mapping[str, Any]:
+    return effects["decode"][0]
+
+
+def _ran(effects: Effects) -> bool:
+    return any(subject(effects) in batch["runs"] for batch in effects["batches"])
+
+
+def caught(effects: Effects) -> bool:
+    """A handoff not read ended as an error: finished with an abort, streamed once, its pages back once,
+    their KV not kept in the prefix cache."""
+    if _ran(effects):
+        return True
+    rank, rid = _handoff_rank(effects), subject(effects)
+    freed = [p for f in frees(rank, rid) for p in f["pages"]]
+    return (streamed_once_with({"streamed": rank["streamed"], "request": effects["request"]}, None)
+            and effects["request"]["finished"] and sorted(freed) == sorted(rank["requests"][rid]["pages"])
+            and not rank["double_frees"] and not any(f.get("cached") for f in frees(rank, rid)))
+
+
+def declared_unverified(effects: Effects) -> bool:
+    """Pages read that the request's own write did not reach were read only after the tree logged
+    that it admitted the handoff unverified."""
+    if not _handoff_rank(effects)["unwritten_reads"]:
+        return True
+    return any("checksum skipped" in r["message"].lower() or "unverified" in r["message"].lower()
+               for r in effects["log"])
+
+
+def no_unwritten_read(e: Effects) -> bool:
+    return not _handoff_rank(e)["unwritten_reads"]
+
+
+def full_accepted(e: Effects) -> bool:
+    return (_ran(e) and not _handoff_rank(e)["unwritten_reads"] and not e["request"]["finished"]
+            and not frees(_handoff_rank(e), subject(e)))
+
+
+DUTIES: tuple[Duty, ...] = (
+    Duty("handoff-no-unwritten-read",
+         "decode read no page that the request's own write did not reach (transfer-complete is not proof)",
+         no_unwritten_read),
+    Duty("handoff-caught-released",
+         "a handoff decode did not read ended as an error: finished with an abort, streamed once, its pages "
+         "given back once, their KV not kept in the prefix cache",
+         caught),
+    Duty("handoff-unverified-declared",
+         "where the checksum cannot compare the two layouts, a short handoff was caught or the tree logged "
+         "that it admitted it unverified",
+         declared_unverified),
+    Duty("handoff-full-accepted",
+         "a full handoff was committed and read, only its own KV, and not aborted or released (a guard)",
+         full_accepted),
+)
+SHORT = ("handoff-no-unwritten-read", "handoff-caught-released")
+UNCOMPARABLE = ("handoff-unverified-declared", "handoff-caught-released")
+
+SPACE = space.Space(
+    probe="handoff",
+    dimensions=(
+        space.Dimension("transfer", (
+            space.Value("short", "the prefill request was cut to its 1-token placeholder (the incident's rejected "
+                        "request): its last chunk sends 1 page of the 4 decode reserved", label="short-handoff",
+                        says="prefill sends 1 page of the 4 decode reserved"),
+            space.Value("partial", "the engine lands 2 of the 4 pages sent, then reports success", label="partial-write",
+                        says="the engine landing 2 of the 4 pages sent"),
+            space.Value("early", "prefill reports success while its write is still in flight", label="early-success",
+                        says="success reported while the write is still in flight"),
+            space.Value("full", "all 4 pages written", label="full-handoff", says="a full handoff of all 4 pages"),
+        ), core=True, reads=("expected_kv_checksum", "kv_checksum_computer")),
+        space.Dimension("layout", (
+            space.Value("comparable", "prefill and decode hold the KV in the same layout", label=""),
+            space.Value("incomparable", "prefill of another TP width: each side digests other bytes",
+                        label="incomparable-layout", says="prefill of another KV layout"),
+        ), over={"config": ("with-kv-checksum",), "transfer": ("short", "partial", "early")},
+            reads=("kv_checksum_signature", "should_verify_kv_checksum")),
+        space.Dimension("prefill", (
+            space.Value("same", "prefill runs with the option as decode does", label=""),
+            space.Value("without", "decode runs with the option, prefill not yet (a rolling restart): prefill sends "
+                        "no digest", label="prefill-without-checksum", says="prefill not yet running the checksum"),
+        ), over={"config": ("with-kv-checksum",), "transfer": ("full",)}, reads=("expected_kv_checksum",)),
+        space.Dimension("config", (
+            space.Value("default", "the stock server: the checksum off", label=""),
+            space.Value("with-kv-checksum", "--disaggregation-enable-kv-checksum on both sides",
+                        says="kv checksum on"),
+        ), core=True, reads=("disaggregation_enable_kv_checksum",)),
+    ),
+    bug=({"transfer": ("short", "partial", "early")},),
+    duties_by=(
+        space.Rule({"transfer": ("short", "partial", "early"), "layout": ("comparable",)}, SHORT),
+        space.Rule({"layout": ("incomparable",)}, UNCOMPARABLE),
+        space.Rule({"transfer": ("full",)}, ("handoff-full-accepted",)),
+    ),
+    site=site,
+)
+
+# The code the fix relies on, in the release that first carries it (pins.toml), by qualified name (whole
+# functions, or the slice of a long one naming these): what ``diffprobe mutate`` changes, one statement at a
+# time, on the lines the cases run.
+FIX_CODE: dict[str, tuple[str, ...]] = {
+    f"{DECODE}.SchedulerDisaggregationDecodeMixin._verify_kv_checksums": (),
+    f"{DECODE}.SchedulerDisaggregationDecodeMixin._handle_kv_checksum_mismatch": (),
+    f"{DECODE}.SchedulerDisaggregationDecodeMixin.get_new_prebuilt_batch": (),
+    f"{DECODE}.DecodeTransferQueue._commit_transfer_to_req": ("kv_checksum_computer", "expected_kv_checksum",
+                                                          "get_kv_checksum"),
+    "sglang.srt.disaggregation.prefill.SchedulerDisaggregationPrefillMixin.send_kv_chunk": (),
+    "sglang.srt.disaggregation.utils.MetadataBuffers.set_kv_checksum": (),
+    "sglang.srt.disaggregation.utils.MetadataBuffers.get_kv_checksum": (),
+    "sglang.srt.disaggregation.checksum.page_indices_for_request": (),
+}
+
+# Mutants no case can tell from the tree, each with why, keyed by (function, operator, statement before):
+# ``EQUIVALENT`` ones behave the same on every input; ``EXPLAINED`` ones do not, and stay survivors.
+EQUIVALENT: dict[tuple[str, str, str], str] = {
+    ("SchedulerDisaggregationDecodeMixin._verify_kv_checksums", "delete", "if computer is None:"):
+        "without a computer the commit records no expected digest (_commit_transfer_to_req sets it only when "
+        "kv_checksum_computer is set), so each request carries Req's default 0 and the expected == 0 check verifies it",
+    ("SchedulerDisaggregationDecodeMixin._verify_kv_checksums", "false", "computer is None"):
+        "as its deletion: with no computer every expected digest is the default 0, verified by the next check",
+    ("SchedulerDisaggregationDecodeMixin._verify_kv_checksums", "delete", "return"):
+        "as the deletion of its guard: with no computer every expected digest is 0 and verified without computing",
+    ("SchedulerDisaggregationDecodeMixin._verify_kv_checksums", "delete", "if is_health_check_req(req):"):
+        "prefill digests a health check as 0 (send_kv_chunk), so its expected digest is 0 and the next check verifies it",
+    ("SchedulerDisaggregationDecodeMixin._verify_kv_checksums", "false", "is_health_check_req(req)"):
+        "as its deletion: a health check's expected digest is 0, verified by the next check",
+    ("SchedulerDisaggregationDecodeMixin._verify_kv_checksums", "true", "len(verified) != len(batch.reqs)"):
+        "filtering a batch by the indices of all its requests keeps every request, in order",
+    ("SchedulerDisaggregationDecodeMixin._handle_kv_checksum_mismatch", "delete", "if is_in_ci():"):
+        "is_in_ci() reads SGLang's own test-suite switch, off wherever a server runs: the raise is the test suite's, "
+        "the abort below it is serving's",
+    ("SchedulerDisaggregationDecodeMixin._handle_kv_checksum_mismatch", "false", "is_in_ci()"):
+        "as its deletion: the test suite's switch is off wherever a server runs",
+    ("SchedulerDisaggregationDecodeMixin._handle_kv_checksum_mismatch", "delete", "if self.metrics_reporter.enable_metrics:"):
+        "the guard of a metrics-only block: telemetry (mutation.TELEMETRY), which no duty reads",
+    ("SchedulerDisaggregationDecodeMixin._handle_kv_checksum_mismatch", "true", "self.metrics_reporter.enable_metrics"):
+        "the guard of a metrics-only block: telemetry (mutation.TELEMETRY), which no duty reads",
+    ("SchedulerDisaggregationDecodeMixin._handle_kv_checksum_mismatch", "false", "self.metrics_reporter.enable_metrics"):
+        "the guard of a metrics-only block: telemetry (mutation.TELEMETRY), which no duty reads",
+    ("SchedulerDisaggregationDecodeMixin.get_new_prebuilt_batch", "delete", "if batch.is_empty():"):
+        "a batch left empty by the verification is handed on instead of None, and its caller "
+        "(get_next_disagg_decode_batch_to_run) merges or runs a prebuilt batch only when it is not empty",
+    ("SchedulerDisaggregationDecodeMixin.get_new_prebuilt_batch", "false", "batch.is_empty()"):
+        "as its deletion: the caller drops an empty prebuilt batch",
+    ("SchedulerDisaggregationDecodeMixin.get_new_prebuilt_batch", "delete", "return None"):
+        "as the deletion of its guard: the caller drops an empty prebuilt batch",
+    ("SchedulerDisaggregationPrefillMixin.send_kv_chunk", "true", "last_chunk"):
+        "a digest written for an earlier chunk is overwritten by the last chunk's before the metadata row is sent, "
+        "which goes with the last chunk only",
+    ("SchedulerDisaggregationPrefillMixin.send_kv_chunk", "false", "is_health_check_req(req)"):
+        "decode never compares a health check's digest (it verifies health checks without computing)",
+    ("SchedulerDisaggregationPrefillMixin.send_kv_chunk", "true", "end_idx is None"):
+        "every last-chunk call gives no end (the scheduler's calls), so the end is computed either way",
+}
+EXPLAINED: dict[tuple[str, str, str], str] = {
+    ("SchedulerDisaggregationDecodeMixin._verify_kv_checksums", "return", "verified.append(i)"):
+        "returning after the first request verified leaves the batch's later requests unverified: every handoff case "
+        "admits one request per batch, so no case has a later request to miss",
+    ("SchedulerDisaggregationDecodeMixin.get_new_prebuilt_batch", "delete",
+     "self.ngram_embedding_manager.prepare_for_forward(batch, chunked_req=self.chunked_req)"):
+        "the n-gram embedding's preparation of the batch: no case runs a model with n-gram embeddings, and they hold "
+        "no page",
+}

@@ -1,0 +1,117 @@
+"""The duty table of #40645 (0.5.21): drain acknowledgements.
+
+The drain acknowledgement survives the prefill scheduler's clear(), and an ABORT for a cleared room with a write
+still outstanding is acknowledged after the drain.
+
+Rows are duties (id, what must hold, the check over a case's recorded effects); the case space (``SPACE``)
+says which cases check which duties; ``FIX_CODE`` names the code the fix changed (what ``mutate`` mutates).
+Standard library only: the host judges with it too.
+"""
+
+from __future__ import annotations
+
+from . import space
+from .duties_lifetime import (ACKED, ACKS, DEFERRED_CONFIG, GUARD_ABORT, HELD, IN_FLIGHT, ON_ACK, ON_ACK_IDLE, CONN,
+                              MOONCAKE, aborted_after_clear, aborting, acked_after_drain, released_before_timeout, site)
+from .effects import Duty, Effects
+
+
+def every_abort_acked(e: Effects) -> bool:
+    return bool(aborting(e)) and acked_after_drain(e, aborting(e))
+
+
+def late_abort_acked(e: Effects) -> bool:
+    return bool(aborted_after_clear(e)) and acked_after_drain(e, aborted_after_clear(e))
+
+
+DUTIES: tuple[Duty, ...] = (
+    Duty("lifetime-acked-after-drain",
+         "every aborting decode rank got exactly one acknowledgement from each prefill rank, sent after its "
+         "writes stopped",
+         every_abort_acked),
+    Duty("lifetime-late-abort-acked",
+         "a decode rank whose ABORT reached prefill after the room was cleared, a write still outstanding, was "
+         "acknowledged exactly once after the drain",
+         late_abort_acked),
+    Duty("lifetime-released-on-ack",
+         "with every acknowledgement delivered, the pages went back before the release timeout, not by it",
+         released_before_timeout),
+)
+
+SPACE = space.Space(
+    probe="lifetime-drain",
+    dimensions=(
+        space.Dimension(IN_FLIGHT.name, IN_FLIGHT.values, core=True, reads=IN_FLIGHT.reads),
+        space.Dimension("clears", (
+            space.Value("no", "the prefill scheduler concludes the failed sender after the write drained", label=""),
+            space.Value("yes", "the prefill scheduler polls Failed and concludes the sender (clearing the room) while the "
+                        "write is still in flight", label="prefill-clears-before-drain",
+                        says="the prefill scheduler clearing the room before the write drains"),
+            space.Value("late", "the prefill scheduler, busy, concludes the sender only after decode's release timeout",
+                        label="prefill-concludes-late", says="the prefill scheduler concluding only after the timeout"),
+        ), core=True, reads=("_deferred_ack_targets", "transfer_infos", "request_status")),
+        space.Dimension("decode_ranks", (
+            space.Value("one", "one decode rank holds the room", label=""),
+            space.Value("two", "two decode ranks hold the room (prefill TP < decode TP); the second's ABORT reaches "
+                        "prefill after the room was cleared", label="second-rank", says="a second decode rank's ABORT "
+                        "arriving after the clear"),
+        ), over={"in_flight": ("yes",), "clears": ("yes",)}, reads=("room_active",)),
+        space.Dimension(ACKS.name, ACKS.values, over={"in_flight": ("yes",), "clears": ("no",)}, reads=ACKS.reads),
+        DEFERRED_CONFIG,
+    ),
+    unreachable=(space.Unreachable("with nothing sent, prefill has no write to clear the room under",
+                                   {"in_flight": ("no",), "clears": ("yes",)}),),
+    bug=({"in_flight": ("yes",), "acks": ("delivered",), "clears": ("no", "yes")}, {"in_flight": ("no",)}),
+    duties_by=(
+        space.Rule({"in_flight": ("yes",), "acks": ("delivered",), "decode_ranks": ("one",), "clears": ("no", "yes")},
+                   (*ACKED, *HELD)),
+        space.Rule({"decode_ranks": ("two",)}, ("lifetime-late-abort-acked", *HELD)),
+        space.Rule({"acks": ("lost", "late")}, GUARD_ABORT),
+        space.Rule({"in_flight": ("no",)}, ON_ACK_IDLE),
+        space.Rule({"clears": ("late",)}, ON_ACK),
+    ),
+    aliases={f"{old}{suffix}": f"{new}{suffix}" for suffix in ("", "-with-deferred-release") for old, new in (
+        ("in-flight", "abort-in-flight"), ("in-flight-prefill-clears-before-drain", "prefill-clears-before-drain"),
+        ("in-flight-prefill-clears-before-drain-second-rank", "abort-after-room-cleared"),
+        ("in-flight-acks-lost", "acks-lost"), ("in-flight-acks-late", "acks-late"),
+        ("nothing-in-flight", "abort-nothing-in-flight"),
+        ("in-flight-prefill-concludes-late", "prefill-concludes-late"),
+        ("nothing-in-flight-prefill-concludes-late", "nothing-in-flight-prefill-concludes-late"))},
+    site=site,
+)
+
+# The code the fix relies on, in the release that first carries it (pins.toml), by qualified name (whole
+# functions, or the slice of a long one naming these): what ``diffprobe mutate`` changes, one statement at a
+# time, on the lines the cases run.
+FIX_CODE: dict[str, tuple[str, ...]] = {
+    f"{CONN}.CommonKVSender.clear": ("_deferred_ack_targets", "_staging_outstanding", "_maybe_ack_drained_abort"),
+    f"{CONN}.CommonKVManager._maybe_ack_drained_abort": ("_staging_outstanding", "_deferred_ack_targets",
+                                                       "_send_abort_ack", "target"),
+    f"{CONN}.CommonKVManager.register_deferred_ack_target": ("_deferred_ack_targets",),
+    f"{MOONCAKE}.MooncakeKVManager.transfer_worker": ("_maybe_ack_drained_abort",),
+    f"{MOONCAKE}.MooncakeKVManager.start_prefill_thread": ("room_active", "register_deferred_ack_target",
+                                                     "_maybe_ack_drained_abort", "_send_abort_ack"),
+}
+
+# Mutants no case can tell from the tree, each with why, keyed by (function, operator, statement before):
+# ``EQUIVALENT`` ones behave the same on every input; ``EXPLAINED`` ones do not, and stay survivors.
+EQUIVALENT: dict[tuple[str, str, str], str] = {
+    ("CommonKVSender.clear", "delete", "self.kv_mgr._maybe_ack_drained_abort(self.bootstrap_room)"):
+        "every path that brings a room's outstanding writes to zero (the worker after a write, and its skip of a "
+        "failed room's chunk) tries the acknowledgement, and the ABORT handler tries it right after registering: "
+        "clear() finds the target gone or a write still outstanding in every interleaving of those (0.5.21)",
+    ("CommonKVSender.clear", "return", "self.kv_mgr._maybe_ack_drained_abort(self.bootstrap_room)"):
+        "the same redundant try as its deletion: returning before it only skips it",
+    ("MooncakeKVManager.start_prefill_thread", "true",
+     "room_active or self._staging_outstanding.get(room_to_be_aborted, 0) > 0"):
+        "an inactive room with nothing outstanding is then registered and acknowledged by the handler's own immediate "
+        "try, as the else branch acknowledges it; marking a cleared room Failed is a no-op (update_status refuses "
+        "to resurrect it)",
+    ("MooncakeKVManager.start_prefill_thread", "true", "room_active"):
+        "the same as above: an inactive room is registered and acknowledged at once; a cleared room is not resurrected",
+    ("MooncakeKVManager.start_prefill_thread", "true", "self._staging_outstanding.get(room_to_be_aborted, 0) > 0"):
+        "the same as above, for an inactive room with nothing outstanding",
+}
+EXPLAINED: dict[tuple[str, str, str], str] = {
+
+}

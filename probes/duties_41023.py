@@ -1,0 +1,97 @@
+"""The duty table of #41023 (0.5.22): deferred release by default.
+
+Decode holds an aborted request's pages until prefill's writes stopped (or the stated timeout passed), in its
+default configuration.
+
+Rows are duties (id, what must hold, the check over a case's recorded effects); the case space (``SPACE``)
+says which cases check which duties; ``FIX_CODE`` names the code the fix changed (what ``mutate`` mutates).
+Standard library only: the host judges with it too.
+"""
+
+from __future__ import annotations
+
+from . import space
+from .duties_lifetime import (ACKS, DEFERRED_CONFIG, GUARD_ABORT, HELD, IN_FLIGHT, ON_ACK_IDLE, CONN, DECODE,
+                              committed, freed_once, no_early_release, not_held_forever, site, timeout_recorded)
+from .effects import Duty, Effects
+
+
+def no_foreign_write(e: Effects) -> bool:
+    return not any(rank["foreign_writes"] for rank in e["decode"])
+
+
+DUTIES: tuple[Duty, ...] = (
+    Duty("lifetime-no-early-release",
+         "no page went back to the allocator while a prefill write could still land in it, except at the "
+         "tree's stated release timeout (recorded as such)",
+         no_early_release),
+    Duty("lifetime-no-foreign-write", "no write landed in a page another request owned", no_foreign_write),
+    Duty("lifetime-freed-once",
+         "each page and the metadata row of the aborted request went back exactly once (its KV not kept in the "
+         "prefix cache), and nothing is held at the end",
+         freed_once),
+    Duty("lifetime-timeout-recorded",
+         "pages went back at the release timeout exactly when the tree logged a release by timeout (a timeout "
+         "release is recorded as such, a release on the acknowledgements is not)",
+         timeout_recorded),
+    Duty("lifetime-not-held-forever",
+         "the pages went back by the end (by acknowledgement or the stated timeout), nothing held forever (a "
+         "guard)",
+         not_held_forever),
+    Duty("lifetime-committed",
+         "a healthy transfer was committed at once: its pages held, read only where its own write landed, its "
+         "metadata row handed back once (a guard)",
+         committed),
+)
+
+SPACE = space.Space(
+    probe="lifetime-default",
+    dimensions=(
+        space.Dimension("failure", (
+            space.Value("decode-abort", "a client abort reaches decode's scheduler (its abort_request)", label="abort",
+                        says="a client abort at decode"),
+            space.Value("none", "a healthy transfer", label="healthy-transfer", says="a healthy transfer, committed to decode"),
+        ), core=True, reads=("abort_notified",)),
+        space.Dimension(IN_FLIGHT.name, IN_FLIGHT.values, over={"failure": ("decode-abort",)}, reads=IN_FLIGHT.reads),
+        space.Dimension(ACKS.name, ACKS.values, over={"failure": ("decode-abort",)}, reads=ACKS.reads),
+        DEFERRED_CONFIG,
+    ),
+    # with nothing in flight the abort must still stop the request's later chunk (trees without an ABORT message
+    # to prefill, 0.5.12 and earlier, let it write into pages decode already gave away): a bug case, not a guard
+    bug=({"failure": ("decode-abort",), "in_flight": ("yes",), "acks": ("delivered",)}, {"in_flight": ("no",)}),
+    duties_by=(
+        space.Rule({"failure": ("decode-abort",), "in_flight": ("yes",), "acks": ("delivered",)}, HELD),
+        space.Rule({"acks": ("lost", "late")}, GUARD_ABORT),
+        space.Rule({"in_flight": ("no",)}, ON_ACK_IDLE),
+        space.Rule({"failure": ("none",)}, ("lifetime-committed",)),
+    ),
+    aliases={f"{old}{suffix}": f"{new}{suffix}" for suffix in ("", "-with-deferred-release") for old, new in (
+        ("abort-in-flight-acks-lost", "abort-acks-lost"), ("abort-in-flight-acks-late", "abort-acks-late"),
+        ("healthy-transfer-in-flight", "healthy-transfer"))},
+    site=site,
+)
+
+# The code the fix relies on, in the release that first carries it (pins.toml), by qualified name (whole
+# functions, or the slice of a long one naming these): what ``diffprobe mutate`` changes, one statement at a
+# time, on the lines the cases run.
+FIX_CODE: dict[str, tuple[str, ...]] = {
+    f"{DECODE}.DecodeTransferQueue.pop_transferred": ("_defer_release", "deferred_indices"),
+    f"{DECODE}.DecodeTransferQueue._defer_release": (),
+    f"{DECODE}.DecodeTransferQueue.resolve_deferred_releases": ("is_abort_release_safe", "drained", "deadline", "still_held",
+                                                            "to_release", "_do_release"),
+    f"{DECODE}.DecodeTransferQueue._do_release": ("_release_request", "req_to_metadata_buffer_idx_allocator"),
+    f"{CONN}.CommonKVManager.is_abort_release_safe": (),
+    f"{CONN}.CommonKVManager.note_abort_ack": (),
+    f"{CONN}.CommonKVManager.register_deferred_abort_room": (),
+}
+
+# Mutants no case can tell from the tree, each with why, keyed by (function, operator, statement before):
+# ``EQUIVALENT`` ones behave the same on every input; ``EXPLAINED`` ones do not, and stay survivors.
+EQUIVALENT: dict[tuple[str, str, str], str] = {
+
+}
+EXPLAINED: dict[tuple[str, str, str], str] = {
+    ("DecodeTransferQueue.resolve_deferred_releases", "return", "still_held.append((decode_req, deadline, idx, required_acks))"):
+        "returning while the first entry is still held skips the entries after it: every case holds one request per "
+        "decode rank at a time, so no case has a later entry to skip",
+}

@@ -1,0 +1,111 @@
+"""The duty table of #41404 (0.5.22): other transfer failures.
+
+Failures decode did not initiate are notified and held like an abort; a failed send that may still write poisons
+its room.
+
+Rows are duties (id, what must hold, the check over a case's recorded effects); the case space (``SPACE``)
+says which cases check which duties; ``FIX_CODE`` names the code the fix changed (what ``mutate`` mutates).
+Standard library only: the host judges with it too.
+"""
+
+from __future__ import annotations
+
+from . import space
+from .duties_lifetime import (ACKED, DEFERRED_CONFIG, GUARD_ABORT, HELD, CONN, DECODE, MOONCAKE,
+                              released_before_timeout, site)
+from .effects import Duty, returned
+
+
+DUTIES: tuple[Duty, ...] = (
+    Duty("lifetime-released-at-once",
+         "nothing could write the pages (no prefill rank ever learned them): they went back at once, not held "
+         "to the release timeout",
+         released_before_timeout),
+    Duty("lifetime-failure-handled",
+         "decode's own failed send of its destinations did not escape the tree's code to its caller (a tree "
+         "that lets it escape has no failure path for it: it can neither hold nor release the pages by its "
+         "rules)",
+         returned),
+)
+
+SPACE = space.Space(
+    probe="lifetime-failures",
+    dimensions=(
+        space.Dimension("failure", (
+            space.Value("write-fails", "prefill rank 0's write fails; decode learns it from the failure status",
+                        label=""),
+            space.Value("metadata-send-fails", "decode's destinations reached prefill rank 0, which writes, but the "
+                        "send to prefill rank 1 failed (a connection reset): decode marks the room failed itself, "
+                        "with rank 0's write in flight", label="metadata-send-fails",
+                        says="decode's metadata reaching prefill rank 0 but not rank 1"),
+            space.Value("bootstrap-fails", "decode never learned its prefill ranks: no prefill rank knows its pages",
+                        label="bootstrap-fails", says="decode never learning its prefill ranks"),
+        ), core=True, reads=("send_metadata", "init_time", "force_arm", "ensure_abort_notified")),
+        space.Dimension("prefill_ranks", (
+            space.Value("one", "one prefill rank, whose write fails", label=""),
+            space.Value("two", "two prefill ranks: rank 0's write fails while rank 1's write is in flight",
+                        label="other-rank-fails-while-writing", says="another prefill rank's write still in flight"),
+        ), over={"failure": ("write-fails",)}, reads=("bootstrap_infos", "required_acks")),
+        space.Dimension("failed_write", (
+            space.Value("stops", "the failed write stopped: nothing of it lands later", label=""),
+            space.Value("keeps-writing", "the engine reported it failed while it still runs (its wall-clock timeout); it "
+                        "lands after decode learned of the failure", label="failed-write-keeps-landing",
+                        says="the failed write still landing"),
+        ), over={"failure": ("write-fails",)}, reads=("_poison_unsettled_send", "_deferred_ack_poisoned_rooms")),
+        DEFERRED_CONFIG,
+    ),
+    bug=({"prefill_ranks": ("two",)}, {"failed_write": ("keeps-writing",)}, {"failure": ("metadata-send-fails",)}),
+    duties_by=(
+        space.Rule({"prefill_ranks": ("two",)}, (*HELD, "lifetime-not-held-forever")),
+        space.Rule({"failed_write": ("keeps-writing",)}, (*HELD, "lifetime-not-held-forever")),
+        space.Rule({"failure": ("write-fails",), "prefill_ranks": ("one",), "failed_write": ("stops",)}, GUARD_ABORT),
+        # decode's own failure: the rank that took the destinations is told, drains, acknowledges; no timeout needed
+        space.Rule({"failure": ("metadata-send-fails",)},
+                   ("lifetime-failure-handled", *HELD, *ACKED, "lifetime-not-held-forever")),
+        space.Rule({"failure": ("bootstrap-fails",)}, ("lifetime-released-at-once", *GUARD_ABORT)),
+    ),
+    aliases={"": "failure-nothing-else-in-flight", "with-deferred-release": "failure-nothing-else-in-flight-with-deferred-"
+             "release", **{f"other-rank-fails-while-writing-failed-write-keeps-landing{suffix}":
+                           f"other-rank-fails-failed-write-keeps-landing{suffix}"
+                           for suffix in ("", "-with-deferred-release")}},
+    site=site,
+)
+
+# The code the fix relies on, in the release that first carries it (pins.toml), by qualified name (whole
+# functions, or the slice of a long one naming these): what ``diffprobe mutate`` changes, one statement at a
+# time, on the lines the cases run.
+FIX_CODE: dict[str, tuple[str, ...]] = {
+    f"{DECODE}.DecodeTransferQueue.pop_transferred": ("ensure_abort_notified",),
+    # the notification itself; the guards around it (a receiver never initialised, or one already notified)
+    # are the decode abort's, which calls it too: no failure decode did not initiate reaches them
+    f"{CONN}.CommonKVReceiver.ensure_abort_notified": ("_send_abort_notification",),
+    f"{MOONCAKE}.MooncakeKVManager._poison_unsettled_send": (),
+    f"{CONN}.CommonKVManager.poison_deferred_ack_room": (),
+    f"{CONN}.CommonKVManager._maybe_ack_drained_abort": ("_deferred_ack_poisoned_rooms",),
+    f"{MOONCAKE}.MooncakeKVManager.transfer_worker": ("_poison_unsettled_send", "poison_deferred_ack_room"),
+}
+
+# Mutants no case can tell from the tree, each with why, keyed by (function, operator, statement before):
+# ``EQUIVALENT`` ones behave the same on every input; ``EXPLAINED`` ones do not, and stay survivors.
+EQUIVALENT: dict[tuple[str, str, str], str] = {
+    ("MooncakeKVManager._poison_unsettled_send", "true", "self.enable_deferred_decode_kv_release"):
+        "a manager without the deferred release never registers an acknowledgement target "
+        "(register_deferred_ack_target is called only by the deferred ABORT handler), so a poisoned room has no "
+        "acknowledgement to withhold, and a new lifecycle of the room clears the mark (update_status)",
+    ("CommonKVManager.poison_deferred_ack_room", "delete", "self._deferred_ack_targets.pop(room, None)"):
+        "a target left beside the poison is dropped, unsent, by _maybe_ack_drained_abort's poisoned check at the drain, "
+        "and a new lifecycle of the room pops it (update_status)",
+    ("CommonKVManager._maybe_ack_drained_abort", "delete", "if room in self._deferred_ack_poisoned_rooms:"):
+        "poison_deferred_ack_room pops the room's targets and register_deferred_ack_target refuses a poisoned room, so "
+        "a poisoned room has no target to send to at the drain: the check guards only a registration racing the "
+        "poison from another thread",
+    ("CommonKVManager._maybe_ack_drained_abort", "false", "room in self._deferred_ack_poisoned_rooms"):
+        "as its deletion: a poisoned room has no target left to send to",
+    ("MooncakeKVManager.transfer_worker", "delete", "break"):
+        "after conclude_failure the room carries a failure record, so conclude_transfer turns the loop's later "
+        "Success into Failed; the failed destination's further aux write lands in its own metadata row, held "
+        "(poisoned) with its pages",
+}
+EXPLAINED: dict[tuple[str, str, str], str] = {
+
+}
