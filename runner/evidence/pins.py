@@ -30,6 +30,16 @@ class Bracket(_Strict):
     with_: str = Field(alias="with", description="first release with the fix")
 
 
+class DutyBracket(_Strict):
+    """Part of a fix that came in another release than the whole: named duties in named cases."""
+
+    title: str = Field(min_length=1, description="what this part of the fix does")
+    duties: list[str] = Field(min_length=1, description="duty ids of the fix's probes")
+    cases: list[str] = Field(min_length=1, description="case ids of the fix's probes: at 'without' every named duty "
+                             "each judges fails, at 'with' every one holds")
+    releases: Bracket
+
+
 class Fix(_Strict):
     title: str = Field(min_length=1)
     summary: str = Field(min_length=1, description="one line on what it fixes")
@@ -43,6 +53,8 @@ class Fix(_Strict):
                              "e.g. with-kv-checksum for an option off by default) whose cases the differential "
                              "compares; empty: every case")
     expect: Verdict = "fix observed"
+    duties: list[DutyBracket] = Field(default_factory=list, description="parts of the fix whose release bracket differs "
+                                      "from the fix's (found on the release line: sweep, per duty)")
 
     @model_validator(mode="after")
     def _commits_together(self) -> "Fix":
@@ -96,9 +108,11 @@ class Pins(_Strict):
     @model_validator(mode="after")
     def _releases_known(self) -> "Pins":
         for number, fix in self.fixes.items():
-            for version in (fix.releases.without, fix.releases.with_):
-                if self.releases and version not in self.releases:
-                    raise ValueError(f"fixes.{number}.releases: {version} is not listed under [releases]")
+            brackets = [("releases", fix.releases), *((f"duties[{i}].releases", d.releases) for i, d in enumerate(fix.duties))]
+            for where, bracket in brackets:
+                for version in (bracket.without, bracket.with_):
+                    if self.releases and version not in self.releases:
+                        raise ValueError(f"fixes.{number}.{where}: {version} is not listed under [releases]")
         return self
 
     @property

@@ -70,6 +70,9 @@ def _mutate(old, new):
         (_mutate('[fixes.36988]', '[fixes.36988]\ncolour = "red"'), "fixes.36988.colour: unknown key"),
         (_mutate('releases = { without = "0.5.19", with = "0.5.20" }', 'releases = { without = "0.5.1", with = "0.5.20" }'), "0.5.1 is not listed"),
         (_mutate('[fixes.36988]', '[fixes.abc]'), "fixes.abc"),
+        (_mutate('releases = { without = "0.5.20", with = "0.5.21" }\n\n# Read in 0.5.21',
+                 'releases = { without = "0.5.2", with = "0.5.21" }\n\n# Read in 0.5.21'),
+         "fixes.41402.duties[0].releases: 0.5.2 is not listed"),
         (_mutate("schema_version = 1", "schema_version = 1\n[[["), "not valid TOML"),
     ],
 )
@@ -91,3 +94,21 @@ def test_missing_pins_file(tmp_path):
 def test_unknown_fix_number():
     with pytest.raises(BadInput, match=r"unknown fix #12345 \(pinned: #36988, #38935, #39500, #40645, #41023, #41402, #41404\)"):
         pins.load(PROJECT_PINS).fix(12345)
+
+
+def test_the_pinned_duty_brackets_are_what_the_committed_release_line_shows():
+    """Each part of a fix pinned at another release than the fix (issue 40) is reproduced, case by case,
+    by the committed release-line bundle's receipts; and the whole fix's bracket stays later."""
+    from runner.commands.sweep import version_key
+    from runner.evidence.receipts import Receipt
+    from runner.judge import duty_windows
+    p = pins.load(PROJECT_PINS)
+    root = next((PROJECT_PINS.parent / "evidence").glob("release-line-*"))
+    pinned = [(n, d) for n, f in p.fixes.items() for d in f.duties]
+    assert {n for n, _ in pinned} == {41402, 41404}
+    for n, d in pinned:
+        cases = [[c for probe in p.fixes[n].probes
+                  for c in Receipt.model_validate_json((root / "receipts" / f"sglang-{version}.{probe}.json").read_bytes()).cases]
+                 for version in (d.releases.without, d.releases.with_)]
+        assert duty_windows.bracket(d.duties, d.cases, *cases) == [], (n, d.title)
+        assert version_key(d.releases.with_) < version_key(p.fixes[n].releases.with_)
