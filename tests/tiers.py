@@ -42,6 +42,7 @@ INTEGRATION = (
     "tests/commands/test_backport.py::test_fix_applied_onto_an_older_tree_behaves_like_head",  # one backport
     "tests/commands/test_departures_real.py",  # audits of vendor-style forks of a release, their departures
     "tests/commands/test_review_real.py",  # a probe-aware fork never passes; an honest one passes once reviewed
+    "tests/commands/test_baseline_real.py",  # the baseline of git forks of real releases: by ancestry, a forged tag refused
     "tests/views/test_report.py",  # report terminal/HTML of a real run, chromium, tampered bundles
     "tests/views/test_timeline.py",
     "tests/views/test_report_width.py",  # the HTML report fits a 1280 px screen (headless chromium)

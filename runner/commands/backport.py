@@ -255,7 +255,7 @@ def cmd_backport(args) -> int:
     mine = {pr: got[(target_text, pr)] for pr in fix.probes}
     theirs = {pr: got[(head_text, pr)] for pr in fix.probes}
     rows = compare(fix.probes, mine, theirs)
-    departed = baseline.departures_of(target_text, trees[target_text], baseline.of(trees[target_text], args.against, opts),
+    departed = baseline.departures_of(target_text, trees[target_text], baseline.of(trees[target_text], args.against, opts, target_text),
                                       list(mine.values()))
     baseline.say(departed)
     same = behaves_like_head(rows)

@@ -49,7 +49,7 @@ def counted(texts: list[str], opts: pipeline.Options, twins: dict[str, str] | No
     def on_tree(text: str, tree) -> None:  # while the pool probes earlier trees
         findings[text] = static.scan(tree.root, tree.files)
         if compare:
-            baselines[text] = baseline.of(tree, against, opts)
+            baselines[text] = baseline.of(tree, against, opts, text)
 
     done = pipeline.probe({t: probes for t in texts if t not in twins}, opts, on_tree=on_tree)
     out: dict[str, Probed] = {}

@@ -4,38 +4,25 @@ matrix of fix status, the first tree with each fix, optionally bisected, optiona
 from __future__ import annotations
 
 import os
-import re
-import sys
 
 from runner import errors, ui
 from runner.commands import baseline, options, pipeline, shards, survey
 from runner.evidence import bundle, pins
 from runner.evidence.records import Row, SweepRecord, windows
 from runner.sandbox import execute
-from runner.store import mirrors, specs
+from runner.store import mirrors, pypi, specs
 from runner.store.cache import Store
-from runner.store.procs import run_logged
+from runner.store.pypi import version_key
 from runner.views import status
 
 
-def version_key(version: str) -> tuple:
-    """Release order without a packaging dependency: numbers, then .postN after the release."""
-    parts = re.findall(r"\d+|[a-z]+", version.lower())
-    return tuple((0, int(p)) if p.isdigit() else (1 if p == "post" else -1, p) for p in parts)
-
-
 def releases_between(first: str, last: str, cache: Store) -> list[str]:
-    out = run_logged([sys.executable, "-m", "pip", "index", "versions", specs.PACKAGE, "--disable-pip-version-check"],
-                     step="list releases on the package index", log=cache.log("pip-index.log"))
-    listed = re.search(r"Available versions:\s*(.+)", out)
-    if not listed:
-        raise errors.Infrastructure("the package index did not list any sglang release")
-    versions = [v.strip() for v in listed.group(1).split(",")]
+    versions = pypi.listed(cache)
     for bound in (first, last):
         if bound not in versions:
             raise errors.BadInput(f"--releases: {bound} is not a release of {specs.PACKAGE} on the package index")
     lo, hi = version_key(first), version_key(last)
-    return sorted((v for v in versions if lo <= version_key(v) <= hi), key=version_key)
+    return [v for v in versions if lo <= version_key(v) <= hi]
 
 
 def commits_between(repo: str, base: str, head: str, opts: pipeline.Options) -> list[str]:

@@ -312,7 +312,7 @@ def cmd_upstream_tests(args: argparse.Namespace) -> int:
     grading = recorded.grading  # each side's source redacted as recorded
     # Each side against its baseline: pytest runs record no lines, so a changed place the tests
     # imported is never "not run" on their account, and --strict fails on any such place at head.
-    records = {name: baseline.departures_of(text, trees[name], baseline.of(trees[name], args.against, opts), [r])
+    records = {name: baseline.departures_of(text, trees[name], baseline.of(trees[name], args.against, opts, text), [r])
                for (name, text), r in zip((("base", args.base), ("head", args.head)), got)}
     for departed in records.values():
         baseline.say(departed)

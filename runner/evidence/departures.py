@@ -122,8 +122,11 @@ class Departures(_Model):
     tree_digest: str
     baseline: Redacted | None = Field(description="the baseline's source; None: no baseline (see unavailable)")
     baseline_digest: str | None
-    chosen: Literal["declared", "against"] = Field(
-        description="declared: the release the tree's own sglang/version.py names; against: given with --against")
+    chosen: Literal["declared", "against", "ancestry", "shared"] = Field(
+        description="declared: the release the tree's own sglang/version.py names; against: given with --against; ancestry: "
+                    "the nearest release tag of its git history whose tree agrees with the release; shared: the release "
+                    "sharing the most identical files with it (runner/commands/baseline.py)")
+    how: str | None = Field(None, description="how the baseline was chosen, in words (null in records made before 2026-12-04)")
     declared: str | None = Field(description="the version the tree's sglang/version.py declares, if any")
     unavailable: str | None = None
     identical: bool
@@ -162,7 +165,7 @@ class Departures(_Model):
         """The record in one line: identical, no baseline, or how far the tree departs."""
         if self.baseline is None or self.unavailable:
             return f"{self.source}: no baseline: {self.unavailable}"
-        how = "by the version it declares" if self.chosen == "declared" else "given with --against"
+        how = self.how or ("by the version it declares" if self.chosen == "declared" else "given with --against")
         if self.identical:
             return f"{self.source}: identical to {self.baseline} ({how})"
         counts = self.counts()
@@ -286,15 +289,18 @@ def _files(root: Path) -> dict[str, Path]:
 
 
 def compare(source: str, tree_digest: str, tree_root: Path, baseline: str, baseline_digest: str, baseline_root: Path,
-            chosen: str, declared: str | None, receipts: list[Receipt]) -> Departures:
+            chosen: str, declared: str | None, receipts: list[Receipt], how: str | None = None,
+            unvouched: frozenset[str] = frozenset()) -> Departures:
     """The departure record of the tree at ``tree_root`` from the baseline at ``baseline_root``,
-    hunks marked from ``receipts`` (the tree's own)."""
+    hunks marked from ``receipts`` (the tree's own); the baseline's files in ``unvouched`` (nothing
+    vouches for them as upstream's) are read as absent from it."""
     head = dict(source=source, tree_digest=tree_digest, baseline=baseline, baseline_digest=baseline_digest,
-                chosen=chosen, declared=declared)
+                chosen=chosen, declared=declared, how=how)
     unrecorded = {r.probe.id: ids for r in receipts if (ids := coverage.unrecorded(r.cases))}
-    if tree_digest == baseline_digest:
+    if tree_digest == baseline_digest and not unvouched:
         return Departures(**head, identical=True, unrecorded=unrecorded)
-    mine, theirs = _files(tree_root), _files(baseline_root)
+    mine = _files(tree_root)
+    theirs = {rel: path for rel, path in _files(baseline_root).items() if rel not in unvouched}
     imported = {name for r in receipts for name in r.materials}
     reached = reach.closure(mine, lambda rel: mine[rel].read_bytes() if rel in mine else None, imported)
     changes: list[FileChange] = []

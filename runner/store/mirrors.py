@@ -358,6 +358,26 @@ def is_ancestor(m: Mirror, older: str, newer: str) -> bool:
         raise Infrastructure(f"git merge-base {older[:12]} {newer[:12]} failed: {e.stderr.strip()[-200:]}") from None
 
 
+def release_tags(m: Mirror, sha: str, is_release: Callable[[str], bool], tries: int = 20) -> tuple[str, str, int] | None:
+    """The nearest tag reachable from ``sha`` whose name is a release (``v0.5.17``; a vendor's own
+    tags and names that are not releases are skipped), as (tag, its commit, commits between), read
+    with ``git describe`` where the source's refs are. Tags are the repository's word: the caller
+    checks the tagged tree against the release before taking it as upstream's."""
+    names = m.names()
+    skipped: list[str] = []
+    for _ in range(tries):
+        try:
+            found = names.text("describe", "--tags", "--long", "--match", "v[0-9]*",
+                               *(f"--exclude={t}" for t in skipped), "--end-of-options", sha).strip()
+        except git.exc.GitCommandError:  # no such tag reachable (or history cut short)
+            return None
+        tag, count, _ = found.rsplit("-", 2)
+        if is_release(tag[1:]):
+            return tag, names.text("rev-parse", "--verify", "--end-of-options", f"refs/tags/{tag}^{{commit}}").strip(), int(count)
+        skipped.append(tag)
+    return None
+
+
 # --- objects: exactly those a package needs, each hashed as it is read ----------------------------
 
 

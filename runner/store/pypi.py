@@ -13,7 +13,7 @@ from pydantic import BaseModel
 
 from runner import ui
 from runner.errors import BadInput, Infrastructure
-from runner.files import building_dir, sha256_file
+from runner.files import building_dir, sha256_file, tree_files
 from runner.store import intake, specs, trees
 from runner.store.cache import Store, read_model, write_model
 from runner.store.procs import run_logged
@@ -97,3 +97,46 @@ def _unpack(wheel: Path, cache: Store, where: str, bounds: intake.Bounds) -> tre
                                outside=intake.wheel_outside(zf, PKG))
     except zipfile.BadZipFile as e:
         raise Infrastructure(f"{wheel.name}: corrupt wheel ({e})") from None
+
+
+def version_key(version: str) -> tuple:
+    """Release order without a packaging dependency: numbers, then .postN after the release."""
+    parts = re.findall(r"\d+|[a-z]+", version.lower())
+    return tuple((0, int(p)) if p.isdigit() else (1 if p == "post" else -1, p) for p in parts)
+
+
+def listed(cache: Store) -> list[str]:
+    """Every release the package index lists, oldest first (one ``pip index versions``)."""
+    out = run_logged([sys.executable, "-m", "pip", "index", "versions", PKG, "--disable-pip-version-check"],
+                     step="list releases on the package index", log=cache.log("pip-index.log"))
+    found = re.search(r"Available versions:\s*(.+)", out)
+    if not found:
+        raise Infrastructure("the package index did not list any sglang release")
+    return sorted((v.strip() for v in found.group(1).split(",")), key=version_key)
+
+
+class _Files(BaseModel):
+    version: str
+    tree_digest: str
+    files: dict[str, str]  # the package's regular files: path -> sha256
+
+
+def file_digests(root: Path) -> dict[str, str]:
+    """The sha256 of every regular file of the package in the stored tree at ``root``."""
+    return {rel: sha256_file(root / rel) for rel in tree_files(root)
+            if rel.startswith(f"{PKG}/") and (root / rel).is_file() and not (root / rel).is_symlink()}
+
+
+def release_files(version: str, cache: Store, pinned: str | None, bounds: intake.Bounds = intake.Bounds()) -> dict[str, str]:
+    """The file digests of a release, kept in the store's index once computed, so finding the nearest
+    release by shared files compares lists, and each release is downloaded once for every audit. A
+    damaged list can only steer which release is chosen: the departures are read from the chosen
+    release's verified tree."""
+    path = cache.index("release-files", version)
+    hit = read_model(path, _Files)
+    if hit is not None and hit.version == version:
+        return hit.files
+    tree = resolve(specs.PypiSpec(version=version), cache, pinned, bounds)
+    files = file_digests(tree.root)
+    write_model(path, _Files(version=version, tree_digest=tree.identity.tree_digest, files=files))
+    return files

@@ -81,7 +81,7 @@ def print_audit(row: Row, lines: list[verdict.Line], receipts: list[Receipt], bu
         ui.out.print(Text(errors.printable(f"image {image.manifest_digest or 'config ' + image.config_digest} "
                                            f"(package /{image.package}, Python {image.python or 'unknown'})")))
     if row.departures:
-        ui.out.print(Text(f"baseline: {row.departures}"))
+        ui.out.print(Text(f"baseline: {errors.printable(row.departures)}"))
     verdict.show(lines, receipts)
     ui.out.print("static findings (code or option present; not behaviour observed):")
     for f in row.static:
