@@ -2,13 +2,15 @@
 
     <env python> -I -B /abs/probes/harness.py --probe PROBE_ID [--probe PROBE_ID ...] --out DIR
         [--case-timeout SECONDS] [--case CASE_ID ...] [--no-lines] [--conditions JSON]
+        [--jobs N] [--progress-fd FD]
     <env python> -I -B /abs/<dir>/harness.py  < the same arguments, NUL-separated
 
 (the host passes them on standard input, so that no command line a tree can read names them).
 
 Implements ``docs/probe-contract.md`` (``diffprobe.observations/3``): imports SGLang once, forks
-one child per case so cases share no state and never pay the import twice, kills a child that
-outlives its timeout, and writes the observations file atomically. Exit 0 means the file was
+one child per case so cases share no state and never pay the import twice (``--jobs`` of them at
+once: the host's share of the cores), kills a child that outlives its timeout, and writes the
+observations file atomically. Exit 0 means the file was
 written, whatever the cases did; any other exit is an infrastructure failure.
 """
 
@@ -26,7 +28,7 @@ import select
 import signal
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from types import ModuleType
 from typing import Any
 
@@ -167,57 +169,134 @@ class ImportLog:
 
 
 def run_forked(case: Case, places: Places, timeout: float, log: ImportLog) -> tuple[dict[str, Any], dict]:
-    """Run one case in a forked child; return its result and what the child imported beyond
-    the parent's modules. The child's one message is checked here: one that is not well-formed
-    (not JSON, a second document, fields out of the contract, over ``MAX_MESSAGE``) makes this
-    case an error and never stops the harness."""
+    """Run one case in a forked child (``run_cases`` of one); return its result and its message."""
+    return run_cases([case], places, timeout, log)[0]
+
+
+def run_cases(cases: list[Case], places: Places, timeout: float, log: ImportLog, jobs: int = 1,
+              finished: Callable[[Case], None] = lambda case: None) -> list[tuple[dict[str, Any], dict]]:
+    """Run each case in a forked child, ``jobs`` children at once, each to its own deadline; return
+    each one's result and message in the order of ``cases``, whatever order they ended in (a result
+    never depends on which cases ran beside it: each child is a copy of this process as it was
+    before any case ran). ``finished`` is told of each case as it ends. A child that cannot start
+    because the tree holds every pipe or process the sandbox allows waits for a running one to end;
+    with none running, that case is a Limit error."""
+    done: list[tuple[dict[str, Any], dict] | None] = [None] * len(cases)
+    waiting, running = list(range(len(cases)))[::-1], {}  # running: read descriptor -> (index, child)
+    poll = select.poll()
+    while waiting or running:
+        while waiting and len(running) < max(1, jobs):
+            started = _start(cases[waiting[-1]], places, timeout, log, list(running))
+            if started is None:  # what it needs is held by the cases running: one of them must end first
+                break
+            index = waiting.pop()
+            if isinstance(started, Child):
+                running[started.fd] = (index, started)
+                poll.register(started.fd, select.POLLIN)
+            else:
+                done[index] = started
+                finished(cases[index])
+        if not running:
+            continue
+        wait = min(child.deadline for _, child in running.values()) - time.monotonic()
+        for fd, _ in poll.poll(max(0, int(wait * 1000) + 1)):
+            running[fd][1].read()
+        for fd, (index, child) in list(running.items()):
+            if child.ended or time.monotonic() >= child.deadline:
+                poll.unregister(fd)
+                del running[fd]
+                done[index] = child.finish()
+                finished(cases[index])
+    return [result for result in done if result is not None]
+
+
+PRIVATE: list[int] = []  # descriptors of the parent no case's process may hold (--progress-fd)
+
+
+class Child:
+    """One case's process and what the parent has read of its one message: reading ends at
+    ``eof``, at ``overflow`` (over ``MAX_MESSAGE``) or at its deadline."""
+
+    def __init__(self, case: Case, pid: int, fd: int, start: float, timeout: float):
+        self.case, self.pid, self.fd, self.start, self.deadline = case, pid, fd, start, start + timeout
+        self.chunks: list[bytes] = []
+        self.size = 0
+        self.ended: str | None = None
+
+    def read(self) -> None:
+        chunk = os.read(self.fd, 1 << 16)
+        self.size += len(chunk)
+        if not chunk:
+            self.ended = "eof"
+        elif self.size > MAX_MESSAGE:
+            self.ended, self.chunks = "overflow", []
+        else:
+            self.chunks.append(chunk)
+
+    def finish(self) -> tuple[dict[str, Any], dict]:
+        """The case's result and message. The message is checked here: one that is not well-formed
+        (not JSON, a second document, fields out of the contract) makes this case an error and never
+        stops the harness. A child that did not deliver is killed (past its deadline) and waited for."""
+        os.close(self.fd)
+        ended, data, problem = self.ended or "timeout", b"".join(self.chunks), None
+        if ended == "eof" and data:
+            message, problem = well_formed(data)
+            if message is not None:  # its result is in; its exit (unmapping a large heap) need not hold up the next case
+                EXITING.append(self.pid)
+                return {**self.case.header(), **message["result"], "lines": message["lines"], "renamed": message["renamed"],
+                        "conditions": message["conditions"], "duration_ms": _ms_since(self.start)}, message
+        elif ended == "overflow":
+            problem = f"more than {MAX_MESSAGE} bytes"
+        if ended != "eof":
+            os.kill(self.pid, signal.SIGKILL)
+        _, status = os.waitpid(self.pid, 0)
+        if ended == "timeout":
+            result = _bare("timeout")
+        elif problem:
+            result = _bare("error", error("MalformedResult", f"the case's result message is not well-formed: {problem}", "process"))
+        elif os.WIFSIGNALED(status):
+            name = signal.Signals(os.WTERMSIG(status)).name
+            result = _bare("error", error("Signal", f"case process killed by {name}{LIMIT_SIGNALS.get(name, '')}", "process"))
+        else:
+            message = f"case process exited with status {os.WEXITSTATUS(status)} without a result"
+            result = _bare("error", error("NoResult", message, "process"))
+        return {**self.case.header(), **result, "duration_ms": _ms_since(self.start)}, {}
+
+
+def _start(case: Case, places: Places, timeout: float, log: ImportLog, siblings: list[int]) -> Child | tuple[dict, dict] | None:
+    """Fork ``case``'s process, which first closes the pipes of the cases running beside it
+    (``siblings``: no case reads or forges another's message) and ``PRIVATE``. Where no pipe or
+    process is left: None while other cases run (they hold them), else the case's Limit error."""
     sys.stdout.flush()
     sys.stderr.flush()
     start = time.monotonic()
     try:
         read_fd, write_fd = os.pipe()
     except OSError as exc:  # the tree holds every file it may open
-        return _limit_hit(case, f"no pipe for the case's process: {exc}")
-    reap(block=False)
-    try:
-        pid = os.fork()
-    except OSError:
-        reap()  # children still exiting count against the run's process limit: wait for them, once
-        try:
-            pid = os.fork()
-        except OSError as exc:  # the tree holds every process the run may have (a fork bomb)
-            os.close(read_fd)
-            os.close(write_fd)
-            return _limit_hit(case, f"no process for the case: {exc}")
-    if pid == 0:
+        return None if siblings else _limit_hit(case, f"no pipe for the case's process: {exc}")
+    pid = _fork()
+    if isinstance(pid, OSError):  # the tree holds every process the run may have (a fork bomb)
         os.close(read_fd)
+        os.close(write_fd)
+        return None if siblings else _limit_hit(case, f"no process for the case: {pid}")
+    if pid == 0:
+        for fd in (read_fd, *siblings, *PRIVATE):
+            os.close(fd)
         _child(case, places, write_fd, log)
     os.close(write_fd)
-    data, ended = _read_until(read_fd, start + timeout, MAX_MESSAGE)
-    os.close(read_fd)
-    problem = None
-    if ended == "eof" and data:
-        message, problem = well_formed(data)
-        if message is not None:  # its result is in; its exit (unmapping a large heap) need not hold up the next case
-            EXITING.append(pid)
-            return {**case.header(), **message["result"], "lines": message["lines"], "renamed": message["renamed"],
-                    "conditions": message["conditions"], "duration_ms": _ms_since(start)}, message
-    elif ended == "overflow":
-        problem = f"more than {MAX_MESSAGE} bytes"
-    if ended != "eof":
-        os.kill(pid, signal.SIGKILL)
-    _, status = os.waitpid(pid, 0)
-    if ended == "timeout":
-        result = _bare("timeout")
-    elif problem:
-        result = _bare("error", error("MalformedResult", f"the case's result message is not well-formed: {problem}", "process"))
-    elif os.WIFSIGNALED(status):
-        name = signal.Signals(os.WTERMSIG(status)).name
-        result = _bare("error", error("Signal", f"case process killed by {name}{LIMIT_SIGNALS.get(name, '')}", "process"))
-    else:
-        message = f"case process exited with status {os.WEXITSTATUS(status)} without a result"
-        result = _bare("error", error("NoResult", message, "process"))
-    return {**case.header(), **result, "duration_ms": _ms_since(start)}, {}
+    return Child(case, pid, read_fd, start, timeout)
+
+
+def _fork() -> int | OSError:
+    reap(block=False)
+    try:
+        return os.fork()
+    except OSError:
+        reap()  # children still exiting count against the run's process limit: wait for them, once
+    try:
+        return os.fork()
+    except OSError as exc:
+        return exc
 
 
 def _limit_hit(case: Case, message: str) -> tuple[dict[str, Any], dict]:
@@ -337,24 +416,6 @@ def _child(case: Case, places: Places, write_fd: int, log: ImportLog) -> None:
         os._exit(code)
 
 
-def _read_until(fd: int, deadline: float, limit: int) -> tuple[bytes, str]:
-    """What the child wrote, and how reading ended: ``eof``, ``timeout`` or ``overflow``."""
-    chunks, size = [], 0
-    while True:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return b"".join(chunks), "timeout"
-        ready, _, _ = select.select([fd], [], [], remaining)
-        if ready:
-            chunk = os.read(fd, 1 << 16)
-            if not chunk:
-                return b"".join(chunks), "eof"
-            size += len(chunk)
-            if size > limit:
-                return b"", "overflow"
-            chunks.append(chunk)
-
-
 def _bare(outcome: str, failure: dict | None = None) -> dict[str, Any]:
     return {
         "outcome": outcome,
@@ -380,6 +441,29 @@ def materials(sglang_root: str | None, files: set[str]) -> dict[str, str]:
     return digests
 
 
+class Progress:
+    """How far the run is, for the host to show (``--progress-fd``): a line ``DONE TOTAL`` once the
+    import is done (the cases that need no process already done), then one as each case ends. Only
+    ever shown: nothing is concluded from it. No case's process holds the descriptor (``PRIVATE``)."""
+
+    def __init__(self, fd: int | None, total: int, forked: int):
+        self.fd, self.done, self.total = fd, total - forked, total
+        if fd is not None:
+            PRIVATE.append(fd)
+            self.write()
+
+    def finished(self, case: Case) -> None:
+        self.done += 1
+        self.write()
+
+    def write(self) -> None:
+        if self.fd is not None:
+            try:
+                os.write(self.fd, f"{self.done} {self.total}\n".encode())
+            except OSError:  # the host stopped reading: the run goes on
+                self.fd = None
+
+
 def write_atomically(path: str, document: dict[str, Any]) -> None:
     target = os.path.abspath(path)
     temporary = os.path.join(os.path.dirname(target), f".{os.path.basename(target)}.{os.getpid()}.tmp")
@@ -395,6 +479,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--out", required=True, help="directory that receives one <probe>.json per probe")
     parser.add_argument("--case-timeout", type=float, default=60.0)
     parser.add_argument("--case", action="append", dest="cases", metavar="CASE_ID")
+    parser.add_argument("--jobs", type=int, default=1, help="cases run at once, each in its own process (the host's share of cores)")
+    parser.add_argument("--progress-fd", type=int, metavar="FD", help="a descriptor that receives 'DONE TOTAL' as cases end")
     parser.add_argument("--no-lines", action="store_true", help="record no per-case lines (to measure what recording costs)")
     parser.add_argument("--conditions", metavar="JSON",
                         help="the atomic conditions of the fix's code, as the host read them from the stored tree "
@@ -445,19 +531,25 @@ def main(argv: list[str]) -> int:
             write_atomically(os.path.join(args.out, f"mutation-{probe.id}.json"), {**document, "import": imported})
         reap()
         return 0
+    # Every probe's cases at once, in one queue: a probe's last case never leaves a core idle.
+    results: dict[str, list] = {probe.id: [] for probe in probes}
+    forked = []
     for probe in probes:
-        files, standins, results = set(parent_files), set(parent_standins), []
         for case in selected[probe.id]:
             if imported["outcome"] != "ok":
-                results.append({**case.header(), **_bare("error", imported["error"]), "duration_ms": 0})
-                continue
-            if lacking.get(case.id) is not None:
-                results.append({**case.header(), **not_applicable(lacking[case.id]), "lines": None, "duration_ms": 0})
-                continue
-            result, payload = run_forked(case, places, args.case_timeout, log)
-            results.append(result)
-            files.update(payload.get("modules", ()))
-            standins.update(payload.get("standins", ()))
+                results[probe.id].append(({**case.header(), **_bare("error", imported["error"]), "duration_ms": 0}, {}))
+            elif lacking.get(case.id) is not None:
+                results[probe.id].append(({**case.header(), **not_applicable(lacking[case.id]), "lines": None, "duration_ms": 0}, {}))
+            else:
+                forked.append((probe.id, len(results[probe.id])))
+                results[probe.id].append(None)
+    progress = Progress(args.progress_fd, sum(map(len, selected.values())), len(forked))
+    ran = run_cases([selected[probe][index] for probe, index in forked], places, args.case_timeout, log, args.jobs,
+                    progress.finished)
+    for (probe, index), result in zip(forked, ran):
+        results[probe][index] = result
+    for probe in probes:
+        payloads = [payload for _, payload in results[probe.id]]
         write_atomically(
             os.path.join(args.out, f"{probe.id}.json"),
             {
@@ -469,9 +561,10 @@ def main(argv: list[str]) -> int:
                 "platform": platform.platform(),
                 "sglang_root": sglang_root,
                 "import": imported,
-                "imported": sorted(files),  # names only: the host hashes them from the stored tree
-                "standins": sorted(standins),
-                "cases": results,
+                # names only: the host hashes them from the stored tree
+                "imported": sorted(parent_files.union(*(p.get("modules", ()) for p in payloads))),
+                "standins": sorted(parent_standins.union(*(p.get("standins", ()) for p in payloads))),
+                "cases": [result for result, _ in results[probe.id]],
             },
         )
     reap()

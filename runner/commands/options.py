@@ -66,7 +66,7 @@ class ProbeOptions:
     """How probes run: the interpreter of the environments, parallel runs, per-case timeout, repeats."""
 
     python: str | None = None
-    jobs: int | None = 1  # None: as many as the machine's cores and memory allow (pipeline.workers_for_memory)
+    jobs: int | None = 1  # None: as many as the machine's cores and memory allow (runner/sandbox/share.py)
     case_timeout: int = DEFAULT_CASE_TIMEOUT
     repeat: int = 1  # run each tree's probes this many times; any difference in observations fails
     reuse: bool = True  # take receipts already observed from the receipts store (runner/evidence/results.py)

@@ -1,11 +1,11 @@
 """The one pipeline every command composes: resolve trees, build environments, run probes, seal
 receipts. Resolution and environment builds run one at a time (they share caches and the network);
-probe runs, the expensive part, run on ``workers`` threads, each driving its own process that
-imports SGLang once for all of that tree's probes."""
+probe runs, the expensive part, run on threads, each driving its own process that imports SGLang
+once for all of that tree's probes and runs its cases on the cores left to it (how many trees and
+cases at once: runner/sandbox/share.py)."""
 
 from __future__ import annotations
 
-import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -17,7 +17,7 @@ from runner import errors, ui
 from runner.commands.options import ProbeOptions, bounds
 from runner.evidence import catalog, materials, pins, receipts, results
 from runner.judge import conditions, fixcode, judging
-from runner.sandbox import execute
+from runner.sandbox import execute, share
 from runner.store import envs, intake, sources, specs
 from runner.store.cache import Store
 from runner.judge.observations import NOT_OBSERVED
@@ -78,31 +78,12 @@ def receipt_of(probe: ProbeRef, tree: sources.Tree, environment: envs.Env, run: 
                          materials=run.materials, import_result=obs.import_, fix_code=fix_code)
 
 
-def workers_for_memory(requested: int | None) -> int:
-    """Each probe process holds about 1 GiB (torch + SGLang); never start more than memory allows.
-    ``None`` (no -j given): one per core, as memory allows, without a warning."""
-    cores = len(os.sched_getaffinity(0))
-    try:
-        meminfo = dict(line.split(":", 1) for line in open("/proc/meminfo"))
-        available = int(meminfo["MemAvailable"].split()[0]) * 1024
-    except (OSError, KeyError, ValueError):
-        return max(1, requested or cores)
-    allowed = max(1, int(available // PROCESS_BYTES))
-    if requested is None:
-        return min(cores, allowed)
-    if requested > allowed:
-        ui.warn(f"-j {requested} needs about {requested * PROCESS_BYTES >> 30} GiB; using {allowed} worker(s)")
-    return max(1, min(requested, allowed))
-
-
 # CPython before 3.13 keeps the AST constructor's recursion depth per interpreter, not per thread:
 # two threads building ASTs at once can fail with "SystemError: AST constructor recursion depth
 # mismatch" (python/cpython#106905; seen here under load). The host's readings of a tree that parse
 # Python (a receipt's fix-code measure, the static scan and departures of ``on_tree``) take turns;
 # they hold the GIL for most of their time anyway, while the probe runs they overlap with do not.
 PARSING = threading.Lock()
-
-PROCESS_BYTES = 3 << 29  # 1.5 GiB: a probe process's peak with headroom
 
 
 def _same_or_fail(text: str, first: dict[str, execute.Run], again: dict[str, execute.Run], attempt: int) -> None:
@@ -172,15 +153,19 @@ def probe(
     first_of: dict[str, str] = {}  # tree digest (and what its source left out) -> the first source of the plan with that tree
     same: dict[str, str] = {}  # source -> the earlier source with its tree, whose receipts it shares
 
+    portion = share.of(len(plan), opts.probe.jobs)
+    if portion.note:
+        ui.warn(portion.note)
+
     def one(text: str, environment: envs.Env, probes: list[str], key: str, sandboxed: bool) -> dict[tuple[str, str], Receipt]:
         with PARSING:
             listed = conditions.wanted(materials.reader(environment.tree.root))
         with ui.step(f"probing {escape(text)}: {', '.join(probes)}", done=False):  # live on a terminal: never silent
             runs = execute.run_probes(environment, probes, case_timeout=opts.probe.case_timeout, sandboxed=sandboxed,
-                                      listed=listed)
+                                      listed=listed, jobs=portion.cases)
         for attempt in range(2, opts.probe.repeat + 1):
             again = execute.run_probes(environment, probes, case_timeout=opts.probe.case_timeout, sandboxed=sandboxed,
-                                       listed=listed)
+                                       listed=listed, jobs=portion.cases)
             _same_or_fail(text, runs, again, attempt)
         fresh = {}
         for probe, run in runs.items():
@@ -197,7 +182,7 @@ def probe(
         ui.err.print(f"[green]↺[/] {probe} on {escape(text)}: reused {why} (receipt {receipt.digest[:12]}, "
                      f"observed {receipt.started_at} via {escape(receipt.source.source)})")
 
-    pool = ThreadPoolExecutor(max_workers=workers_for_memory(opts.probe.jobs))
+    pool = ThreadPoolExecutor(max_workers=portion.trees)
     # The shared layer is made ready on its own thread: checked (its seal) from the start when it is
     # built; built (a minute, cold) once the first tree is resolved and allowed to run, while the next
     # sources are resolved (downloaded) here. Every environment waits for it. ``on_tree`` (host-side

@@ -40,7 +40,7 @@ from runner.judge import conditions, judging
 from runner.evidence.materials import reader, rederive
 from runner.judge.observations import Observations
 from runner.files import scratch_dir
-from runner.sandbox import bwrap, limits
+from runner.sandbox import bwrap, limits, share
 from runner.evidence.receipts import Isolation
 from runner.store import envs
 from runner.store.envs import Env, scrubbed_env
@@ -120,14 +120,16 @@ def run_probes(
     lines: bool = True,
     record_conditions: bool = True,
     listed: list[dict] | None = None,
+    jobs: int | None = None,
 ) -> dict[str, Run]:
-    """Run ``probes`` in one harness process (one SGLang import) and return each probe's run;
+    """Run ``probes`` in one harness process (one SGLang import), ``jobs`` cases at once (default: the
+    share of one tree probed alone, runner/sandbox/share.py), and return each probe's run;
     ``lines=False`` records no per-case coverage, ``record_conditions=False`` no atomic conditions of the fix's
     code (bench/coverage_cost.py and bench/conditions_cost.py measure what each costs); ``listed``: those
     conditions when the caller has read them already (``conditions.wanted``)."""
     count = len(cases) if cases else sum(len(judging.case_ids(p)) or MAX_CASES for p in probes)
     run_timeout = run_timeout or IMPORT_ALLOWANCE + case_timeout * count
-    args = ["--case-timeout", str(case_timeout), *[a for p in probes for a in ("--probe", p)],
+    args = ["--case-timeout", str(case_timeout), "--jobs", str(jobs or share.of(1).cases), *[a for p in probes for a in ("--probe", p)],
             *[a for c in cases or () for a in ("--case", c)], *(() if lines else ("--no-lines",)),
             *(condition_args(environment, listed) if record_conditions else ())]
     with harness(environment, args, timeout=run_timeout, sandboxed=sandboxed) as (run, out):
