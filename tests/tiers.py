@@ -56,6 +56,7 @@ INTEGRATION = (
     "tests/evidence/test_attest_forgeries.py",
     "tests/probes/test_space_follows_code.py",
     "tests/probes/test_cases_at_once_real.py",  # a release's cases run at once observe what they observe one at a time
+    "tests/commands/test_rejudge.py",  # a judge-only edit re-judges stored observations; a changed probe is probed again
 )
 # The releases the integration tier probes (the pinned ones): what the prefetch fetches for it.
 INTEGRATION_RELEASES = ["0.5.21", "0.5.20", "0.5.19", "0.5.22", "0.5.23"]

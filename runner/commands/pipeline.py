@@ -20,8 +20,9 @@ from runner.judge import conditions, fixcode, judging
 from runner.sandbox import execute, share
 from runner.store import envs, intake, sources, specs
 from runner.store.cache import Store
-from runner.judge.observations import NOT_OBSERVED
+from runner.judge.observations import NOT_OBSERVED, Case
 from runner.evidence.receipts import ProbeRef, Receipt
+from runner.store.trees import TreeIdentity
 
 
 @dataclass(frozen=True)
@@ -72,10 +73,27 @@ def receipt_of(probe: ProbeRef, tree: sources.Tree, environment: envs.Env, run: 
         raise ValueError(f"observations are for probe {obs.probe}, not {probe.id}")
     env = receipts.tree_environment(environment, python=obs.python, implementation=obs.implementation, platform=obs.platform,
                                     standins_used=obs.standins, isolation=run.isolation)
-    cases = [judging.rejudge(probe.id, case) for case in obs.cases]  # the host's own judgement, from the effects
+    return _judged(probe, tree, tree.identity, env, obs.cases, started_at=run.started_at, finished_at=run.finished_at,
+                   materials=run.materials, import_result=obs.import_)
+
+
+def rejudged(stored: Receipt, tree: sources.Tree) -> Receipt:
+    """A stored receipt judged anew by this judge from its recorded observation: the same probe, source, times,
+    materials, import result and cases' effects, lines and conditions; its duties, classifications and the coverage
+    of the fix's code (read again from the stored tree) are this judge's, and it names the receipt it was judged from."""
+    judge, files = catalog.judge()
+    env = stored.environment.model_copy(update={"diffprobe_sha256": judge, "judge_files": files})
+    return _judged(stored.probe, tree, stored.source, env, stored.cases, started_at=stored.started_at,
+                   finished_at=stored.finished_at, materials=stored.materials, import_result=stored.import_result,
+                   rejudged=receipts.Rejudged(receipt=stored.digest, judge=stored.environment.diffprobe_sha256))
+
+
+def _judged(probe: ProbeRef, tree: sources.Tree, source: TreeIdentity, env: receipts.Environment, observed: list[Case], *,
+            rejudged: receipts.Rejudged | None = None, **recorded) -> Receipt:
+    """Seal an observation with the host's own judgement: each case from its effects, the fix's code from the tree."""
+    cases = [judging.rejudge(probe.id, case) for case in observed]
     fix_code = fixcode.measure(probe.fix, materials.reader(tree.root), cases) if probe.fix is not None else None
-    return receipts.make(probe, tree.identity, env, cases, started_at=run.started_at, finished_at=run.finished_at,
-                         materials=run.materials, import_result=obs.import_, fix_code=fix_code)
+    return receipts.make(probe, source, env, cases, fix_code=fix_code, rejudged=rejudged, **recorded)
 
 
 # CPython before 3.13 keeps the AST constructor's recursion depth per interpreter, not per thread:
@@ -118,6 +136,7 @@ class Probing:
     trees: dict[str, sources.Tree]
     receipts: dict[tuple[str, str], Receipt]
     reused: set[tuple[str, str]]  # (source, probe) pairs not observed by this call
+    rejudged: set[tuple[str, str]] = field(default_factory=set)  # of those, judged anew from a stored observation
 
     @property
     def runs(self) -> int:
@@ -150,6 +169,7 @@ def probe(
     trees: dict[str, sources.Tree] = {}
     got: dict[tuple[str, str], Receipt] = {}
     reused: set[tuple[str, str]] = set()
+    rejudged_here: set[tuple[str, str]] = set()
     first_of: dict[str, str] = {}  # tree digest (and what its source left out) -> the first source of the plan with that tree
     same: dict[str, str] = {}  # source -> the earlier source with its tree, whose receipts it shares
 
@@ -181,6 +201,17 @@ def probe(
         reused.add((text, probe))
         ui.err.print(f"[green]↺[/] {probe} on {escape(text)}: reused {why} (receipt {receipt.digest[:12]}, "
                      f"observed {receipt.started_at} via {escape(receipt.source.source)})")
+
+    def rejudge_one(text: str, probe: str, stored: Receipt, key: str) -> None:
+        with PARSING:
+            receipt = rejudged(stored, trees[text])
+        results.record(opts.cache, receipt, key)
+        got[(text, probe)] = receipt
+        reused.add((text, probe))
+        rejudged_here.add((text, probe))
+        ui.err.print(f"[green]↻[/] {probe} on {escape(text)}: re-judged from the stored observation (receipt "
+                     f"{stored.digest[:12]}, observed {stored.started_at}, judged by {stored.environment.diffprobe_sha256[:12]}): "
+                     f"{tally(receipt)}")
 
     pool = ThreadPoolExecutor(max_workers=portion.trees)
     # The shared layer is made ready on its own thread: checked (its seal) from the start when it is
@@ -222,7 +253,10 @@ def probe(
             for probe in plan[text]:
                 stored = results.lookup(opts.cache, trees[text].identity, probe, catalog.probe_digest(probe), key) if reuse else None
                 if stored and stored.environment.isolation and stored.environment.isolation.sandboxed == sandboxed:
-                    reuse_one(text, probe, stored, "from the receipts store")
+                    if results.judged_here(stored):
+                        reuse_one(text, probe, stored, "from the receipts store")
+                    else:
+                        rejudge_one(text, probe, stored, key)
                 else:
                     todo.append(probe)
             if todo:
@@ -243,4 +277,7 @@ def probe(
     for text, earlier in same.items():
         for probe in plan[text]:
             reuse_one(text, probe, got[(earlier, probe)], f"the receipt of {escape(earlier)}, the same tree")
-    return Probing(trees, got, reused)
+    if rejudged_here:
+        ui.err.print(f"re-judged {len(rejudged_here)} receipt(s) from stored observations (no probe run): this judge "
+                     f"{catalog.judge_digest()[:12]}")
+    return Probing(trees, got, reused, rejudged_here)

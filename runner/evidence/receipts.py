@@ -131,6 +131,15 @@ class Summary(_Model):
     classifications: dict[Classification, int]
 
 
+class Rejudged(_Model):
+    """Set on a receipt whose verdicts this judge derived anew from another receipt's recorded observation (same
+    tree, source, probe version and environment; only the judge differed), instead of probing again."""
+
+    receipt: str = Field(description="digest of the receipt whose observation this is (its times, materials, import "
+                                     "result and each case's effects, lines and conditions, unchanged)")
+    judge: str = Field(description="the judge (diffprobe_sha256) that judged that receipt")
+
+
 class Receipt(_Model):
     schema_version: Literal["diffprobe.receipt/1"] = RECEIPT_SCHEMA
     probe: ProbeRef
@@ -145,6 +154,8 @@ class Receipt(_Model):
     started_at: str
     finished_at: str
     observation_digest: str
+    rejudged: Rejudged | None = Field(None, description="absent: judged when observed; else the receipt whose "
+                                                        "observation this judge judged anew")
     digest: str
 
     def case(self, case_id: str) -> Case | None:
@@ -153,10 +164,12 @@ class Receipt(_Model):
     @model_serializer(mode="wrap")
     def _without_absent_fix_code(self, handler):
         """A receipt with no fix's code to cover (a gate, the model, a receipt sealed before it was recorded)
-        has no ``fix_code`` key at all: the digest was sealed over the body as it was made."""
+        has no ``fix_code`` key at all, and one judged when observed no ``rejudged``: the digest was sealed over
+        the body as it was made."""
         body = handler(self)
-        if body.get("fix_code") is None:
-            body.pop("fix_code", None)
+        for key in ("fix_code", "rejudged"):
+            if body.get(key) is None:
+                body.pop(key, None)
         return body
 
 
@@ -177,7 +190,7 @@ def _summary(cases: list[Case]) -> Summary:
 def make(
     probe: ProbeRef, source: TreeIdentity | ServerIdentity | ModelIdentity, environment: Environment,
     cases: list[Case], *, started_at: str, finished_at: str, materials: dict[str, str] | None = None,
-    import_result: ImportResult | None = None, fix_code: FixCoverage | None = None,
+    import_result: ImportResult | None = None, fix_code: FixCoverage | None = None, rejudged: Rejudged | None = None,
 ) -> Receipt:
     """Seal a receipt; the one constructor for tree probes, gates and the incident model alike."""
     identity = source_key(source)
@@ -194,6 +207,7 @@ def make(
         "started_at": started_at,
         "finished_at": finished_at,
         "observation_digest": observation_digest(probe.sha256, identity, cases),
+        **({"rejudged": rejudged.model_dump(mode="json")} if rejudged is not None else {}),
     }
     body["digest"] = seal(body)
     return Receipt.model_validate(body)
@@ -318,18 +332,19 @@ def differential(
 
 def rederive(receipt: Receipt, probe_sha256: str | None) -> list[str]:
     """What in a receipt does not follow from its own effects: a classification or a duty the duty
-    table does not give (for receipts of this diffprobe's probe version, ``probe_sha256``; another
-    version names other duties, so only its consistency can be checked), a summary, an
-    observation digest."""
+    table does not give, or a coverage of the fix's code its cases' lines do not (for receipts of this
+    diffprobe's probe version, ``probe_sha256``, and judge: another probe version names other duties, and another
+    judge may derive otherwise, so only their consistency can be checked), a summary, an observation digest."""
     problems = []
-    if judging.case_ids(receipt.probe.id) and receipt.probe.sha256 == probe_sha256:
+    same_judge = receipt.environment.diffprobe_sha256 == judge()[0]
+    if judging.case_ids(receipt.probe.id) and receipt.probe.sha256 == probe_sha256 and same_judge:
         for case in receipt.cases:
             if case.outcome == "observed":
                 again = judging.rejudge(receipt.probe.id, case.model_copy(update={"duties": None}))
                 if again.outcome != "observed" or again.duties != case.duties:
                     why = again.error.message if again.error else "its duties do not follow from its effects"
                     problems.append(f"case {case.id}: {why}")
-    if receipt.fix_code is not None and fixcode.judged(receipt.fix_code, receipt.cases) != receipt.fix_code:
+    if receipt.fix_code is not None and same_judge and fixcode.judged(receipt.fix_code, receipt.cases) != receipt.fix_code:
         problems.append("the coverage of the fix's code does not follow from its cases' lines")
     if receipt.summary != _summary(receipt.cases):
         problems.append("summary does not count its cases")

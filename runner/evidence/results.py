@@ -2,6 +2,10 @@
 through a source is reused instead of probing the same bytes from that source again, as asv reuses
 results by commit and environment.
 
+Observations are stored, verdicts derived: the key holds what decides what a run observes (tree, source,
+probe closure, environment), never the judge. A stored receipt of another judge is judged anew from its
+recorded observation (``pipeline.rejudged``), so an edit of the judge alone costs no probe run.
+
 A receipt answers only for the source it names (the same commit, artifact or directory): the same
 bytes through another source are another entry beside it, never a replacement, so a sweep that
 names commit A and then commit B of one tree does not cost the next run naming A a probe run.
@@ -19,7 +23,7 @@ from pathlib import Path
 import orjson
 
 from runner import __version__, ui
-from runner.evidence.catalog import judge_digest
+from runner.evidence import catalog
 from runner.evidence.receipts import Environment, Receipt, seal
 from runner.files import digest_name, sha256_bytes, write_atomic
 from runner.store.cache import Store
@@ -27,18 +31,17 @@ from runner.store.envs import Env
 from runner.store.trees import TreeIdentity
 
 
-def _key(interpreter_tag: str | None, lock: str | None, layer: str | None, standins: str | None, version: str,
-         judge: str) -> str:
+def _key(interpreter_tag: str | None, lock: str | None, layer: str | None, standins: str | None, version: str) -> str:
     fixed = {"interpreter_tag": interpreter_tag, "lock_sha256": lock, "layer": layer, "standins": standins,
-             "diffprobe": version, "judge": judge}
+             "diffprobe": version}
     return sha256_bytes(orjson.dumps(fixed, option=orjson.OPT_SORT_KEYS))
 
 
 def env_key(environment: Env) -> str:
-    """What is fixed about where a run happens before it starts (asv's environment hash), and the
-    judge: receipts of different diffprobe code are not comparable, so not reusable either."""
+    """What is fixed about where a run happens before it starts (asv's environment hash). Not the judge: what
+    it derives is derived again from a stored observation (``judged_here`` says whether that is needed)."""
     stamp = environment.stamp
-    return _key(stamp.interpreter.tag, stamp.lock_sha256, stamp.layer_key, stamp.standins.sha256, __version__, judge_digest())
+    return _key(stamp.interpreter.tag, stamp.lock_sha256, stamp.layer_key, stamp.standins.sha256, __version__)
 
 
 def receipt_key(environment: Environment) -> str | None:
@@ -46,7 +49,12 @@ def receipt_key(environment: Environment) -> str | None:
     if environment.standins is None:
         return None
     return _key(environment.interpreter_tag, environment.lock_sha256, environment.layer, environment.standins.sha256,
-                environment.diffprobe, environment.diffprobe_sha256)
+                environment.diffprobe)
+
+
+def judged_here(receipt: Receipt) -> bool:
+    """Whether this diffprobe's judge derived the receipt's verdicts (else they are derived again before use)."""
+    return receipt.environment.diffprobe_sha256 == catalog.judge_digest()
 
 
 # What names a source's bytes: a receipt of the same tree through another source does not answer for this one.
@@ -94,11 +102,12 @@ def lookup(cache: Store, source: TreeIdentity, probe: str, probe_sha256: str, ke
     return receipt
 
 
-def record(cache: Store, receipt: Receipt, key: str) -> None:
-    """File a fresh receipt under its key. Not kept: a receipt with a timeout or a harness that
+def record(cache: Store, receipt: Receipt, key: str) -> bool:
+    """File a receipt under its key (whether it was filed). Not kept: a receipt with a timeout or a harness that
     died, which may say more about the machine's load that day than about the tree."""
     if receipt.import_result.outcome != "ok" or any(
             c.outcome == "timeout" or (c.error is not None and c.error.where == "process") for c in receipt.cases):
-        return
+        return False
     path = _path(cache, receipt.source, receipt.probe.id, receipt.probe.sha256, key)
     write_atomic(path, orjson.dumps(receipt.model_dump(mode="json"), option=orjson.OPT_SORT_KEYS))
+    return True
