@@ -68,16 +68,19 @@ def test_committed_bundles_are_current(root):
 
 def test_a_stale_input_is_named(tmp_path, monkeypatch):
     """The check itself: another judge, another probe version or pins file is found. Measured against the
-    identities the bundle records, so that it holds while committed evidence awaits its regeneration."""
+    inputs the bundle records, so that it holds while committed evidence awaits its regeneration."""
     root = next(p for p in committed_bundles(marked=False) if p.name.startswith("releases-"))
-    recorded = [orjson.loads((root / name).read_bytes()) for name in orjson.loads((root / bundle.INDEX).read_bytes())["receipts"]]
+    index = orjson.loads((root / bundle.INDEX).read_bytes())
+    recorded = [orjson.loads((root / name).read_bytes()) for name in index["receipts"]]
     [judge] = {r["environment"]["diffprobe_sha256"] for r in recorded}
     versions = {r["probe"]["id"]: r["probe"]["sha256"] for r in recorded}
+    real = sha256_file
 
-    def current(judged: str = judge, handoff: str = versions["handoff"]) -> None:
+    def current(judged: str = judge, handoff: str = versions["handoff"], pins_file: bool = True) -> None:
         probe_digest.cache_clear()
         monkeypatch.setattr(catalog, "judge_digest", lambda: judged)
         monkeypatch.setattr(catalog, "probe_digest", lambda probe: handoff if probe == "handoff" else versions[probe])
+        monkeypatch.setitem(globals(), "sha256_file", (lambda path: index["pins_sha256"]) if pins_file else real)
 
     current()
     assert stale(root) == []
@@ -85,7 +88,7 @@ def test_a_stale_input_is_named(tmp_path, monkeypatch):
     assert {line.split(": ", 1)[1] for line in stale(root)} == {f"judged by another judge ({judge[:12]})"}
     current(handoff="0" * 64)
     assert {line.split(": ", 1)[1] for line in stale(root)} == {"another version of probe handoff"}
-    current()
+    current(pins_file=False)
     edited = tmp_path / "pins.toml"
     edited.write_bytes(pins.default_path().read_bytes() + b"\n")
     monkeypatch.setattr(pins, "default_path", lambda: edited)
