@@ -258,6 +258,8 @@ def request(journal: Journal, rid: str, mode: str, point: Mapping[str, str]) -> 
             setattr(req, field, True)
     if abort == "rejected":  # over-long prompt: abort pending in ``to_finish``, prompt cut to 1 token
         tree.reject_at_intake(req, REJECTION)
+        if point["finish"] == "applied":  # the tree's own transition: to_finish becomes finished_reason
+            req.update_finish_state()
     elif abort == "marked":  # "abort method 3": ``finished()`` still says False
         tree.mark_abort(req)
     if point["entry"] == "preempted":  # ``reset_for_retract``'s mark; nothing else declares the re-entry
@@ -310,6 +312,7 @@ def point_case(point: Mapping[str, str]) -> Case:
     flags = {FLAGS[point["entry"]]: True} if point["entry"] in FLAGS else {}
     needs = {  # what a state needs of the tree besides the door: its own length check, capacity check, ...
         "sglang.srt.managers.utils.validate_input_length": point["abort"] == "rejected",
+        "sglang.srt.managers.schedule_batch.Req.update_finish_state": point["finish"] == "applied",
         f"{module}.{queue}._check_if_req_exceed_kv_capacity": point["capacity"] == "exceeds",
         f"{UTILS}.FAKE_BOOTSTRAP_HOST": point["transfer"] == "fake",
         f"{DECODE}.DecodePreallocQueue._resolve_prefill_dp_rank": point["peer"] in ("unknown", "known-dp"),

@@ -300,6 +300,11 @@ SPACE = space.Space(
                         label="slot-0", says="in metadata slot 0"),
         ), over={"abort": ("pending",), "phase": ("final",), "bootstrap": ("done",), "holds": ("kv-metadata", "metadata")},
             reads=("metadata_buffer_index",)),
+        space.Dimension("extent", (
+            space.Value("unset", "no extend range recorded on it", label=""),
+            space.Value("mid", "the extend range of the middle chunk that ran: it ends inside the input, so no later "
+                        "chunk of it was launched", label="mid-range", says="its extend range ending inside the input"),
+        ), over={"phase": ("yielded",)}, reads=("extend_range", "extend_end")),
         space.Dimension("sender", (
             space.Value("ready", "the KV sender the prefill door built", label=""),
             space.Value("fails", "its KV sender's abort() raises (the transport is down)", label="sender-fails",

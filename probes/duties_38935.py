@@ -282,6 +282,13 @@ SPACE = space.Space(
                         says="from a known prefill peer of dp_size 4"),
         ), over={"door": ("decode",), "entry": ("fresh",)},
             reads=("prefill_dp_rank", "_resolve_prefill_dp_rank", "prefill_info_table", "dp_size")),
+        space.Dimension("finish", (
+            space.Value("pending", "the rejection still pending in to_finish (finished() False), as intake leaves it",
+                        label=""),
+            space.Value("applied", "its finish already applied when it reaches the door: the tree's own "
+                        "update_finish_state moved the rejection into finished_reason (finished() True)",
+                        label="finished", says="already finished"),
+        ), over={"abort": ("rejected",)}, reads=("finished_reason", "finished", "update_finish_state")),
         space.Dimension("stream", (
             space.Value("off", "a client that takes the whole response at once", label=""),
             space.Value("on", "a client streaming its response (Req.stream, /generate with stream on)",

@@ -9,7 +9,12 @@ that would re-import SGLang, ~10 s, for every mutant):
 
 - ``delete``: a statement becomes ``pass`` (a call, an assignment, a whole ``if``);
 - ``true`` / ``false``: a condition (of ``if``, ``while``, a conditional expression, an operand of
-  a boolean expression in a condition or a ``return``) becomes a constant;
+  a boolean expression in a condition or a ``return``) becomes a constant (for an operand: it is dropped);
+- ``negate``: such a condition ``c`` becomes ``not c``;
+- ``insert``: the first ``if`` or ``while`` test of the fix's code in each function gains ``and not <input>``,
+  for each attribute of an argument the function reads (``req.return_logprob``...): a fix whose duty now
+  depends on an input the cases never vary survives, and the host names the input (one site per function:
+  every input at every test would multiply the run by the number of tests);
 - ``flip``: a boolean keyword argument or a returned boolean constant is negated;
 - ``unguard``: a ``try`` loses its ``except`` clauses (the failure escapes);
 - ``return``: the block returns before its first statement.
@@ -40,7 +45,7 @@ from .coverage import expand
 from .duties import EQUIVALENT, FIX_CODE, mutant_key
 
 TELEMETRY = ("logger.", "logging.", "time_stats", "trace_ctx", "metrics_reporter", "metrics_collector")
-OPERATORS = ("delete", "true", "false", "flip", "unguard", "return")
+OPERATORS = ("delete", "true", "false", "negate", "insert", "flip", "unguard", "return")
 
 
 @dataclass(frozen=True)
@@ -149,6 +154,7 @@ def points(fn: ast.FunctionDef, names: tuple[str, ...] = ()) -> list[tuple[int, 
     found = []
     conditions = _conditions(fn)
     sliced = fixcode.sliced(fn, names) if names else None
+    inserted = False
     for index, (node, parent, name, position) in enumerate(fixcode.walk(fn)):
         if node is fn or getattr(node, "lineno", None) is None or (sliced is not None and id(node) not in sliced):
             continue
@@ -163,10 +169,25 @@ def points(fn: ast.FunctionDef, names: tuple[str, ...] = ()) -> list[tuple[int, 
             if isinstance(node, ast.Return) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, bool):
                 found.append((index, "flip"))
         if id(node) in conditions and not (isinstance(node, ast.Constant) and isinstance(node.value, bool)):
-            found += [(index, "true"), (index, "false")]
+            found += [(index, "true"), (index, "false"), (index, "negate")]
+        if isinstance(node, (ast.If, ast.While)) and not inserted:  # the first test of the fix's code in the function
+            found += [(index, f"insert:{attribute}") for attribute in inputs(fn)]
+            inserted = True
         if isinstance(node, ast.keyword) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, bool):
             found.append((index, "flip"))
     return found
+
+
+def inputs(fn: ast.FunctionDef) -> list[str]:
+    """The attributes of its arguments and loop variables (``self`` aside) the function reads as values (not
+    methods it calls), each once, in source order: the inputs a condition inserted by ``insert`` depends on."""
+    params = {a.arg for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)}
+    params |= {n.id for loop in ast.walk(fn) if isinstance(loop, ast.For) for n in ast.walk(loop.target)
+               if isinstance(n, ast.Name)}
+    called = {id(n.func) for n in ast.walk(fn) if isinstance(n, ast.Call)}
+    found = [ast.unparse(n) for n in ast.walk(fn) if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Load)
+             and isinstance(n.value, ast.Name) and n.value.id in params - {"self", "cls"} and id(n) not in called]
+    return sorted(set(found), key=found.index)
 
 
 def mutate(fn: ast.FunctionDef, index: int, operator: str) -> tuple[ast.FunctionDef, str, str, tuple[int, int]]:
@@ -189,6 +210,16 @@ def mutate(fn: ast.FunctionDef, index: int, operator: str) -> tuple[ast.Function
         new = ast.copy_location(ast.Constant(value=operator == "true"), node)
         _replace(parent, name, position, new)
         after = str(operator == "true")
+    elif operator == "negate":
+        new = ast.copy_location(ast.UnaryOp(op=ast.Not(), operand=node), node)
+        _replace(parent, name, position, new)
+        after = _one_line(new)
+    elif operator.startswith("insert:"):
+        extra = ast.UnaryOp(op=ast.Not(), operand=ast.parse(operator.split(":", 1)[1], mode="eval").body)
+        before = _one_line(node.test)
+        both = node.test.values if isinstance(node.test, ast.BoolOp) and isinstance(node.test.op, ast.And) else [node.test]
+        node.test = ast.copy_location(ast.BoolOp(op=ast.And(), values=[*both, extra]), node.test)
+        after = _one_line(node.test)
     else:  # flip
         constant = node.value if isinstance(node, (ast.keyword, ast.Return)) else node
         constant.value = not constant.value

@@ -63,6 +63,7 @@ class Shape:
     overlap: bool = False  # overlap scheduling: a middle chunk's KV is sent from result processing
     hicache: bool = True
     batch: str = "alone"  # alone, after-aborted (second of two), before-aborted (first of two)
+    mid_range: bool = False  # its extend range that of a middle chunk (ends inside the input)
 
     @classmethod
     def of(cls, point: Mapping[str, str]) -> "Shape":
@@ -85,6 +86,7 @@ class Shape:
             overlap=point["overlap"] == "on",
             hicache=point["hicache"] == "on",
             batch=point["batch"],
+            mid_range=point["extent"] == "mid",
         )
 
 
@@ -274,6 +276,8 @@ class ResultScene:
             tree.discard_output(req)
         if "last" in shape.steps:
             tree.launch_last_chunk(req)
+        if shape.mid_range:
+            tree.ran_middle_chunk(req)
         return req
 
     def _pools(self, journal: Journal) -> dict[str, Any]:

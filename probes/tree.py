@@ -185,11 +185,20 @@ def set_middle_chunks(req: Any, count: int) -> None:
     raise Missing("sglang.srt.managers.schedule_batch.Req.inflight_middle_chunks")
 
 
+def ran_middle_chunk(req: Any) -> None:
+    """The request's extend range is that of a middle chunk that ran: it ends inside the input (``extend_range``;
+    later ``extend_end``)."""
+    _extend_to(req, max(len(req.origin_input_ids) // 2, 1))
+
+
 def launch_last_chunk(req: Any) -> None:
     """The request's last chunk was launched (its extend range reaches the end of the input) while its
     middle chunk's result is still to be processed: overlap scheduling runs one batch ahead
     (``extend_range``; later ``extend_end``)."""
-    end = len(req.origin_input_ids)
+    _extend_to(req, len(req.origin_input_ids))
+
+
+def _extend_to(req: Any, end: int) -> None:
     if hasattr(req, "set_extend_range"):
         req.set_extend_range(max(end - 1, 0), end)
     elif hasattr(req, "extend_end"):

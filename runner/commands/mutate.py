@@ -54,7 +54,7 @@ def judge(source: str, tree_digest: str, raw: _Run, sites: list[str] | None = No
     held = {c.id for c in baseline if judging.state(c) == "clean"}
     mutants = []
     for m in raw.mutants:
-        status, why = judging.mutant_status(raw.probe, m, held)
+        status, why = judging.mutant_status(raw.probe, m, held, baseline)
         reads = None
         if m["operator"] == "hunk" and status not in ("error", "equivalent"):
             reads, failed = judging.status_with(raw.probe, baseline, m.get("cases", []))

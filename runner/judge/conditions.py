@@ -19,7 +19,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from probes import conditions, fixcode
-from probes.duties import FIX_CODE
+from probes.duties import EQUIVALENT, FIX_CODE, mutant_key
 from runner.judge.observations import Case
 
 TEXT = 120  # a condition's text in a receipt, at most
@@ -34,6 +34,9 @@ class Condition(BaseModel):
     text: str = Field(description="its source, as the stored tree has it (at most 120 characters)")
     seen: list[bool] = Field([], description="the values the cases' processes recorded it taking")
     reason: str | None = Field(None, description="why it need not go both ways, checked on the host; null: it must")
+    equivalent: list[bool] = Field([], description="the values a mutant replacing it by that constant is declared "
+                                                   "equivalent for (duty tables' EQUIVALENT): seeing only such a "
+                                                   "value is enough, since the tree behaves as if it always took it")
 
     @property
     def line(self) -> str:
@@ -42,24 +45,88 @@ class Condition(BaseModel):
 
     def missing(self) -> list[bool]:
         """The values no case saw it take (none when a reason explains it)."""
-        return [] if self.reason is not None else [v for v in (False, True) if v not in self.seen]
+        if self.reason is not None:
+            return []
+        return [v for v in (False, True) if v not in self.seen and (not v) not in self.equivalent]
 
 
-# Conditions on an input no probe can build, each with why: (function as FIX_CODE names it, condition text) ->
-# reason. The text must match the stored tree's exactly, so a changed condition is never excused by an old reason.
-REASONS: dict[tuple[str, str], str] = {}
+# Conditions on an input no probe can build, each with why, keyed by (function as FIX_CODE names it, the tests of
+# the ``if``/``while`` statements around it from the outside in, joined by " / ", its text): each part must match
+# the stored tree's exactly, so a changed condition, or one moved under another test, is never excused by an old
+# reason, and the same text elsewhere in the function is not excused by it either.
+_D = "sglang.srt.disaggregation.decode.SchedulerDisaggregationDecodeMixin"
+_P = "sglang.srt.disaggregation.prefill.SchedulerDisaggregationPrefillMixin"
+_INJECTED = ("a test-only fault injection (SGLANG_TEST_DISAGG_KV_CHECKSUM_MISMATCH_PROB, read by upstream's CI): no "
+             "deployment sets it, and the duties are about real mismatches, which the cases build")
+_HOLDS = ("only a request not aborted at its final result reaches this test (is_aborted was false above), and such a "
+          "request still holds its KV, Mamba state or metadata buffer: only an abort or a bootstrap failure (which "
+          "aborts it) gives them up, so the retire path never finds it holding nothing here")
+REASONS: dict[tuple[str, str, str], str] = {
+    (f"{_D}._verify_kv_checksums", "", "mismatch_prob > 0"): _INJECTED,
+    (f"{_D}._verify_kv_checksums", "", "prealloc_queue.kv_checksum_mismatch_injector.random() < mismatch_prob"):
+        _INJECTED,
+    (f"{_D}._handle_kv_checksum_mismatch", "", "is_in_ci()"):
+        "true only in upstream's CI, where a mismatch raises to fail the test run; a deployment never runs it",
+    (f"{_D}._handle_kv_checksum_mismatch", "", "envs.SGLANG_TEST_DISAGG_KV_CHECKSUM_MISMATCH_PROB.get() == 0"):
+        _INJECTED,
+    (f"{_D}._handle_kv_checksum_mismatch", "", "self.metrics_reporter.enable_metrics"):
+        "decides only whether a metrics counter is incremented: no duty is about metrics (mutate leaves them alone too)",
+    (f"{_P}.process_batch_result_disagg_prefill", "req.inflight_middle_chunks <= 0 / sampling_mask_finish_reason is not None",
+     "self._retire_aborted_prefill_result(req)"): _HOLDS,
+    (f"{_P}.process_batch_result_disagg_prefill", "req.inflight_middle_chunks <= 0 / req.grammar is not None / is_aborted(req)",
+     "self._retire_aborted_prefill_result(req)"): _HOLDS,
+}
+HANDED_ON = "its value is handed on, not tested (`x or y` gives y whatever its truth): it decides nothing here"
 
 
 def listed(qualified: str, path: str, fn: ast.FunctionDef, names: tuple[str, ...]) -> list[Condition]:
     """The atomic conditions of the fix's code in ``fn`` (its statements' own parts and those of every statement
-    enclosing one: they decide whether it runs), in source order."""
-    found = []
-    for node, kind in conditions.atoms(fixcode.deciding(fn, names)):
-        text = ast.unparse(node)
-        reason = ("a constant" if isinstance(node, ast.Constant)
-                  else REASONS.get((qualified, text)))
-        found.append(Condition(at=conditions.key(path, node), kind=kind, text=text[:TEXT], reason=reason))
-    return found
+    enclosing one: they decide whether it runs), in source order. A condition needs no reason to go both ways
+    when it is a literal, or a value handed on that nobody tests here (the last operand of ``x = a or b``; a
+    comparison, or anything a ``return`` hands back, decides and needs both)."""
+    parents = {id(node): parent for node, parent, *_ in fixcode.walk(fn) if parent is not None}
+    found: dict[tuple[int, int, int, int], Condition] = {}
+    for stmt in fixcode.deciding(fn, names):
+        around = " / ".join(ast.unparse(n.test) for n in reversed(list(_enclosing(stmt, parents, fn))))
+        for node, kind in conditions.classify(stmt):
+            text = ast.unparse(node)
+            if constant(node):
+                reason = "a constant"
+            elif kind == conditions.VALUE and not isinstance(node, ast.Compare) and not isinstance(stmt, ast.Return):
+                reason = HANDED_ON
+            else:
+                reason = REASONS.get((qualified, around, text))
+            found.setdefault(conditions.position(node), Condition(
+                at=conditions.key(path, node), kind=kind, text=text[:TEXT], reason=reason,
+                equivalent=_equivalent(qualified, node, parents.get(id(node)))))
+    return [found[p] for p in sorted(found)]
+
+
+def _equivalent(qualified: str, node: ast.expr, parent: ast.AST | None) -> list[bool]:
+    """The values ``node`` could be replaced by with behaviour kept, as the duty tables declare mutants equivalent
+    (``mutate`` replaces a condition, or ``not`` of one, by True or False)."""
+    found = [v for v in (False, True) if mutant_key(qualified, str(v).lower(), ast.unparse(node)) in EQUIVALENT]
+    if isinstance(parent, ast.UnaryOp) and isinstance(parent.op, ast.Not):
+        found += [v for v in (False, True) if mutant_key(qualified, str(not v).lower(), ast.unparse(parent)) in EQUIVALENT]
+    return sorted(set(found))
+
+
+def _enclosing(stmt: ast.stmt, parents: dict[int, ast.AST], fn: ast.FunctionDef):
+    """The ``if`` and ``while`` statements around ``stmt`` in ``fn``, from the inside out."""
+    node = parents.get(id(stmt))
+    while node is not None and node is not fn:
+        if isinstance(node, (ast.If, ast.While)):
+            yield node
+        node = parents.get(id(node))
+
+
+def constant(node: ast.AST) -> bool:
+    """A literal (``True``, ``{}``, ``(1, "a")``): it goes one way by construction."""
+    if isinstance(node, ast.Constant):
+        return True
+    if isinstance(node, ast.Dict):
+        return all(k is not None and constant(k) for k in node.keys) and all(constant(v) for v in node.values)
+    return isinstance(node, (ast.List, ast.Tuple, ast.Set)) and all(constant(e) for e in node.elts)
 
 
 def wanted(read: Callable[[str], str | None]) -> list[dict]:
@@ -77,7 +144,7 @@ def wanted(read: Callable[[str], str | None]) -> list[dict]:
             path, fn = found
             entry = by_function.setdefault(qualified, {"function": qualified, "file": path, "conditions": {}})
             for node, kind in conditions.atoms(fixcode.deciding(fn, names)):
-                if not isinstance(node, ast.Constant):
+                if not constant(node):
                     entry["conditions"][conditions.position(node)] = {
                         "at": conditions.key(path, node), "position": list(conditions.position(node)), "kind": kind}
     return [{**entry, "conditions": [entry["conditions"][p] for p in sorted(entry["conditions"])]}

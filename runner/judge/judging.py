@@ -165,6 +165,8 @@ class Departed(BaseModel):
 class FixStatus(BaseModel):
     fix: int
     not_covered: list[str] = []  # file:line of each statement of the fix's code no case ran (fixed, with lines it does not rest on)
+    one_way: list[str] = []  # each atomic condition of the fix's code no case saw both ways, unexplained ("condition X at f:l never false")
+    conditions: list[int] | None = None  # [seen both ways or explained, all] atomic conditions of the fix's code; None: not measured
     status: Status
     sites: list[SiteStatus]
     bug_at: list[str] = []  # sites where a bug case showed the bug signature, whatever a guard showed beside it
@@ -181,6 +183,15 @@ def departed(fs: FixStatus, baseline: str, places: list[str], aware: list[str], 
         return fs
     return fs.model_copy(update={"departed": Departed(baseline=baseline, places=places, aware=aware,
                                                       at_import=list(at_import), renamed=list(renamed))})
+
+
+def on_conditions(status: Status, one_way: list[str]) -> Status:
+    """A status as the conditions of the fix's code leave it: a "fixed" whose code has an atomic condition no case
+    saw both ways (and no reason explains) is "inconclusive": the duties held only on the inputs the cases built,
+    and an input that flips that condition was never tried. Any other status stands (the behaviour says more).
+    Lines no case reaches qualify a "fixed" that stands (``covered``); a condition on such a line was never seen
+    at all, so it already reads here."""
+    return "inconclusive" if status == "fixed" and one_way else status
 
 
 def shown(fs: FixStatus) -> str:
@@ -219,14 +230,21 @@ def strict_fails(statuses: Iterable[FixStatus]) -> bool:
 def fixes(receipts: list[Observed]) -> list[FixStatus]:
     """Per fix and site, from every probe case the receipts hold (one tree's receipts); the fix is
     the one each observation names (its probe's), sites in the order the probes report them. Each fix
-    names the statements of its code no case ran."""
+    names the statements of its code no case ran and the atomic conditions no case saw both ways (a fix
+    whose sites read "fixed" is "inconclusive" while one is left: ``on_conditions``)."""
     by_site: dict[tuple[int, str], list[Case]] = {}
     missed: dict[int, list[str]] = {}
+    one_way: dict[int, list[str]] = {}
+    counted: dict[int, list[int]] = {}
     for receipt in receipts:
         if receipt.probe.fix is None:
             continue
         if receipt.fix_code is not None and receipt.fix_code.fix == receipt.probe.fix:
             missed.setdefault(receipt.probe.fix, []).extend(receipt.fix_code.not_covered())
+            one_way.setdefault(receipt.probe.fix, []).extend(receipt.fix_code.one_way())
+            both, every = receipt.fix_code.both_ways()
+            total = counted.setdefault(receipt.probe.fix, [0, 0])
+            total[0], total[1] = total[0] + both, total[1] + every
         for case in receipt.cases:
             by_site.setdefault((receipt.probe.fix, case.site), []).append(case)
     out: dict[int, list[SiteStatus]] = {}
@@ -236,8 +254,9 @@ def fixes(receipts: list[Observed]) -> list[FixStatus]:
                                                   cases={c.id: state(c) for c in cases}))
         if any(c.role == "bug" and state(c) == "bug" for c in cases):
             bug_at.setdefault(fix, []).append(site)
-    return [FixStatus(fix=f, status=worst([s.status for s in sites]), sites=sites, bug_at=bug_at.get(f, []),
-                      not_covered=sorted(set(missed.get(f, []))))
+    return [FixStatus(fix=f, status=on_conditions(worst([s.status for s in sites]), one_way.get(f, [])), sites=sites,
+                      bug_at=bug_at.get(f, []), not_covered=sorted(set(missed.get(f, []))),
+                      one_way=list(dict.fromkeys(one_way.get(f, []))), conditions=counted.get(f))
             for f, sites in sorted(out.items())]
 
 
@@ -293,11 +312,13 @@ def window(fix: int, line: list[tuple[str, FixStatus | None]], site: str | None 
 
 
 def at_site(fs: FixStatus | None, site: str) -> FixStatus | None:
-    """``fs`` as one of its sites alone would read (None where the tree has no case there)."""
+    """``fs`` as one of its sites alone would read (None where the tree has no case there); the conditions of the
+    fix's code are the fix's, whichever site's cases saw them."""
     found = next((s for s in fs.sites if s.site == site), None) if fs is not None else None
     if found is None:
         return None
-    return FixStatus(fix=fs.fix, status=found.status, sites=[found], bug_at=[site] if site in fs.bug_at else [])
+    return FixStatus(fix=fs.fix, status=on_conditions(found.status, fs.one_way), sites=[found],
+                     bug_at=[site] if site in fs.bug_at else [], one_way=fs.one_way)
 
 
 def configured_sites(statuses: Iterable[FixStatus]) -> list[str]:
@@ -375,7 +396,7 @@ def failed_duties(case: Case) -> list[str]:
 MutantStatus = Literal["killed", "survived", "equivalent", "not covered", "error"]
 
 
-def mutant_status(probe: str, mutant: dict, held: set[str]) -> tuple[MutantStatus, str]:
+def mutant_status(probe: str, mutant: dict, held: set[str], baseline: Iterable[Case] = ()) -> tuple[MutantStatus, str]:
     """What the cases made of one mutant of a fix's code, and why. Only the cases in ``held`` (clean
     on the tree unmutated) can tell a mutant: a case the tree already fails would "kill" every
     mutant. Not covered: no case ran a line of it (``reached_by`` empty), so nothing could tell it from
@@ -412,7 +433,34 @@ def mutant_status(probe: str, mutant: dict, held: set[str]) -> tuple[MutantStatu
                           f"{f' ({case.error.where})' if case.error else ''}")
     if errors:
         return "error", "; ".join(errors)
-    return "survived", probe_duties.EXPLAINED.get(key, "")
+    return "survived", probe_duties.EXPLAINED.get(key) or unvaried(probe, mutant, baseline)
+
+
+def unvaried(probe: str, mutant: dict, baseline: Iterable[Case]) -> str:
+    """Why a survivor of a condition's mutant (``insert``, ``negate``, ``true``, ``false``) survived when it is an
+    input no case varied: an inserted input no dimension of the probe's case space reads, or a condition on the
+    mutant's line the cases (unmutated, ``baseline``) never saw both ways; else nothing."""
+    operator = mutant["operator"]
+    if operator.startswith("insert:"):
+        attribute = operator.split(":", 1)[1]
+        space = probe_duties.SPACES.get(probe)
+        read = {name for d in space.dimensions for name in d.reads} if space is not None else set()
+        if attribute.rsplit(".", 1)[-1] not in read:
+            return f"no case varies `{attribute}`: no dimension of the probe's case space reads it"
+        return ""
+    if operator not in ("true", "false", "negate"):
+        return ""
+    at = f"{mutant['file']}:{mutant['line']}:"
+    seen: dict[str, set[bool]] = {}
+    for case in baseline:
+        for key, took in (case.conditions or {}).items():
+            if key.startswith(at):
+                seen.setdefault(key, set()).update(took)
+    one_way = sorted(key for key, took in seen.items() if len(took) < 2)
+    if one_way or not seen:
+        return (f"no case drove the conditions at {mutant['file']}:{mutant['line']} both ways"
+                + (f" ({', '.join(one_way)})" if one_way else " (none recorded)"))
+    return ""
 
 
 def status_with(probe: str, baseline: list[Case], changed: list[dict]) -> tuple[Status, list[str]]:

@@ -113,17 +113,22 @@ def of_fix(fs: judging.FixStatus, cases: dict[str, Case], pinned: list[str] = ()
     if not inside:
         return Line(fs.fix, "not probed", f"no case ran in the configuration its pin names ({', '.join(pinned)})",
                     ", ".join(pinned))
-    status = judging.worst([s.status for s in inside])
+    status = judging.on_conditions(judging.worst([s.status for s in inside]), fs.one_way)
     word = judging.shown(fs.model_copy(update={"status": status}))
     default = next((s for s in outside if s.site == DEFAULT), None)
     if status == "fixed" and default is not None and default.status != "fixed":
         word = OFF_BY_DEFAULT
     reason = decisive(status, inside, cases)
+    one_way = status == "inconclusive" and judging.worst([s.status for s in inside]) == "fixed"
+    if one_way:  # every case held: what is missing is an input that flips a condition of the fix's code
+        reason = fs.one_way[0] + (f" (and {len(fs.one_way) - 1} more condition(s))" if len(fs.one_way) > 1 else "")
     if status == "fixed" and fs.not_covered:
         reason = f"{reason}; not reached: {_compact(fs.not_covered, 2)}"
     detail = [f"{s.site}: {s.status}, {decisive(s.status, [s], cases)}" for s in outside]
     if len(inside) > 1:  # several configurations behind one headline: each one's own word where it differs
         detail += [f"{s.site}: {s.status}, {decisive(s.status, [s], cases)}" for s in inside if s.status != status]
+    if one_way:
+        detail += fs.one_way[1:]
     failing = [cid for s in inside for cid, st in s.cases.items() if st == "bug"]
     if status in ("not fixed", "regression") and len(failing) > 1:
         detail.append(f"{len(failing) - 1} more case(s) show the bug: {_compact(failing[1:])}")

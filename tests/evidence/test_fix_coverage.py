@@ -36,8 +36,12 @@ def tree_root(tmp_path, monkeypatch):
     return tmp_path / "tree"
 
 
-def _cases(*ran: list[list[int]] | None):
-    return [helpers.case(f"c{i}", lines=None if r is None else {UTILS: r}) for i, r in enumerate(ran)]
+# each condition of SOURCE seen both ways: what the lines say is then all that qualifies a "fixed"
+BOTH_WAYS = {f"{UTILS}:4:7": [False, True], f"{UTILS}:5:19": [False, True]}
+
+
+def _cases(*ran: list[list[int]] | None, took: dict | None = BOTH_WAYS):
+    return [helpers.case(f"c{i}", lines=None if r is None else {UTILS: r}, conditions=took) for i, r in enumerate(ran)]
 
 
 def test_each_statement_of_the_fix_code_is_covered_or_named(tree_root):
@@ -63,8 +67,8 @@ def test_a_file_that_is_not_a_regular_file_of_the_tree_defines_nothing(tree_root
     assert fixcode.measure(38935, materials.reader(tree_root), _cases([[3, 6]])).functions[0].file is None
 
 
-def _receipt(tree_root, *ran):
-    cases = _cases(*ran)
+def _receipt(tree_root, *ran, took: dict | None = BOTH_WAYS):
+    cases = _cases(*ran, took=took)
     return receipts.make(helpers.PROBE, helpers.tree("0.5.21"), receipts.host_environment(), cases,
                          started_at="t0", finished_at="t1",
                          fix_code=fixcode.measure(38935, materials.reader(tree_root), cases))
@@ -78,6 +82,15 @@ def test_a_fixed_tree_with_uncovered_fix_code_does_not_read_plain_fixed(tree_roo
     assert judging.shown(whole) == "fixed"
     not_fixed = judging.covered("not fixed", [f"{UTILS}:6"])
     assert not_fixed == "not fixed"  # the behaviour already says what is wrong
+
+
+def test_a_condition_no_case_saw_both_ways_makes_it_inconclusive_whatever_the_lines(tree_root):
+    """The conditions decide the word; the lines only qualify a "fixed" that stands."""
+    [fs] = judging.fixes([_receipt(tree_root, [[3, 5]], took={f"{UTILS}:4:7": [True], f"{UTILS}:5:19": [False, True]})])
+    assert fs.status == "inconclusive" and fs.conditions == [1, 2]
+    assert fs.one_way == [f"condition `req.aborted` at {UTILS}:4 never false"]
+    assert judging.shown(fs) == "inconclusive"
+    assert judging.at_site(fs, "prefill-door").status == "inconclusive"
 
 
 def test_verify_rederives_the_coverage_from_the_cases_lines(tree_root, tmp_path):

@@ -148,3 +148,42 @@ def test_a_hunk_that_reaches_further_is_judged_by_every_case_of_the_function(doo
     assert scoped.spans == ((node.lineno, node.end_lineno),)
     node, twice = _hunk(door, "req", "request")
     assert twice.unappliable and "times" in twice.unappliable
+
+
+GATE = '''
+class Gate:
+    def add(self, req, queue):
+        if req.rejected and not req.held:
+            req.retired = True
+            return
+        if req.priority is not None:
+            queue.insert(0, req)
+        queue.append(req)
+'''
+
+
+def test_conditions_are_negated_and_gain_a_condition_on_each_input_read(tmp_path, monkeypatch):
+    """``negate`` turns each condition around; ``insert`` makes the first test of the fix's code depend on each
+    attribute of an argument the function reads (not on a method it calls), one mutant per input."""
+    path = tmp_path / "fake_gate.py"
+    path.write_text(GATE)
+    spec = importlib.util.spec_from_file_location("fake_gate", path)
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "fake_gate", module)
+    spec.loader.exec_module(module)
+    targets, _, mutants = _mutants({"fake_gate.Gate.add": ()})
+    made = {(m.operator, m.before, m.after) for _, m in mutants}
+    assert ("negate", "req.rejected", "not req.rejected") in made
+    assert ("negate", "req.priority is not None", "not req.priority is not None") in made
+    inserted = sorted((op, after) for op, before, after in made if op.startswith("insert:"))
+    assert inserted == [(f"insert:req.{a}", f"req.rejected and (not req.held) and (not req.{a})")
+                        for a in ("held", "priority", "rejected")]
+    target, priority = next((t, m) for t, m in mutants if m.operator == "insert:req.priority")
+    original = module.Gate.add.__code__
+    try:
+        mutation.apply(target, priority)
+        req = type("R", (), {"rejected": True, "held": False, "priority": 3, "retired": False})()
+        module.Gate().add(req, [])
+        assert req.retired is False  # a rejected request with a priority is no longer retired
+    finally:
+        module.Gate.add.__code__ = original

@@ -75,6 +75,19 @@ def test_inconclusive_names_what_stopped_the_case():
     assert (line.word, line.reason, line.carried) == ("inconclusive", "b: error (AttributeError: x)", False)
 
 
+def test_every_case_held_but_a_condition_went_one_way_names_the_condition():
+    """The conditions' rule in the verdict line: the sites read fixed, the line reads inconclusive and says which
+    condition of the fix's code no case drove the other way (the rest as detail)."""
+    one_way = ["condition `req.priority is None` at sglang/srt/disaggregation/prefill.py:461 never false",
+               "condition `req.return_logprob` at sglang/srt/disaggregation/prefill.py:990 never true"]
+    fs = judging.FixStatus(fix=38935, status="inconclusive", one_way=one_way, conditions=[15, 17], sites=[
+        judging.SiteStatus(fix=38935, site="prefill-door", status="fixed", cases={"a": "clean"})])
+    line = verdict.of_fix(fs, {"a": case("a")})
+    assert (line.word, line.carried) == ("inconclusive", False)
+    assert line.reason == one_way[0] + " (and 1 more condition(s))" and line.detail == one_way[1:]
+    assert verdict.of_fix(fs.model_copy(update={"one_way": []}), {"a": case("a")}).word == "fixed"
+
+
 def test_a_fix_pinned_on_its_option_but_not_fixed_there_is_not_carried():
     row, _ = tree("0.5.20")
     fs = next(f for f in row.fixes if f.fix == 39500)
