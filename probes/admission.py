@@ -251,6 +251,10 @@ def request(journal: Journal, rid: str, mode: str, point: Mapping[str, str]) -> 
     req = tree.make_req(rid, length, mode)
     if point["transfer"] == "fake":  # the warm-up request's address: the fake transfer backend serves it
         req.bootstrap_host = tree.resolve(f"{UTILS}.FAKE_BOOTSTRAP_HOST")
+    if point["priority"] == "set":  # what the tokenizer passes as Req(priority=...) when priority scheduling is on
+        if not hasattr(req, "priority"):
+            raise tree.Missing("sglang.srt.managers.schedule_batch.Req.priority")
+        req.priority = 5
     for flag, field in (("stream", "stream"), ("logprob", "return_logprob")):  # what the client asked for
         if point[flag] == "on":
             if not hasattr(req, field):

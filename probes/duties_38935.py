@@ -282,6 +282,11 @@ SPACE = space.Space(
                         says="from a known prefill peer of dp_size 4"),
         ), over={"door": ("decode",), "entry": ("fresh",)},
             reads=("prefill_dp_rank", "_resolve_prefill_dp_rank", "prefill_info_table", "dp_size")),
+        space.Dimension("priority", (
+            space.Value("none", "no priority: priority scheduling off, or the client gave none", label=""),
+            space.Value("set", "priority scheduling on and the client gave a priority (Req(priority=5), as the "
+                        "tokenizer hands it over)", label="priority", says="with a priority"),
+        ), over={"entry": ("fresh",), "abort": ("valid", "rejected")}, reads=("priority",)),
         space.Dimension("finish", (
             space.Value("pending", "the rejection still pending in to_finish (finished() False), as intake leaves it",
                         label=""),
