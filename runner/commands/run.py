@@ -5,7 +5,8 @@ from __future__ import annotations
 from runner import errors, ui
 from runner.commands import mutate, options, pipeline
 from runner.evidence import bundle, pins, receipts
-from runner.evidence.records import RunRecord
+from runner.evidence.records import DutyCheck, RunRecord
+from runner.judge import duty_windows
 from runner.files import sha256_file
 from runner.sandbox import execute
 from runner.store import envs, specs
@@ -32,9 +33,11 @@ def cmd_run(args) -> int:
             sides[n] = (specs.pull_request(repo, fix.base, n), specs.pull_request(repo, fix.head, n))
     opts = pipeline.options(args, p, options.probe(args))
     started = execute.now()
+    parts = [(n, d, f"pypi:sglang=={d.releases.without}", f"pypi:sglang=={d.releases.with_}")
+             for n, fix in fixes.items() for d in fix.duties] if args.via == "releases" else []
     plan: dict[str, list[str]] = {}
     for n, fix in fixes.items():
-        for text in sides[n]:
+        for text in (*sides[n], *(t for m, _, *texts in parts if m == n for t in texts)):
             plan.setdefault(text, []).extend(pr for pr in fix.probes if pr not in plan.get(text, []))
     _, got = pipeline.probe_sources(plan, opts)
     diffs = []
@@ -46,6 +49,8 @@ def cmd_run(args) -> int:
             [(bundle.receipt_name(got[(head, pr)]), got[(head, pr)]) for pr in fix.probes],
             fix.expect, fix.sites,
         ))
+    checks = [_check(n, d, without, with_, [[c for pr in fixes[n].probes for c in got[(text, pr)].cases]
+                                            for text in (without, with_)]) for n, d, without, with_ in parts]
     files, scores = {}, []
     if args.mutate:  # the strength of each verdict's evidence, measured at the fix's head
         interp, torch = envs.interpreter(args.python), options.torch(args)
@@ -55,12 +60,21 @@ def cmd_run(args) -> int:
         out, kind="run", created_at=started, files=files,
         receipts=list({bundle.receipt_name(r): r for r in got.values()}.values()), differentials=diffs, pins_sha256=sha256_file(pins_path),
         extra=RunRecord(via=args.via, fixes=numbers, repo=repo if args.via == "commits" else None,
-                        scores=scores if args.mutate else None).model_dump(mode="json"), signers=signers,
+                        scores=scores if args.mutate else None, duties=checks or None).model_dump(mode="json", by_alias=True),
+        signers=signers,
     )
     by_name = {bundle.receipt_name(r): r for r in got.values()}
     verdict.show([verdict.of_differential(d, by_name) for d in diffs], by_name.values(), verdict.read_more(out))
+    for c in checks:
+        verdict.show_duty_check(c)
     ui.out.print(f"bundle: {out}  (check with: diffprobe verify {out}  or  cd {out} && sha256sum -c {bundle.MANIFEST})")
-    return errors.OK if all(d.as_expected for d in diffs) else errors.DIFFERS
+    return errors.OK if all(d.as_expected for d in diffs) and all(c.as_pinned for c in checks) else errors.DIFFERS
+
+
+def _check(fix: int, part: pins.DutyBracket, without: str, with_: str, cases: list[list]) -> DutyCheck:
+    """A duty-level bracket against the cases its two releases showed (the judge decides)."""
+    why = duty_windows.bracket(part.duties, part.cases, *cases)
+    return DutyCheck(fix=fix, title=part.title, without=without, with_=with_, as_pinned=not why, why=why)
 
 
 def register(sub) -> None:
@@ -68,7 +82,7 @@ def register(sub) -> None:
         sub, "run", "each pinned fix changes behaviour from its base to its head",
         about="Probes base and head of every pinned fix (from the release brackets on PyPI, or the pinned commits) and writes one differential each.",
         example="diffprobe run --via releases --fix 38935",
-        ok="every differential's verdict is the one pins.toml expects",
+        ok="every differential's verdict is the one pins.toml expects, and every duty-level bracket holds",
         differs="a verdict differs from the pin (each fix's line says which case decided it), or --repeat observed differently")
     p.add_argument("--via", choices=["releases", "commits"], default="releases",
                    help="trees from the release brackets on PyPI, or the pinned commits of a git repository")

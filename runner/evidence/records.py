@@ -80,6 +80,19 @@ class MutationRecord(_Record):
     scores: list[Score]
 
 
+class DutyCheck(_Record):
+    """A duty-level bracket of pins.toml, as a run found it on its two releases (runner/judge/duty_windows.py)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    fix: int
+    title: str
+    without: Redacted = Field(description="the source without this part of the fix")
+    with_: Redacted = Field(alias="with", description="the source with it")
+    as_pinned: bool
+    why: list[str] = Field(description="why it is not as pinned, case by case; empty when it is")
+
+
 class RunRecord(_Record):
     """What a run bundle adds: where each fix's base and head trees came from."""
 
@@ -88,13 +101,17 @@ class RunRecord(_Record):
     repo: Redacted | None = Field(description="the git repository of --via commits; null with --via releases")
     scores: list[Score] | None = Field(None, description="with --mutate only, absent without: each fix's mutation "
                                                          "score at its head")
+    duties: list[DutyCheck] | None = Field(None, description="--via releases, with duty-level brackets pinned: each "
+                                                             "checked (absent otherwise)")
 
     @model_serializer(mode="wrap")
     def _scores_absent(self, handler) -> dict:
-        """Without --mutate a run bundle has no ``scores`` key at all (not null), as it always had."""
+        """Without --mutate a run bundle has no ``scores`` key at all (not null), as it always had; nor
+        ``duties`` without a duty-level bracket to check."""
         dumped = handler(self)
-        if self.scores is None:
-            del dumped["scores"]
+        for key in ("scores", "duties"):
+            if getattr(self, key) is None:
+                del dumped[key]
         return dumped
 
 

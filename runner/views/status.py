@@ -48,7 +48,7 @@ def print_matrix(record: SweepRecord, probed: list, pinned: dict[int, list[str]]
         table.add_row(name, *cells, escape(found or "none"))
     ui.out.print(table)
     if len(record.rows) > 1:  # a line of trees: where each bug entered and left it
-        for text in timeline.strip(record):
+        for text in timeline.strip(record, cases_of=timeline.cases_finder(r for p in probed for r in p.receipts)):
             ui.out.print(text)
     for fix, source in record.first_fixed.items():
         sites = pinned.get(fix, [])

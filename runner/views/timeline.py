@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import html
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterable
 
 from rich.markup import escape
 
 from runner.evidence import receipts
-from runner.judge import judging
+from runner.judge import duty_windows, judging
+from runner.judge.observations import Case
 from runner.evidence.records import SweepRecord
 from runner.views import styles
 
@@ -73,6 +74,55 @@ def receipt_finder(named: dict[str, receipts.Receipt]) -> Callable[[str, int], s
     return lambda digest, fix: index.get((digest, fix))
 
 
+def cases_finder(named: Iterable[receipts.Receipt]) -> Callable[[str, int], list[Case]]:
+    """``cases_of(tree_digest, fix)``: the cases of every receipt of that fix's probes on that tree."""
+    index: dict[tuple[str, int | None], list[Case]] = {}
+    for r in named:
+        index.setdefault((receipts.source_key(r.source), r.probe.fix), []).extend(r.cases)
+    return lambda digest, fix: index.get((digest, fix), [])
+
+
+CASES_SHOWN = 3  # case names shown per window; the rest counted
+
+
+def duty_text(record: SweepRecord, fix: int, cases_of: Callable[[str, int], list[Case]]) -> list[str]:
+    """Per duty of ``fix``, beside its window: the tree where it first holds in which cases, and
+    where it stopped holding (runner/judge/duty_windows.py). A tree sharing an earlier one's tree
+    is read there (its own cases are that tree's)."""
+    by = {r.source: short(r.label) for r in record.rows}
+    line = [(r.source, cases_of(r.tree_digest, fix) or None) for r in record.rows]
+    found = duty_windows.windows(fix, line)
+    out = []
+    for duty in dict.fromkeys(w.duty for w in found):
+        said: dict[str, list[str]] = {}  # the window in words -> its cases (windows that read alike, merged)
+        for w in (w for w in found if w.duty == duty):
+            held = f"first holds {by[w.first_held]}" if w.first_held else "does not hold by the last tree"
+            if w.held_before:
+                held = f"held from {by[w.held_before]}, stops holding at {by[w.first_failed]}, " + \
+                       held.replace("first holds", "holds again")
+            said.setdefault(held + (f", fails again at {_runs(w.recurred, record)}" if w.recurred else ""), []).extend(w.cases)
+        out.append(f"{duty}: " + "; ".join(f"{words} in {_named(cases)}" for words, cases in said.items()))
+    return out
+
+
+def _runs(sources: list[str], record: SweepRecord) -> str:
+    """Trees along the line as runs: ``0.5.5.post1 .. 0.5.9 (10 trees), 0.5.16``."""
+    at = {r.source: i for i, r in enumerate(record.rows)}
+    runs: list[list[str]] = []
+    for source in sources:
+        if runs and at[source] == at[runs[-1][-1]] + 1:
+            runs[-1].append(source)
+        else:
+            runs.append([source])
+    label = {r.source: short(r.label) for r in record.rows}
+    return ", ".join(label[r[0]] if len(r) == 1 else f"{label[r[0]]} .. {label[r[-1]]} ({len(r)} trees)" for r in runs)
+
+
+def _named(cases: list[str]) -> str:
+    shown = ", ".join(cases[:CASES_SHOWN]) + (f" +{len(cases) - CASES_SHOWN}" if len(cases) > CASES_SHOWN else "")
+    return f"{len(cases)} case{'s' * (len(cases) != 1)} ({shown})"
+
+
 def lane_name(w: judging.Window) -> str:
     """What follows the fix's number in a lane's name: its configuration, when the lane is one."""
     return f" {w.site}" if w.site else ""
@@ -102,10 +152,12 @@ GLYPH = {"not fixed": "█", "regression": "R", "fixed": "█", "no bug observed
          "inconclusive": "?", "not applicable": "·", "not probed": " "}
 
 
-def strip(record: SweepRecord, titles: dict[int, str] | None = None) -> list[str]:
+def strip(record: SweepRecord, titles: dict[int, str] | None = None,
+          cases_of: Callable[[str, int], list[Case]] | None = None) -> list[str]:
     """Rich markup lines: per fix one mark per tree, oldest first, the window bracketed by its
-    first tree showing the bug and its first fixed tree (``^`` under each)."""
-    out, ls = [], lanes(record, lambda _digest, _fix: None)
+    first tree showing the bug and its first fixed tree (``^`` under each); with ``cases_of``, under
+    each fix's first lane its per-duty windows (``duty_text``)."""
+    out, ls, shown = [], lanes(record, lambda _digest, _fix: None), set()
     for lane in ls:
         w = lane.window
         marks = "".join(f"[{styles.STATUS.get(c.word, 'red')}{' reverse' if c.recurred else ''}]{GLYPH.get(c.word, '!')}[/]"
@@ -116,6 +168,10 @@ def strip(record: SweepRecord, titles: dict[int, str] | None = None) -> list[str
                 under[i] = "^"
         title = escape((titles or {}).get(w.fix, ""))
         out += [f"[bold]#{w.fix}[/]{escape(lane_name(w))} {title}".rstrip(), f"  {marks}", f"  {''.join(under)}  {escape(window_text(lane))}"]
+        if cases_of is not None and w.fix not in shown:
+            shown.add(w.fix)
+            duties = duty_text(record, w.fix, cases_of)
+            out += ["  [dim]per duty, case by case:[/]"] * bool(duties) + [f"    {escape(text)}" for text in duties]
     if ls:
         first, last = short(ls[0].cells[0].label), short(ls[0].cells[-1].label)
         out.append(f"  [dim]{escape(first)} → {escape(last)}: █ red not fixed, █ green fixed, ░ no bug observed "

@@ -21,7 +21,7 @@ from runner.evidence import pins
 from runner.judge import judging
 from runner.judge.observations import Case
 from runner.evidence.receipts import Differential, Receipt
-from runner.evidence.records import BackportRecord, SweepRecord
+from runner.evidence.records import BackportRecord, DutyCheck, SweepRecord
 from runner.views import confinement, styles
 
 # A defence behind an option that is off by default, observed fixed with its option on and not in the
@@ -216,6 +216,17 @@ def style(word: str) -> str:
     if word in ("behaves like head", "does not behave like head"):
         return "green" if word == "behaves like head" else "red"
     return "yellow" if word == OFF_BY_DEFAULT else styles.VERDICT.get(word.split(" (")[0]) or styles.status(word)
+
+
+def show_duty_check(check: DutyCheck) -> None:
+    """A duty-level bracket of pins.toml (part of a fix in an earlier release), as a run found it."""
+    head = f"#{check.fix} part: {check.title}: {check.without} -> {check.with_}"
+    if check.as_pinned:
+        ui.out.print(Text.assemble(("as pinned ", "green"), head))
+        return
+    ui.out.print(Text.assemble(("NOT as pinned ", "red"), head))
+    for why in check.why:
+        ui.out.print(Text(f"  {why}"))
 
 
 def show(lines: list[Line], receipts: Iterable[Receipt] = (), rest: str | None = None) -> None:

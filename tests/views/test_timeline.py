@@ -123,3 +123,31 @@ def test_chromium_draws_the_line_offline(swept, tmp_path):
     shot = tmp_path / "line.png"
     _, asked = chromium(tmp_path, out.as_uri(), f"--screenshot={shot}", "--window-size=1400,900")
     assert asked == [] and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_strip_shows_each_duty_where_it_first_holds_and_where_it_stopped(tmp_path, monkeypatch):
+    """A fix landing in two parts (one case fixed a tree before the other), and a duty that held,
+    stopped holding and holds again: each named with its cases under the fix's own window."""
+    peers = ["bug", "bug", "clean", "clean"]
+    cleared = ["bug", "bug", "bug", "clean"]
+    released = [True, False, True, True]
+    made, rows = [], []
+    for i, v in enumerate(["0.5.19", "0.5.20", "0.5.21", "0.5.22"]):
+        mine = [receipt(v, [case("two-ranks", duties={"acked": peers[i] == "clean", "released": released[i]},
+                                 bug=peers[i] == "bug" or not released[i]),
+                            case("room-cleared", duties={"acked": cleared[i] == "clean"}, bug=cleared[i] == "bug")],
+                        ADMISSION)]
+        made += mine
+        rows.append(Row(source=f"pypi:sglang=={v}", label=f"sglang-{v}", tree_digest=mine[0].source.tree_digest,
+                        fixes=judging.fixes(mine), static=[]))
+    record = SweepRecord(order=[r.source for r in rows], shard=None, rows=rows,
+                         first_fixed={w.fix: w.first_fixed for w in windows(rows)}, windows=windows(rows))
+    out = bundle.write(tmp_path / "sweep", kind="sweep", created_at="2026-11-30T00:00:00Z", receipts=made,
+                       differentials=[], pins_sha256=None, extra=record.model_dump(mode="json"))
+    terminal = io.StringIO()
+    monkeypatch.setattr(ui, "out", Console(file=terminal, width=400, color_system=None))
+    assert cli.main(["report", str(out)]) == 0
+    text = terminal.getvalue()
+    assert "first fixed 0.5.22" in text  # the fix's own window: both parts
+    assert ("acked: first holds 0.5.21 in 1 case (two-ranks); first holds 0.5.22 in 1 case (room-cleared)" in text)
+    assert "released: held from 0.5.19, stops holding at 0.5.20, holds again 0.5.21 in 1 case (two-ranks)" in text

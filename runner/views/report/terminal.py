@@ -109,7 +109,7 @@ def _show_sources(ev: Evidence) -> None:
 
 def _show_line(ev: Evidence, record) -> None:
     ui.out.print("[bold]the line, oldest first[/] (one mark per tree)")
-    for text in timeline.strip(record, fix_titles(ev)):
+    for text in timeline.strip(record, fix_titles(ev), timeline.cases_finder(ev.receipts.values())):
         ui.out.print(text)
 
 
