@@ -35,7 +35,8 @@ as data and never as wording: its ``frames`` (owner, path under the owner's root
 for a ``TypeError`` raised at a call that crossed between the test's files and the tree (either
 way), the ``call``: the positions of the call in its frame and the place of the code it called,
 looked up without running anything (``inspect.getattr_static``); for an ``AttributeError`` on an
-instance of one of the tree's classes, ``unset``: the class and the attribute. Whether the call's
+instance of one of the tree's classes, ``unset``: the class, the attribute and the instance's own
+attribute names (whether its constructor built it is read on the host). Whether the call's
 arguments fit the callee, or the tree's constructor sets the attribute, is read on the host from the
 stored code (runner/judge/targets.py), never from what runs here.
 
@@ -69,6 +70,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 MOCK_FILE = os.path.abspath(unittest.mock.__file__)
 MESSAGE_LIMIT = 300
 FRAME_LIMIT = 40  # innermost frames kept per exception: the call that failed and who made it
+ATTRIBUTE_LIMIT = 400  # attribute names kept of an instance that lacked one (SGLang's managers hold ~100)
 
 
 def load_harness() -> types.ModuleType:
@@ -289,7 +291,11 @@ class Recorder:
         if obj is None or isinstance(obj, (type, types.ModuleType)) or not isinstance(name, str):
             return None
         owner = self.tree_name(obj, instances=True)
-        return {"cls": owner, "name": name} if owner else None
+        try:
+            has = sorted(k for k in vars(obj) if isinstance(k, str))[:ATTRIBUTE_LIMIT]
+        except TypeError:  # no __dict__ (slots): nothing to tell it by
+            has = None
+        return {"cls": owner, "name": name, "has": has} if owner else None
 
     def wanted(self, exc: BaseException) -> dict[str, str] | None:
         """What of the tree the test asked for and could not get: ``{name, how, at}`` (docstring)."""

@@ -86,6 +86,7 @@ class Unset(_Model):
 
     cls: str = Field(description="the tree's class, dotted")
     name: str
+    has: list[str] | None = Field(None, description="the instance's own attribute names when it failed (None: no __dict__)")
 
 
 class Raised(_Model):

@@ -53,17 +53,25 @@ class Source:
             return None
         return file.read_bytes()
 
-    def constructor_sets(self, parts: list[str], name: str, depth: int) -> str | None:
-        """``Code.constructor_sets`` for the class ``parts`` (dotted, split)."""
+    def constructor(self, parts: list[str], depth: int = 0) -> tuple[dict[str, str], set[str]] | None:
+        """What the constructor chain of the class ``parts`` (dotted, split) assigns to ``self``: every
+        name -> ``path:line in Class.__init__``, and the names it assigns whatever the arguments (not
+        under a condition or a loop). Its own ``__init__``, then its bases' when it has none or calls
+        ``super().__init__``; None when the class is not in the tree's source."""
         found = self._class(parts)
         if found is None or depth > 20:
             return None
         module, cls = found
+        every: dict[str, str] = {}
+        always: set[str] = set()
         init = next((n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None)
-        if init is not None and (node := _sets(init, name)) is not None:
-            return f"{'/'.join(module)}.py:{node.lineno} in {cls.name}.__init__"
-        if init is not None and not _calls_super_init(init):
-            return None
+        if init is not None:
+            for name, (node, unconditional) in _assigned(init).items():
+                every[name] = f"{'/'.join(module)}.py:{node.lineno} in {cls.name}.__init__"
+                if unconditional:
+                    always.add(name)
+            if not _calls_super_init(init):
+                return every, always
         scope = self._module(module)
         for base in cls.bases:
             dotted = _dotted(base.value if isinstance(base, ast.Subscript) else base)
@@ -73,9 +81,11 @@ class Source:
             kind, node = binding
             target = [*module, *dotted] if kind == "class" else \
                 [*(_imported(node, dotted[0], module, self._is_package(module)) or []), *dotted[1:]] if kind == "import" else []
-            if target and target[0] == PACKAGE and (where := self.constructor_sets(target, name, depth + 1)):
-                return where
-        return None
+            inherited = self.constructor(target, depth + 1) if target and target[0] == PACKAGE else None
+            if inherited:
+                every = {**inherited[0], **every}
+                always |= inherited[1]
+        return every, always
 
     def _class(self, parts: list[str]) -> tuple[list[str], ast.ClassDef] | None:
         """(module, class node) of a dotted class name the tree's source defines at module level or nested."""
@@ -375,27 +385,47 @@ class Code:
                 found.append(node)
         return found[0] if len(found) == 1 else None
 
-    def constructor_sets(self, cls: str, name: str) -> str | None:
-        """Where the tree's constructor of ``cls`` (dotted) sets ``self.<name>`` unconditionally (its
-        ``__init__``'s own statements, or a base's reached through ``super().__init__`` or inherited),
-        as ``path:line in Class.__init__``; None when it does not, or the source cannot tell."""
-        return self.tree.constructor_sets(cls.split("."), name, depth=0)
+    def constructor_sets(self, cls: str, name: str, has: list[str] | None) -> tuple[str, str | None] | None:
+        """Where the tree's constructor of ``cls`` (dotted) sets ``self.<name>``, when the instance is
+        certainly one the constructor did not build: it lacks ``name`` and the constructor sets it
+        whatever the arguments, or it lacks another attribute the constructor always sets (``has``: the
+        instance's own attribute names when it failed). Returns (where, that other attribute or None);
+        None when the constructor does not set it, or could have left it unset."""
+        found = self.tree.constructor(cls.split("."))
+        if found is None or name not in found[0]:
+            return None
+        every, always = found
+        if name in always:
+            return every[name], None
+        proof = sorted(always - set(has)) if has is not None else []
+        return (every[name], proof[0]) if proof else None
 
 
-def _sets(init: ast.FunctionDef, name: str) -> ast.stmt | None:
-    """The statement of ``init``'s own body (not under a condition or a loop) assigning ``self.<name>``."""
-    body = list(init.body)
-    for node in body:
-        if isinstance(node, (ast.With, ast.AsyncWith)):
-            body += node.body
-        elif isinstance(node, ast.Try):
-            body += node.body + node.finalbody
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
-        for target in (e for t in targets for e in ast.walk(t)):
-            if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self" \
-                    and target.attr == name:
-                return node
-    return None
+def _assigned(init: ast.FunctionDef) -> dict[str, tuple[ast.stmt, bool]]:
+    """``self.<name>`` assignments of ``init``'s own body (not of a nested function or class): name ->
+    (its first statement, whether one is unconditional: not under an if, a loop, a match, a handler)."""
+    found: dict[str, tuple[ast.stmt, bool]] = {}
+
+    def visit(body: list[ast.stmt], unconditional: bool) -> None:
+        for node in body:
+            targets = node.targets if isinstance(node, ast.Assign) else \
+                [node.target] if isinstance(node, (ast.AnnAssign, ast.AugAssign)) else []
+            for target in (e for t in targets for e in ast.walk(t)):
+                if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self":
+                    first, always = found.get(target.attr, (node, False))
+                    found[target.attr] = (first, always or unconditional)
+            if isinstance(node, (ast.With, ast.AsyncWith)):
+                visit(node.body, unconditional)
+            elif isinstance(node, ast.Try):
+                visit(node.body + node.finalbody, unconditional)
+                visit([n for h in node.handlers for n in h.body] + node.orelse, False)
+            elif isinstance(node, (ast.If, ast.For, ast.AsyncFor, ast.While)):
+                visit(node.body + node.orelse, False)
+            elif isinstance(node, ast.Match):
+                visit([n for case in node.cases for n in case.body], False)
+
+    visit(init.body, True)
+    return found
 
 
 def _calls_super_init(init: ast.FunctionDef) -> bool:

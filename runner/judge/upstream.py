@@ -67,11 +67,13 @@ def incompatibility(raised: Raised, code: Code | None) -> tuple[Cause, Incompati
         return "target missing", Incompatibility(at=w.at or "?", test=f"{w.how} of {w.name}", tree=f"the tree lacks {missing}")
     if raised.call and (found := _mismatch(raised, code)):
         return "signature mismatch", found
-    if raised.unset and (where := code.constructor_sets(raised.unset.cls, raised.unset.name)):
-        u, at = raised.unset, next((f for f in reversed(raised.frames) if f.owner == "test"), None)
+    if raised.unset and (found := code.constructor_sets(raised.unset.cls, raised.unset.name, raised.unset.has)):
+        (where, proof), u = found, raised.unset
+        at = next((f for f in reversed(raised.frames) if f.owner == "test"), None)
+        built = f", lacking {u.name}" + (f" and {proof}, which the constructor always sets" if proof else "")
         return "attribute unset", Incompatibility(
             at=f"{at.path}:{at.line} in {at.function}" if at else "?",
-            test=f"a {u.cls.rsplit('.', 1)[-1]} built without its constructor, lacking {u.name}",
+            test=f"a {u.cls.rsplit('.', 1)[-1]} built without its constructor{built}",
             tree=f"its constructor sets self.{u.name} ({where})")
     return None
 

@@ -49,6 +49,16 @@ BASE = {"sglang/srt/pd.py": """
 
     def release(pages, *, deferred):
         return pages
+
+
+    class Router:
+        def __init__(self, peers):
+            self.peers = list(peers)
+            if peers:
+                self.primary = peers[0]
+
+        def first(self):
+            return None
 """}
 # The newer era: note_abort_ack needs the generation; the ack callback takes one more argument;
 # pending() reads what the constructor sets. And three behaviours that changed with compatible
@@ -91,9 +101,19 @@ HEAD = {"sglang/srt/pd.py": """
         if deferred:
             raise ValueError("pages released while a write may land")
         return pages
+
+
+    class Router:
+        def __init__(self, peers):
+            self.peers = list(peers)
+            if peers:
+                self.primary = peers[0]
+
+        def first(self):
+            return self.primary
 """}
 TESTS = textwrap.dedent("""
-    from sglang.srt.pd import Manager, release
+    from sglang.srt.pd import Manager, Router, release
 
 
     def hand_built():
@@ -135,6 +155,14 @@ TESTS = textwrap.dedent("""
 
     def test_lookup_before_warming():
         assert Manager([]).lookup() is None
+
+
+    def test_hand_built_router_has_no_first():
+        assert Router.__new__(Router).first() is None
+
+
+    def test_router_without_peers_has_no_first():
+        assert Router([]).first() is None
 """)
 
 
@@ -180,6 +208,18 @@ def test_a_hand_built_object_lacking_what_the_constructor_sets_is_incompatible(g
     assert row.head.incompatible.test == "a Manager built without its constructor, lacking peers"
 
 
+def test_an_attribute_the_constructor_sets_only_sometimes_is_another_era_only_on_an_object_it_never_built(graded):
+    """The instance lacks ``peers``, which the constructor always sets: no constructor built it, so
+    lacking ``primary`` (set only with peers) is the test's era; a constructed Router without peers
+    lacks it too, and that is the tree's behaviour."""
+    rows, _, _ = graded
+    row = rows["test_hand_built_router_has_no_first"]
+    assert (row.grade, row.cause) == (INCOMPATIBLE, "attribute unset")
+    assert row.head.incompatible.test == "a Router built without its constructor, lacking primary and peers, which the constructor always sets"
+    built = rows["test_router_without_peers_has_no_first"]
+    assert (built.grade, built.cause, built.head.incompatible) == ("pass-to-fail", "sglang", None)
+
+
 @pytest.mark.parametrize("name, cause", [
     ("test_deferred_release_keeps_pages", "sglang"),  # compatible call, the tree raises
     ("test_one_rank_acknowledging_twice_is_not_two_peers", "assertion"),  # compatible calls, the test's assertion
@@ -195,10 +235,10 @@ def test_a_failure_through_compatible_calls_stays_a_behaviour(graded, name, caus
 def test_the_verdict_is_a_regression_for_the_behaviours_only(graded):
     _, g, _ = graded
     assert g.verdict == "regression"
-    assert g.counts["pass-to-fail"] == 4 and g.counts[INCOMPATIBLE] == 3
+    assert g.counts["pass-to-fail"] == 5 and g.counts[INCOMPATIBLE] == 4
     era = [b for b in g.blockers if "another era" in b]
-    assert len(era) == 3 and all("regression" not in b for b in era)
-    assert "3 incompatible (test era)" in grading.verdict_line(g)
+    assert len(era) == 4 and all("regression" not in b for b in era)
+    assert "4 incompatible (test era)" in grading.verdict_line(g)
 
 
 def test_without_the_stored_code_nothing_is_told_to_be_of_another_era(graded):
