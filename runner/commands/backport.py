@@ -22,8 +22,8 @@ from rich.markup import escape
 
 from runner import errors, ui
 from runner.commands import baseline, options, pipeline
-from runner.views import verdict
-from runner.evidence import bundle, departures, pins, receipts
+from runner.views import status, verdict
+from runner.evidence import bundle, departures, pins, receipts, reviews
 from runner.judge import judging
 from runner.sandbox import execute
 from runner.store import intake, mirrors, sources, specs
@@ -210,6 +210,7 @@ def cmd_backport(args) -> int:
     signers = options.signers(args)
     baseline.check_against(args.against)
     p = pins.load(options.path(args.pins))
+    ledger = reviews.load(options.path(args.reviews))
     fix = p.fix(args.pr)
     repo = specs.check_git_url(args.repo) if args.repo else p.upstream
     opts = pipeline.options(args, p, options.probe(args))
@@ -259,10 +260,13 @@ def cmd_backport(args) -> int:
                                       list(mine.values()))
     baseline.say(departed)
     same = behaves_like_head(rows)
-    [rests] = departures.judged([judging.FixStatus(fix=args.pr, status="fixed" if same else "not fixed", sites=[])],
-                                departed, list(mine.values()))
+    judged = [judging.FixStatus(fix=args.pr, status="fixed" if same else "not fixed", sites=[])]
+    [rests] = departures.judged(judged, departed, list(mine.values()))
+    unreviewed, rejected, accepted = reviews.standing(departed, ledger)
     record = BackportRecord(pr=args.pr, onto=args.onto, head=head_text, patch_sha256=patch_sha, applied=how,
-                            files=files, rows=rows, behaves_like_head=same, departures=departed.line(), rests_on=rests.departed)
+                            files=files, rows=rows, behaves_like_head=same, departures=departed.line(), rests_on=rests.departed,
+                            unreviewed=[reviews.named(h) for h in unreviewed], rejected=[reviews.named(h) for h in rejected],
+                            reviewed=len(accepted), on_unreviewed=bool(reviews.resting(judged, departed, unreviewed, rejected)))
     diffs = []
     if args.onto in plan and target_text != args.onto:
         before = [(bundle.receipt_name(got[(args.onto, pr)]), got[(args.onto, pr)]) for pr in fix.probes]
@@ -274,8 +278,12 @@ def cmd_backport(args) -> int:
                        files={departures.file_name(bundle.label(trees[target_text].identity)): bundle.dump(departed)},
                        signers=signers)
     _print(record, mine, diffs, {bundle.receipt_name(r): r for r in got.values()}, out)
+    if record.on_unreviewed:
+        status.print_unreviewed(f"#{record.pr} backport {record.onto}", record, out, args.reviews)
     ui.out.print(f"bundle: {out}")
-    return errors.OK if record.behaves_like_head and not (args.strict and record.rests_on) else errors.DIFFERS
+    if not record.behaves_like_head or (args.strict and record.rests_on):
+        return errors.DIFFERS
+    return errors.UNREVIEWED if record.on_unreviewed and not args.accept_unreviewed else errors.OK
 
 
 def _print(record: BackportRecord, mine: dict[str, Receipt], diffs: list, receipts: dict[str, Receipt], out) -> None:
@@ -303,7 +311,9 @@ def register(sub) -> None:
         about=PATCH_FORMAT,
         example="diffprobe backport --pr 38935 --onto pypi:sglang==0.5.20 --patch 38935.diff --head pypi:sglang==0.5.21",
         ok="the backport behaves like head on every case (and at least one case was observed)",
-        differs="it does not (each differing case and the duty it failed are named), or --strict refused it")
+        differs="it does not (each differing case and the duty it failed are named), or --strict refused it",
+        more={errors.UNREVIEWED: "it behaves like head on unreviewed code: reachable changed places (the patch's among them) "
+                                 "no review accepted, each named (--accept-unreviewed: exit 0)"})
     p.add_argument("--pr", type=int, required=True, metavar="N", help="the pinned fix (pull request number) to backport")
     options.source(p, "--onto", what="the tree to backport onto (or, with --applied, the backport itself)", required=True)
     p.add_argument("--repo", metavar="URL|PATH", help="repository holding the PR (default: the pinned upstream; "
@@ -314,7 +324,7 @@ def register(sub) -> None:
                                      "repository; offline, give a release or a directory)")
     options.out(p, "backport-N")
     options.probe_options(p)
-    options.baseline(p)
+    options.baseline(p, ledger=True)
     options.common(p)
     options.signing(p)
     p.set_defaults(func=cmd_backport)

@@ -49,7 +49,7 @@ def cmd_merge(args) -> int:
     out = survey.write(target, "sweep", execute.now(), probed, record, survey.differentials(probed, pinned), signers=signers)
     status.print_matrix(record, probed, {n: f.sites for n, f in pinned.fixes.items()}, out)
     ui.out.print(f"bundle: {out}")
-    return survey.exit_code(merged)
+    return survey.exit_code(merged, accept_unreviewed=args.accept_unreviewed)
 
 
 def register(sub) -> None:
@@ -57,8 +57,10 @@ def register(sub) -> None:
         sub, "merge", "one sweep from its shard bundles",
         about="Joins the shard bundles of one sweep (sweep --shard I/N) into one bundle, rows in the sweep's order.",
         example="diffprobe merge shard-1 shard-2 --out sweep",
-        ok="merged; every site of every tree has a conclusive status", differs="a site is inconclusive somewhere (named)")
+        ok="merged; every site of every tree has a conclusive status", differs="a site is inconclusive somewhere (named)",
+        more={errors.UNREVIEWED: "a tree's fix reads 'fixed on unreviewed code' (each place named; --accept-unreviewed: exit 0)"})
     p.add_argument("bundles", nargs="+", metavar="BUNDLE", help="the shard bundles of one sweep (sweep --shard I/N)")
     options.out(p, "sweep")
+    options.accept_unreviewed(p)
     options.signing(p)
     p.set_defaults(func=cmd_merge)

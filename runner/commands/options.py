@@ -168,23 +168,29 @@ def probe(args: argparse.Namespace) -> ProbeOptions:
                         torch_index=args.torch_index, torch_wheel=args.torch_wheel, unsandboxed=args.unsandboxed)
 
 
-def baseline(p: argparse.ArgumentParser, *, reviewed: bool = False) -> None:
+def baseline(p: argparse.ArgumentParser, *, reviewed: bool = False, ledger: bool = False) -> None:
     """--against and --strict: what each tree is compared with (runner/commands/baseline.py), and
-    whether a verdict resting on code that differs from it fails; ``reviewed`` (audit): that is the
-    default, --reviews names the review ledger and --accept-unreviewed relaxes it (docs/review.md)."""
+    whether a verdict resting on code that differs from it fails; ``ledger`` (sweep, backport):
+    --reviews names the review ledger, "fixed on unreviewed code" exits 4 and --accept-unreviewed
+    relaxes it (docs/review.md); ``reviewed`` (audit): that, and --strict is its old name."""
     source(p, "--against", what="compare each tree with this upstream source and show where it departs from it "
-                                "(default: the PyPI release its own sglang/version.py declares)")
+                                "(default: chosen from the tree's bytes: docs/review.md#which-baseline)")
     if not reviewed:
         p.add_argument("--strict", action="store_true",
                        help="exit 1 when a 'fixed' rests on code that differs from the baseline where the fix's cases ran")
-        return
-    p.add_argument("--strict", action="store_true",
-                   help="the default: a 'fixed' resting on changed code the probes can reach that no review accepted exits "
-                        f"{errors.UNREVIEWED} (kept so that scripts passing it still work)")
-    p.add_argument("--reviews", metavar="FILE",
-                   help="the review ledger (diffprobe review writes it): changed places it accepts count as reviewed")
+    else:
+        p.add_argument("--strict", action="store_true",
+                       help="the default: a 'fixed' resting on changed code the probes can reach that no review accepted exits "
+                            f"{errors.UNREVIEWED} (kept so that scripts passing it still work)")
+    if reviewed or ledger:
+        p.add_argument("--reviews", metavar="FILE",
+                       help="the review ledger (diffprobe review writes it): changed places it accepts count as reviewed")
+        accept_unreviewed(p)
+
+
+def accept_unreviewed(p: argparse.ArgumentParser) -> None:
     p.add_argument("--accept-unreviewed", action="store_true",
-                   help="exit 0 for 'fixed' on unreviewed code too (it is still named on the screen and in the bundle)")
+                   help="exit 0 for 'fixed on unreviewed code' too (it is still named on the screen and in the bundle)")
 
 
 REQUEST_TIMEOUT = 600

@@ -67,7 +67,7 @@ def counted(texts: list[str], opts: pipeline.Options, twins: dict[str, str] | No
                   fixes=departures.judged(fixes, record, receipts) if record else fixes, static=findings[t],
                   reused=all((t, p) in done.reused for p in probes), departures=record.line() if record else None,
                   unreviewed=[reviews.named(h) for h in unreviewed], rejected=[reviews.named(h) for h in rejected],
-                  reviewed=len(accepted))
+                  reviewed=len(accepted), on_unreviewed=reviews.resting(fixes, record, unreviewed, rejected))
         out[t] = Probed(row=row, receipts=receipts, departures=record)
     return same_trees([out[t] for t in texts]), done.runs
 
@@ -102,12 +102,15 @@ def status_of(row: Row, fix: int, site: str | None = None) -> str:
     return found.status if found else "not applicable"
 
 
-def exit_code(rows: list[Row], strict: bool = False) -> int:
+def exit_code(rows: list[Row], strict: bool = False, accept_unreviewed: bool = False) -> int:
     """1 when any site of any source is inconclusive: a matrix with a gap is not a result, even
     when another site of the same fix already shows the bug; with ``strict``, also when a "fixed"
-    rests on code that differs from its baseline."""
+    rests on code that differs from its baseline. Else 4 when a cell reads "fixed on unreviewed
+    code" (unless ``accept_unreviewed``), as audit exits for it."""
     failed = inconclusive_sites(rows) or (strict and any(judging.strict_fails(r.fixes) for r in rows))
-    return errors.DIFFERS if failed else errors.OK
+    if failed:
+        return errors.DIFFERS
+    return errors.UNREVIEWED if any(r.on_unreviewed for r in rows) and not accept_unreviewed else errors.OK
 
 
 def differentials(probed: list[Probed], p: pins.Pins) -> list[Differential]:

@@ -7,7 +7,7 @@ import os
 
 from runner import errors, ui
 from runner.commands import baseline, options, pipeline, shards, survey
-from runner.evidence import bundle, pins
+from runner.evidence import bundle, pins, reviews
 from runner.evidence.records import Row, SweepRecord, windows
 from runner.sandbox import execute
 from runner.store import mirrors, pypi, specs
@@ -36,8 +36,8 @@ def commits_between(repo: str, base: str, head: str, opts: pipeline.Options) -> 
     return [base_sha, *mirror.lines("rev-list", "--first-parent", "--reverse", f"{base_sha}..{head_sha}")]
 
 
-def bisect(texts: list[str], keys: list[str], opts: pipeline.Options,
-           against: str | None = None) -> tuple[list[survey.Probed], dict[int, list[str]], int]:
+def bisect(texts: list[str], keys: list[str], opts: pipeline.Options, against: str | None = None,
+           ledger: reviews.Ledger | None = None) -> tuple[list[survey.Probed], dict[int, list[str]], int]:
     """First source where each fix is observed, in O(log n) probe runs per fix over distinct trees.
 
     ``keys`` name each source's tree where it is known before resolving (a commit's package tree
@@ -54,7 +54,7 @@ def bisect(texts: list[str], keys: list[str], opts: pipeline.Options,
         nonlocal runs
         key = keys[units[u]]
         if key not in probed:
-            [probed[key]], n = survey.counted([texts[units[u]]], opts, against=against)
+            [probed[key]], n = survey.counted([texts[units[u]]], opts, against=against, ledger=ledger)
             runs += n
         return probed[key].row
 
@@ -109,6 +109,7 @@ def cmd_sweep(args) -> int:
     signers = options.signers(args)
     baseline.check_against(args.against)
     p = pins.load(options.path(args.pins))
+    ledger = reviews.load(options.path(args.reviews))
     opts = pipeline.options(args, p, options.probe(args))
     target = bundle.out_path(args.out, "sweep")
     started = execute.now()
@@ -124,18 +125,18 @@ def cmd_sweep(args) -> int:
     if args.bisect:
         if shard:
             raise errors.BadInput("--bisect and --shard do not combine: bisection is sequential")
-        probed, path, runs = bisect(mine, keys, opts, args.against)
+        probed, path, runs = bisect(mine, keys, opts, args.against, ledger)
     else:
         first = {}
         twins = {t: first[k] for t, k in zip(mine, keys) if first.setdefault(k, t) != t}
-        (probed, runs), path = survey.counted(mine, opts, twins, against=args.against), None
+        (probed, runs), path = survey.counted(mine, opts, twins, against=args.against, ledger=ledger), None
     rows = [pr.row for pr in probed]
     record = SweepRecord(order=order, shard=shard, rows=rows, first_fixed=survey.first_fixed(rows), windows=windows(rows),
                          bisect=path, probe_runs=runs)
     out = survey.write(target, "sweep", started, probed, record, survey.differentials(probed, p), signers=signers)
-    status.print_matrix(record, probed, {n: f.sites for n, f in p.fixes.items()}, out)
+    status.print_matrix(record, probed, {n: f.sites for n, f in p.fixes.items()}, out, args.reviews)
     ui.out.print(f"bundle: {out}")
-    return survey.exit_code(rows, strict=args.strict)
+    return survey.exit_code(rows, strict=args.strict, accept_unreviewed=args.accept_unreviewed)
 
 
 def register(sub) -> None:
@@ -143,7 +144,8 @@ def register(sub) -> None:
         sub, "sweep", "where each fix entered a line of trees: a status matrix",
         about="Probes many trees (releases, a commit range or given sources): a matrix of fix status and the first tree with each fix.",
         example="diffprobe sweep --releases 0.5.19..0.5.23",
-        ok="every site of every tree has a conclusive status", differs="a site is inconclusive somewhere (named), or --strict refused one")
+        ok="every site of every tree has a conclusive status", differs="a site is inconclusive somewhere (named), or --strict refused one",
+        more={errors.UNREVIEWED: "a tree's fix reads 'fixed on unreviewed code' (each place named; --accept-unreviewed: exit 0)"})
     options.source(p, "sources", what="trees to sweep, in order (or --releases, or --commits)", nargs="*")
     p.add_argument("--releases", metavar="A..B", help="every release of sglang from A to B on the package index")
     p.add_argument("--commits", metavar="BASE..HEAD", help="BASE and every first-parent commit up to HEAD (needs --repo)")
@@ -154,7 +156,7 @@ def register(sub) -> None:
     options.out(p, "sweep")
     options.probe_options(p, parallel="trees probed in parallel (memory-bounded)")
     options.fixes(p)
-    options.baseline(p)
+    options.baseline(p, ledger=True)
     options.common(p)
     options.signing(p)
     p.set_defaults(func=cmd_sweep)

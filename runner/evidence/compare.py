@@ -12,10 +12,11 @@ from pathlib import Path
 import orjson
 from pydantic import ValidationError
 
-from runner.evidence import bundle
+from runner.evidence import bundle, departures
 from runner.errors import BadInput
 from runner.judge.observations import NOT_OBSERVED
 from runner.evidence.receipts import Receipt, seal, source_key
+from runner.evidence.records import BackportRecord, SweepRecord
 
 
 def _receipt_file(path: Path) -> Receipt:
@@ -81,4 +82,42 @@ def compare(a: Path, b: Path) -> list[str]:
             lines.append(f"{where}: only in B")
         else:
             lines += compare_receipts(ra[key], rb[key], where)
+    return lines + compare_reviews(_standing(a), _standing(b))
+
+
+def _standing(path: Path) -> dict[str, tuple[str, list[int], set[str]]]:
+    """An audit's, sweep's or backport's trees by digest (a bundle ``_receipts`` verified): label, the
+    fixes (a backport: its PR) that read "on unreviewed code", and the reachable changed places no
+    review accepted."""
+    if not path.is_dir():
+        return {}
+    index = bundle.Index.model_validate(orjson.loads((path / bundle.INDEX).read_bytes()))
+    if index.kind == "backport":
+        record = BackportRecord.model_validate(index.extra)
+        trees = [(d.tree_digest, record.onto, [record.pr] if record.on_unreviewed else [], record)
+                 for d in departures.in_bundle(path).values()]
+    elif index.kind in ("audit", "sweep") and index.extra.get("rows"):
+        trees = [(r.tree_digest, r.label, r.on_unreviewed, r) for r in SweepRecord.model_validate(index.extra).rows
+                 if not r.same_tree_as]
+    else:
+        return {}
+    return {digest: (label, fixes, {*r.unreviewed, *(f"rejected: {p}" for p in r.rejected)}) for digest, label, fixes, r in trees}
+
+
+def compare_reviews(a: dict[str, tuple[str, list[int], set[str]]], b: dict[str, tuple[str, list[int], set[str]]]) -> list[str]:
+    """Per tree in both: where one reads "on unreviewed code" and the other does not, or their unreviewed places differ."""
+    lines = []
+    for digest in sorted(a.keys() & b.keys()):
+        (label, fa, pa), (_, fb, pb) = a[digest], b[digest]
+        if fa != fb:
+            lines.append(f"{label}: on unreviewed code: {_fixes(fa)} -> {_fixes(fb)}")
+        for place in sorted(pa - pb):
+            lines.append(f"{label}: unreviewed only in A: {place}")
+        for place in sorted(pb - pa):
+            lines.append(f"{label}: unreviewed only in B: {place}")
     return lines
+
+
+
+def _fixes(numbers: list[int]) -> str:
+    return ", ".join(f"#{n}" for n in numbers) or "none"

@@ -17,7 +17,24 @@ from runner.errors import Redacted
 from runner.judge import judging
 
 
-class Row(BaseModel):
+class Reviewed(BaseModel):
+    """Where a tree stands with the review ledger (runner/evidence/reviews.py): its reachable changed places."""
+
+    unreviewed: list[str] = Field([], description="each changed place the probes can reach that no review accepted or "
+                                                  "rejected: 'file:line in function (how reached) key' (docs/review.md)")
+    rejected: list[str] = Field([], description="each reachable changed place a review rejected")
+    reviewed: int = Field(0, description="reachable changed places a review accepted (--reviews)")
+
+    def unreviewed_reason(self) -> str:
+        """Why a verdict on this tree rests on unreviewed code, in one line."""
+        places = self.rejected + self.unreviewed
+        if not places:
+            return "the tree has no baseline: none of its code is known to be upstream's (give --against SOURCE)"
+        return (f"rests on {len(places)} changed place(s) the probes can reach" + (f" ({len(self.rejected)} rejected by a "
+                f"review)" if self.rejected else "") + f" that no review accepted ({self.reviewed} accepted)")
+
+
+class Row(Reviewed):
     source: Redacted
     label: str
     tree_digest: str
@@ -26,10 +43,8 @@ class Row(BaseModel):
     same_tree_as: str | None = None  # an earlier source of this sweep with the same tree: its receipts stand for both
     reused: bool = False  # every receipt behind the row was observed before this command (receipts store or a twin)
     departures: str | None = None  # one line: how the tree departs from its baseline (record: departures/<label>.json)
-    unreviewed: list[str] = Field([], description="each changed place the probes can reach that no review accepted or "
-                                                  "rejected: 'file:line in function (how reached) key' (docs/review.md)")
-    rejected: list[str] = Field([], description="each reachable changed place a review rejected")
-    reviewed: int = Field(0, description="reachable changed places a review accepted (audit --reviews)")
+    on_unreviewed: list[int] = Field([], description="the fixes whose 'fixed' rests on the places in unreviewed or rejected, "
+                                                     "or (none listed) on a tree with no baseline: 'fixed on unreviewed code'")
 
 
 class SweepRecord(BaseModel):
@@ -128,7 +143,7 @@ class BackportRow(_Record):
     same: bool = Field(description="the same bug or clean on both, or not applicable on both (judging.alike)")
 
 
-class BackportRecord(_Record):
+class BackportRecord(_Record, Reviewed):
     """What a backport bundle adds: how the fix was applied and whether the result behaves like head."""
 
     pr: int
@@ -139,6 +154,8 @@ class BackportRecord(_Record):
     files: list[str] = Field(description="the files the patch changed")
     rows: list[BackportRow]
     behaves_like_head: bool
+    on_unreviewed: bool = Field(False, description="it behaves like head on reachable changed code no review accepted (or "
+                                                   "on a tree with no baseline): 'behaves like head on unreviewed code'")
     departures: str | None = Field(None, description="how the backported tree departs from its baseline, in one line "
                                                      "(record: departures/<label>.json)")
     rests_on: judging.Departed | None = Field(None, description="when it behaves like head on code that differs from its "

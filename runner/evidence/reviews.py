@@ -22,6 +22,7 @@ from runner import errors
 from runner.evidence import dsse
 from runner.evidence.departures import Departures, Hunk
 from runner.files import write_atomic
+from runner.judge.judging import FixStatus
 
 SCHEMA = "diffprobe.reviews/1"
 PAYLOAD_TYPE = "application/vnd.diffprobe.reviews+json"  # never an in-toto Statement: one envelope cannot pass for the other
@@ -124,6 +125,14 @@ def standing(record: Departures, ledger: Ledger) -> tuple[list[Hunk], list[Hunk]
         review = decided.get(h.key or "")
         (unreviewed if review is None else rejected if review.decision == "rejected" else accepted).append(h)
     return unreviewed, rejected, accepted
+
+
+def resting(fixes: list[FixStatus], record: Departures | None, unreviewed: list[Hunk], rejected: list[Hunk]) -> list[int]:
+    """The fixes whose "fixed" rests on reachable changed code no review accepted (or one rejected), or
+    on a tree with no baseline to read its changes against: "fixed on unreviewed code", one rule for
+    every command and view."""
+    no_baseline = record is not None and (record.baseline is None or record.unavailable is not None)
+    return [f.fix for f in fixes if f.status == "fixed"] if unreviewed or rejected or no_baseline else []
 
 
 def named(h: Hunk) -> str:

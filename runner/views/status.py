@@ -11,16 +11,21 @@ from rich.text import Text
 from runner import errors, ui
 from runner.judge import judging
 from runner.evidence.receipts import Receipt
-from runner.evidence.records import Row, SweepRecord, inconclusive_sites
+from runner.evidence.records import Reviewed, Row, SweepRecord, inconclusive_sites
 from runner.views import styles, timeline, verdict
 
 
-def _cell(fs, pinned: list[str]) -> str:
+SHOWN = 40  # changed places named on the screen; the bundle's row names every one
+
+
+def _cell(fs, pinned: list[str], row: Row) -> str:
     """A fix's headline as audit reads it (verdict.of_fix: in the configuration its pin names) and, unless
     carried, each site's own: "not fixed" at one door and "inconclusive" at the other are two different facts."""
     if fs is None:
         return "[dim]not probed[/]"
-    line = verdict.of_fix(fs, {}, pinned)
+    [line] = verdict.of_tree([fs], [], {fs.fix: pinned}, row)
+    if line.word == verdict.UNREVIEWED:
+        return f"[bold red]{verdict.UNREVIEWED} ({len(row.rejected) + len(row.unreviewed) or 'no baseline'})[/]"
     sites = "" if line.carried or len(fs.sites) < 2 else ", ".join(
         f"{escape(s.site)} [{styles.STATUS.get(s.status, 'red')}]{s.status}[/]" for s in fs.sites)
     if fs.departed:  # the same behaviour, on code upstream never had
@@ -31,7 +36,7 @@ def _cell(fs, pinned: list[str]) -> str:
     return f"[{verdict.style(line.word)}]{escape(word)}[/]" + (f" ({sites})" if sites else "")
 
 
-def print_matrix(record: SweepRecord, probed: list, pinned: dict[int, list[str]], bundle: Path) -> None:
+def print_matrix(record: SweepRecord, probed: list, pinned: dict[int, list[str]], bundle: Path, ledger: str | None = None) -> None:
     """The matrix of every tree, then the verdict screen of the newest one (``probed``: survey.Probed rows,
     with their receipts) and how the trees' code ran when it was not the sandbox."""
     fixes = sorted({f.fix for r in record.rows for f in r.fixes})
@@ -42,11 +47,14 @@ def print_matrix(record: SweepRecord, probed: list, pinned: dict[int, list[str]]
     table.add_column("static findings (not observed)")
     labels = {r.source: r.label for r in record.rows}
     for row in record.rows:
-        cells = [_cell(next((f for f in row.fixes if f.fix == fix), None), pinned.get(fix, [])) for fix in fixes]
+        cells = [_cell(next((f for f in row.fixes if f.fix == fix), None), pinned.get(fix, []), row) for fix in fixes]
         found = ", ".join(f"{f.id}={f.default}" if f.default else f.id for f in row.static if f.present)
         name = escape(row.label) + (f" [dim](same tree as {escape(labels[row.same_tree_as])})[/]" if row.same_tree_as else "")
         table.add_row(name, *cells, escape(found or "none"))
     ui.out.print(table)
+    for row in record.rows:
+        if row.on_unreviewed:
+            print_unreviewed(f"{row.label}: {', '.join(f'#{n}' for n in row.on_unreviewed)}", row, bundle, ledger)
     if len(record.rows) > 1:  # a line of trees: where each bug entered and left it
         for text in timeline.strip(record, cases_of=timeline.cases_finder(r for p in probed for r in p.receipts)):
             ui.out.print(text)
@@ -69,7 +77,7 @@ def print_matrix(record: SweepRecord, probed: list, pinned: dict[int, list[str]]
     if newest is not None:
         mine = next((p.receipts for p in probed if p.row.tree_digest == newest.tree_digest and p.receipts), [])
         ui.out.print(Text.assemble(("the newest tree, ", "bold"), newest.label, (" (every fix, why):", "bold")))
-        verdict.show(verdict.of_tree(newest.fixes, mine, pinned), [r for p in probed for r in p.receipts],
+        verdict.show(verdict.of_tree(newest.fixes, mine, pinned, newest), [r for p in probed for r in p.receipts],
                      verdict.read_more(bundle))
 
 
@@ -90,3 +98,21 @@ def print_audit(row: Row, lines: list[verdict.Line], receipts: list[Receipt], bu
         prs = f" ({', '.join(f'#{n}' for n in f.prs)})" if f.prs else ""
         ui.out.print(Text(f"  {f.id}{prs}: {state}. {f.what}{caveat}"))
     ui.out.print(Text(verdict.read_more(bundle), style="dim"))
+
+
+def print_unreviewed(what: str, row: Reviewed, bundle: Path, ledger: str | None) -> None:
+    """``what`` (a tree's fixes, a backport) reads "on unreviewed code": why, and every place (the
+    first ``SHOWN``; the bundle's record names each), then how to review them."""
+    ui.out.print(Text(errors.printable(f"on unreviewed code: {what}: {row.unreviewed_reason()}"
+                                       + (":" if row.unreviewed or row.rejected else "")), style="bold red"))
+    places = row.rejected + row.unreviewed
+    for place in row.rejected:
+        ui.out.print(Text(f"  rejected: {errors.printable(place)}"))
+    for place in row.unreviewed[:max(0, SHOWN - len(row.rejected))]:
+        ui.out.print(Text(f"  {errors.printable(place)}"))
+    if len(places) > SHOWN:
+        ui.out.print(Text(f"  ... and {len(places) - SHOWN} more (diffprobe review lists them all)"))
+    if places:
+        ledger_arg = errors.printable(ledger or "reviews.json")
+        ui.out.print(Text(f"read and record them: diffprobe review {errors.printable(str(bundle))} --ledger {ledger_arg}, then "
+                          f"--reviews {ledger_arg} (docs/review.md)", style="dim"))

@@ -16,17 +16,20 @@ from typing import Iterable
 
 from rich.text import Text
 
-from runner import ui
+from runner import errors, ui
 from runner.evidence import pins
 from runner.judge import judging
 from runner.judge.observations import Case
 from runner.evidence.receipts import Differential, Receipt
-from runner.evidence.records import BackportRecord, DutyCheck, SweepRecord
+from runner.evidence.records import BackportRecord, DutyCheck, Reviewed, Row, SweepRecord
 from runner.views import confinement, styles
 
 # A defence behind an option that is off by default, observed fixed with its option on and not in the
 # default configuration: the tree carries it, and a deployment has it only when it turns it on.
 OFF_BY_DEFAULT = "fixed when enabled; off by default"
+# A "fixed" that rests on reachable changed code no review accepted (records.Row.on_unreviewed): not carried.
+UNREVIEWED = "fixed on unreviewed code"
+BACKPORT_UNREVIEWED = "behaves like head on unreviewed code"
 DEFAULT = "default"  # the configuration a deployment runs without setting anything (probes/duties.CONFIGURATIONS)
 DETAIL = 3  # lines of detail per fix; the rest is in the report
 
@@ -146,11 +149,32 @@ def _capped(detail: list[str]) -> list[str]:
     return detail if len(detail) <= DETAIL else detail[:DETAIL] + [f"… {len(detail) - DETAIL} more line(s) in the report"]
 
 
-def of_tree(fixes: list[judging.FixStatus], receipts: list[Receipt], pinned: dict[int, list[str]]) -> list[Line]:
-    """Every fix's line on one tree (``pinned``: fix -> the configurations its pin names)."""
+def of_tree(fixes: list[judging.FixStatus], receipts: list[Receipt], pinned: dict[int, list[str]],
+            row: Row | None = None) -> list[Line]:
+    """Every fix's line on one tree (``pinned``: fix -> the configurations its pin names); a carried
+    one that ``row`` says rests on unreviewed code reads ``UNREVIEWED``, naming the places."""
     cases = {(r.probe.fix, c.id): c for r in receipts for c in r.cases}
-    return [of_fix(fs, {cid: c for (f, cid), c in cases.items() if f == fs.fix}, pinned.get(fs.fix, []))
-            for fs in fixes]
+    lines = [of_fix(fs, {cid: c for (f, cid), c in cases.items() if f == fs.fix}, pinned.get(fs.fix, [])) for fs in fixes]
+    return [unreviewed(line, row) if row is not None and line.fix in row.on_unreviewed and line.carried else line
+            for line in lines]
+
+
+def unreviewed(line: Line, row: Row) -> Line:
+    """``line`` as "fixed on unreviewed code": why, and the places (rejected first), the first few."""
+    return Line(line.fix, UNREVIEWED, row.unreviewed_reason(), line.config, _capped(_places(row)), line.warn, line.what)
+
+
+def _places(standing: Reviewed) -> list[str]:
+    return [f"rejected by a review: {p}" for p in standing.rejected] + [f"unreviewed: {p}" for p in standing.unreviewed]
+
+
+def exit_code(lines: list[Line], accept_unreviewed: bool = False) -> int:
+    """0 when every headline says the tree carries the fix; 4 when every one does or reads
+    ``UNREVIEWED`` (0 with ``accept_unreviewed``); else 1. Read from the words, so a headline and
+    its exit code never disagree."""
+    if not all(line.carried or line.word == UNREVIEWED for line in lines):
+        return errors.DIFFERS
+    return errors.UNREVIEWED if any(line.word == UNREVIEWED for line in lines) and not accept_unreviewed else errors.OK
 
 
 def of_record(kind: str, extra: dict, receipts: Iterable[Receipt]) -> tuple[str, list[Line]] | None:
@@ -160,7 +184,15 @@ def of_record(kind: str, extra: dict, receipts: Iterable[Receipt]) -> tuple[str,
         return None
     newest = SweepRecord.model_validate(extra).rows[-1]
     mine = [r for r in receipts if r.source.tree_digest == newest.tree_digest]
-    return newest.label, of_tree(newest.fixes, mine, {n: f.sites for n, f in pins.load().fixes.items()})
+    return newest.label, of_tree(newest.fixes, mine, {n: f.sites for n, f in pins.load().fixes.items()}, newest)
+
+
+def of_backport_bundle(kind: str, extra: dict, receipts: Iterable[Receipt]) -> Line | None:
+    """A backport bundle's line against head, for report (the same words as backport's screen)."""
+    if kind != "backport":
+        return None
+    record = BackportRecord.model_validate(extra)
+    return of_backport(record, {c.id: c for r in receipts if r.probe.fix == record.pr for c in r.cases})
 
 
 def of_differential(d: Differential, receipts: dict[str, Receipt], what: str = "") -> Line:
@@ -199,6 +231,8 @@ def of_backport(record: BackportRecord, cases: dict[str, Case]) -> Line:
     differ = [r for r in record.rows if not r.same]
     sites = sorted({cases[r.case].site for r in record.rows if r.case in cases})
     word = "behaves like head" if record.behaves_like_head else "does not behave like head"
+    if record.behaves_like_head and record.on_unreviewed:
+        word = BACKPORT_UNREVIEWED
     if differ:
         r = differ[0]
         why = _duties(cases.get(r.case)) if r.backport == "bug" else _stopped(cases.get(r.case))
@@ -209,12 +243,16 @@ def of_backport(record: BackportRecord, cases: dict[str, Case]) -> Line:
     else:
         reason = "no case was observed on head: cases neither tree could run prove nothing"
     detail = [f"{len(differ) - 1} more case(s) differ: {_compact([r.case for r in differ[1:]])}"] if len(differ) > 1 else []
+    if word == BACKPORT_UNREVIEWED:
+        reason, detail = f"{reason}; {record.unreviewed_reason()}", _capped(_places(record))
     return Line(record.pr, word, reason, ", ".join(sites), detail, what="backport vs head:")
 
 
 def style(word: str) -> str:
     if word in ("behaves like head", "does not behave like head"):
         return "green" if word == "behaves like head" else "red"
+    if word in (UNREVIEWED, BACKPORT_UNREVIEWED):
+        return "bold red"
     return "yellow" if word == OFF_BY_DEFAULT else styles.VERDICT.get(word.split(" (")[0]) or styles.status(word)
 
 

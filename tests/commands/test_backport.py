@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from runner import cli
+from runner import cli, errors
 from runner.evidence import bundle
 from runner.evidence.records import BackportRecord
 from tests import forks
@@ -37,9 +37,11 @@ def _record(out) -> BackportRecord:
 
 def test_fix_applied_onto_an_older_tree_behaves_like_head(upstream_repo, cache, pr_pins, tmp_path):
     out = tmp_path / "b"
-    assert _backport(upstream_repo, cache, pr_pins, out, "--onto", "pypi:sglang==0.5.20") == 0
+    # the patched tree is not a release: its changed places the probes can reach are for a review to accept
+    assert _backport(upstream_repo, cache, pr_pins, out, "--onto", "pypi:sglang==0.5.20") == errors.UNREVIEWED
     record = _record(out)
     assert record.applied == "applied cleanly" and record.behaves_like_head
+    assert record.on_unreviewed and record.unreviewed and not record.rejected
     assert "sglang/srt/disaggregation/prefill.py" in record.files
     _, _, diffs = bundle.load(out)
     (d,) = diffs.values()
@@ -55,7 +57,7 @@ def test_three_way_merge_when_context_moved(upstream_repo, cache, pr_pins, tmp_p
     vendor = [(forks.PREFILL, context, context.replace("Optional[KVCache],", "Optional[KVCache],  # vendor", 1))]
     fork = forks.make(release_tree("0.5.20").root, tmp_path / "vendor", vendor)
     out = tmp_path / "b"
-    assert _backport(upstream_repo, cache, pr_pins, out, "--onto", f"path:{fork}") == 0
+    assert _backport(upstream_repo, cache, pr_pins, out, "--onto", f"path:{fork}", "--accept-unreviewed") == 0
     assert _record(out).applied == "applied by three-way merge"
 
 

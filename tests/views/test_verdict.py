@@ -12,7 +12,7 @@ import pytest
 from rich.console import Console
 
 from runner import errors, ui
-from runner.commands import audit, survey
+from runner.commands import survey
 from runner.evidence import pins
 from runner.judge import judging
 from runner.evidence import receipts
@@ -39,7 +39,7 @@ def screen(row: Row, rs: list[Receipt], monkeypatch) -> tuple[str, int]:
     monkeypatch.setattr(ui, "out", Console(file=buffer, width=200, highlight=False, soft_wrap=True))
     lines = verdict.of_tree(row.fixes, rs, PINNED)
     status.print_audit(row, lines, rs, Path("/b"))
-    return buffer.getvalue(), audit.exit_code(lines, audit.unreviewed(row, None), accept_unreviewed=False)
+    return buffer.getvalue(), verdict.exit_code(lines)
 
 
 @pytest.mark.parametrize("version", ["0.5.19", "0.5.20", "0.5.21", "0.5.22"])

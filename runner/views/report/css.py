@@ -19,7 +19,7 @@ a { color: #0550ae; }
 .verdict, .level, .st, .tr { display: inline-block; padding: 0 6px; border-radius: 4px; font-weight: 600;
   font-size: .88em; }
 .verdict.fix-observed, .st.fixed, .st.clean, .st.no-bug-observed, .tr.bug-clean { background: #dafbe1; color: var(--ok); }
-.verdict.fix-not-observed, .verdict.regression, .st.not-fixed, .st.regression,
+.verdict.fix-not-observed, .verdict.regression, .st.not-fixed, .st.regression, .st.fixed-on-unreviewed-code, .st.behaves-like-head-on-unreviewed-code,
 .st.bug, .st.bug-observed, .tr.bug-bug, .tr.clean-bug { background: #ffebe9; color: var(--bad); }
 .verdict.inconclusive, .st.inconclusive, .tr.inconclusive, .tr.not-comparable { background: #fff8c5; color: var(--warn); }
 .st[class*="fixed-with-"], .st.fixed-when-enabled-off-by-default { background: #fff8c5; color: var(--warn); }

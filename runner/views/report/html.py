@@ -20,7 +20,7 @@ from runner.evidence.receipts import Differential, Receipt
 from runner.judge.pytest_records import Grading
 from runner.files import write_atomic
 from runner.views import confinement, grading, timeline
-from runner.views.verdict import of_record
+from runner.views.verdict import UNREVIEWED, of_backport_bundle, of_record
 from runner.views.report import departures, gates
 from runner.views.report.css import CSS
 from runner.views.report.effects import EffectRow, effect_columns, effect_label, effect_row, effect_rows, failed_duties
@@ -94,9 +94,16 @@ class Page:
     def glance(self) -> str:
         ev = self.ev
         newest = of_record(ev.index.kind, ev.index.extra, ev.receipts.values())
-        items = [el("li", self.fix_line(f)) for f in ev.fixes] or [
+        head = of_backport_bundle(ev.index.kind, ev.index.extra, ev.receipts.values())
+        items = [el("li", el("a", esc(f"#{line.fix}"), href=f"#fix-{line.fix}"), " ", esc(line.what), " ",
+                    el("span", esc(line.word), class_=f"st {_cls(line.word)}"), " ", esc(line.reason),
+                    *([el("ul", *[el("li", esc(d)) for d in line.detail])] if line.detail else []))
+                 for line in filter(None, [head])]
+        items += [el("li", self.fix_line(f)) for f in ev.fixes] or [
             el("li", el("a", esc(f"#{line.fix}"), href="#matrix"), " ", el("span", esc(line.word), class_=f"st {_cls(line.word)}"),
-               " ", esc(f"{line.reason} [{line.config}]")) for line in (newest[1] if newest else [])] or [el("li", esc(
+               " ", esc(f"{line.reason} [{line.config}]"),
+               *([el("ul", *[el("li", esc(d)) for d in line.detail])] if line.word == UNREVIEWED else []))
+            for line in (newest[1] if newest else [])] or [el("li", esc(
             "No base/head differential in this bundle: see the status by source below."))]
         what = f"What each fix is in {newest[0]}, and why: " if newest and not ev.fixes else "What was fixed, where: "
         loose = confinement.warning(ev.receipts.values())

@@ -131,6 +131,9 @@ def cell_at(ev: Evidence, cells: dict[tuple[str, Column], str], source: Source, 
         [fs] = judging.fixes([ev.receipts[name]]) or [None]
         if fs is not None and verdict.of_fix(fs, {}, pinned_sites(ev, col.fix)).word == verdict.OFF_BY_DEFAULT:
             st = Cell(verdict.OFF_BY_DEFAULT, st.detail)
+    row = ev.rows.get(source.tree_digest) if col.fix is not None and source.kind in TREE_KINDS else None
+    if row is not None and col.fix in row.on_unreviewed and verdict.carried(st.word):  # one rule with the verdict lines
+        st = Cell(verdict.UNREVIEWED, f"{row.unreviewed_reason()}; {st.detail}")
     if why := import_failure(ev, name):  # every case errored for one reason: say it, not only how many
         st = Cell(st.word, f"{why}; {st.detail}")
     return name, Cell(judging.source_status(st.word, source.kind in TREE_KINDS), st.detail)

@@ -70,8 +70,10 @@ def _show_summary(ev: Evidence) -> None:
     o = ui.out
     if newest := verdict.of_record(ev.index.kind, ev.index.extra, ev.receipts.values()):
         o.print(Text.assemble(("the newest tree, ", "bold"), newest[0], (" (every fix, why):", "bold")))
-    lines = [verdict.of_differential(f.judged, ev.receipts) for f in ev.fixes]
-    verdict.show(lines or (newest[1] if newest else []), ev.receipts.values())
+    against_head = verdict.of_backport_bundle(ev.index.kind, ev.index.extra, ev.receipts.values())
+    lines = [verdict.of_differential(f.judged, ev.receipts, what="before vs after the patch:" if against_head else "")
+             for f in ev.fixes]
+    verdict.show([*filter(None, [against_head]), *lines] or (newest[1] if newest else []), ev.receipts.values())
     for score in ev.index.extra.get("scores", []) or []:
         judged = judging.MutationScore.model_validate({k: v for k, v in score.items() if k != "source"})
         o.print(f"#{judged.fix} evidence strength at {_t(score.get('source', '?'))}: {_t(judged.strength())}")

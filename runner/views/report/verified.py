@@ -4,11 +4,13 @@ from the receipts it names."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 from runner import errors
 from runner.evidence import bundle, catalog, departures, receipts
 from runner.evidence.departures import Departures
+from runner.evidence.records import Row, SweepRecord
 from runner.judge.observations import Case
 from runner.evidence.receipts import CaseTransition, Differential, Receipt
 from runner.files import sha256_file
@@ -56,6 +58,17 @@ class Evidence:
 
     def case(self, receipt: str | None, case_id: str) -> Case | None:
         return self.receipts[receipt].case(case_id) if receipt else None
+
+    @cached_property
+    def rows(self) -> dict[str, Row]:
+        """An audit's or a sweep's rows by tree digest (the first row of each tree): what each tree's
+        fixes rest on, reviewed or not."""
+        if self.index.kind not in ("audit", "sweep") or not self.index.extra.get("rows"):
+            return {}
+        out: dict[str, Row] = {}
+        for row in SweepRecord.model_validate(self.index.extra).rows:
+            out.setdefault(row.tree_digest, row)
+        return out
 
     @property
     def graded(self) -> bool:
