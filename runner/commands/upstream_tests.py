@@ -35,6 +35,7 @@ behaviour, and its signature is its own failed assertion.
 from __future__ import annotations
 
 import argparse
+import ast
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Callable
@@ -45,13 +46,13 @@ from runner import errors, ui
 from runner.commands import baseline, options, pipeline
 from runner.evidence import bundle, catalog, departures, pins, receipts
 from runner.sandbox import execute
-from runner.store import envs, intake, sources, specs
+from runner.store import envs, intake, mirrors, sources, specs
 from runner.errors import BadInput, Infrastructure
 from runner.files import sha256_bytes, sha256_file
 from runner.evidence.materials import rederive
 from runner.judge.observations import Case, CaseError, ImportResult
 from runner.evidence.receipts import ProbeRef, Receipt
-from runner.evidence.upstream import UpstreamFileRecord, UpstreamTestsRecord
+from runner.evidence.upstream import EraRecord, UpstreamFileRecord, UpstreamTestsRecord
 from runner.judge import targets
 from runner.judge.pytest_records import CollectionError, Grading, Outcomes, Raised, Result
 from runner.judge.upstream import PASSED, Entry, cause_of, detail_of, entries, grade
@@ -109,20 +110,79 @@ def locate_tests(arg: str, head: str, with_paths: list[str] = ()) -> Callable[[s
 
     def from_head(tree: sources.Tree, opts: pipeline.Options) -> UpstreamFile:
         ident = tree.identity
-
-        def read(repo_path: str) -> bytes | None:
-            try:
-                return sources.read_file(ident.repo, ident.commit, repo_path, opts.cache, upstream_layout.MAX_FILE)
-            except intake.Refused:  # there, but over the bound: never read as absent
-                raise
-            except BadInput:  # no such file at that commit
-                return None
-
         data = sources.read_file(ident.repo, ident.commit, path, opts.cache, upstream_layout.MAX_FILE)
-        return upstream_layout.build(f"--tests {arg}", path, f"git:{ident.commit}:{path}", data,
-                                     upstream_layout.git_helpers(path, data, read))
+        return upstream_layout.build(f"--tests {arg}", path, f"git:{ident.commit}:{path}", data, upstream_layout.git_helpers(
+            path, data, lambda p: _read_or_none(ident.repo, ident.commit, p, opts)))
 
     return from_head
+
+
+# --- the test file of each tree's era (--era) -----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Era:
+    """The revision of the test file one side runs, and why that one."""
+
+    commit: str
+    test: UpstreamFile
+    why: str
+
+
+def sglang_imports(data: bytes) -> list[str]:
+    """Every ``sglang`` module or name a file imports (``from sglang.x import y`` -> ``sglang.x.y``)."""
+    found = []
+    for node in ast.walk(ast.parse(data)):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] == "sglang":
+            found += [f"{node.module}.{alias.name}" for alias in node.names if alias.name != "*"]
+        elif isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names if alias.name.split(".")[0] == "sglang"]
+    return list(dict.fromkeys(found))
+
+
+def era_of(tree: sources.Tree, path: str, repo: str, cap: str, fix: tuple[int, str, str] | None,
+           opts: pipeline.Options) -> Era:
+    """The revision of ``path`` for ``tree``: the fix's head when the tree is the fix's base or head
+    commit (``fix``: number, base, head as pinned), the tree's own when it is a commit that has the
+    file, else the newest revision up to ``cap`` whose ``sglang`` imports the tree's source defines
+    (runner/judge/targets.py); when none does, the oldest, naming the first name it lacks."""
+    ident = tree.identity
+    at = lambda commit: lambda p: _read_or_none(repo, commit, p, opts)  # noqa: E731
+    if ident.kind == "git" and ident.commit:
+        if fix and any(ident.commit.startswith(pinned) for pinned in fix[1:]):
+            return _era(path, fix[2], at(fix[2]), f"the head of #{fix[0]}: this tree is its pinned base or head")
+        if _read_or_none(ident.repo, ident.commit, path, opts) is not None:
+            return _era(path, ident.commit, lambda p: _read_or_none(ident.repo, ident.commit, p, opts), "the tree's own commit")
+    mirror, top, _ = mirrors.resolve(repo, cap, opts.cache)
+    revisions = mirror.lines("log", "--format=%H", top, "--", path)
+    if not revisions:
+        raise BadInput(f"--tests {path}: no revision of it up to {cap} in {repo}")
+    source = targets.Source(tree.root)
+    lacks = {}
+    for commit in revisions:
+        data = _read_or_none(repo, commit, path, opts)
+        lacks[commit] = next((n for n in sglang_imports(data) if source.lacks(n)), None) if data is not None else "(unreadable)"
+        if lacks[commit] is None:
+            return _era(path, commit, at(commit), f"the newest revision up to {top[:12]} whose imports this tree defines")
+    oldest = revisions[-1]
+    return _era(path, oldest, at(oldest), f"no revision's imports this tree defines: the oldest, which lacks {lacks[oldest]}")
+
+
+def _era(path: str, commit: str, read: Callable[[str], bytes | None], why: str) -> Era:
+    data = read(path)
+    if data is None:
+        raise BadInput(f"--tests {path}: not in commit {commit[:12]}")
+    test = upstream_layout.build(f"--tests {path}", path, f"git:{commit}:{path}", data, upstream_layout.git_helpers(path, data, read))
+    return Era(commit, test, why)
+
+
+def _read_or_none(repo: str, commit: str, path: str, opts: pipeline.Options) -> bytes | None:
+    try:
+        return sources.read_file(repo, commit, path, opts.cache, upstream_layout.MAX_FILE)
+    except intake.Refused:  # there, but over the bound: never read as absent
+        raise
+    except BadInput:  # no such file at that commit
+        return None
 
 
 def probe_ref(test: UpstreamFile) -> ProbeRef:
@@ -280,12 +340,36 @@ def receipt(side: Side, environment: envs.Env, test: UpstreamFile, probe: ProbeR
                          import_result=imported)
 
 
-def record(test: UpstreamFile, base: str, head: str, grading: Grading) -> UpstreamTestsRecord:
-    """What the bundle records beside its receipts: the files graded, by digest, and the grading."""
-    files = UpstreamFileRecord(file=test.name, path=test.path, from_=test.origin, sha256=sha256_bytes(test.data),
-                               helpers={path: sha256_bytes(data) for path, data in test.helpers.items()},
-                               declared=list(test.declared))
-    return UpstreamTestsRecord(tests=files, base=base, head=head, grading=grading)
+def record(test: UpstreamFile, base: str, head: str, grading: Grading,
+           eras: dict[str, tuple[UpstreamFile, str]] | None = None) -> UpstreamTestsRecord:
+    """What the bundle records beside its receipts: the files graded, by digest, and the grading;
+    with --era, which revision graded which tree and why."""
+    return UpstreamTestsRecord(tests=_file_record(test), base=base, head=head, grading=grading,
+                               eras={name: EraRecord(tests=_file_record(t), why=why) for name, (t, why) in eras.items()}
+                               if eras else None)
+
+
+def _file_record(test: UpstreamFile) -> UpstreamFileRecord:
+    return UpstreamFileRecord(file=test.name, path=test.path, from_=test.origin, sha256=sha256_bytes(test.data),
+                              helpers={path: sha256_bytes(data) for path, data in test.helpers.items()},
+                              declared=list(test.declared))
+
+
+def _era_fix(args: argparse.Namespace, pinned: pins.Pins) -> tuple[int, str, str] | None:
+    """--era's options checked before anything is downloaded; the fix's (number, base, head) for --fix."""
+    if not args.era:
+        if args.fix or args.repo:
+            raise BadInput("--fix and --repo choose the test's revisions: only with --era")
+        return None
+    _repo_path(args.tests)
+    if args.with_paths:
+        raise BadInput("--with: only for a local --tests file (with --era, each revision brings its own directory)")
+    if args.fix is None:
+        return None
+    fix = pinned.fix(args.fix)
+    if not fix.has_commits:
+        raise BadInput(f"--fix {args.fix}: pinned by its release bracket only, no head commit to take the test from")
+    return args.fix, fix.base, fix.head
 
 
 def cmd_upstream_tests(args: argparse.Namespace) -> int:
@@ -293,22 +377,37 @@ def cmd_upstream_tests(args: argparse.Namespace) -> int:
         raise BadInput(f"--timeout {args.timeout}: must be a positive number of seconds")
     signers = options.signers(args)
     baseline.check_against(args.against)
-    read_tests = locate_tests(args.tests, args.head, args.with_paths or [])
-    opts = pipeline.options(args, pins.load(options.path(args.pins)), options.probe_of_env(args))
+    pinned = pins.load(options.path(args.pins))
+    fix = _era_fix(args, pinned)
+    read_tests = None if args.era else locate_tests(args.tests, args.head, args.with_paths or [])
+    opts = pipeline.options(args, pinned, options.probe_of_env(args))
     torch = opts.probe.torch()  # a bad source fails before any download
     started = execute.now()
     trees = {name: pipeline.resolve(text, opts) for name, text in (("base", args.base), ("head", args.head))}
-    test = read_tests(trees["head"], opts)
-    probe = probe_ref(test)
+    if args.era:
+        repo = specs.check_git_url(args.repo) if args.repo else pinned.upstream
+        head = trees["head"].identity
+        cap = fix[2] if fix else head.commit if head.kind == "git" and head.commit else "HEAD"
+        eras = {name: era_of(trees[name], args.tests, repo, cap, fix, opts) for name in ("base", "head")}
+        tests = {name: era.test for name, era in eras.items()}
+        for name, text in (("base", args.base), ("head", args.head)):
+            ui.out.print(f"{name} {text}: graded by {tests[name].origin} ({eras[name].why})", markup=False)
+    else:
+        eras, test = None, read_tests(trees["head"], opts)
+        tests = {"base": test, "head": test}
     interp = envs.interpreter(opts.probe.python)
     sides, got = {}, []
     for name, text in (("base", args.base), ("head", args.head)):
         environment = envs.env(trees[name], opts.cache, interp, torch)
         for note in environment.stamp.notes:
             ui.warn(f"{text}: {note}")
-        sides[name] = run_side(name, text, trees[name], environment, test, args.timeout, sandboxed=opts.sandboxed(trees[name]))
-        got.append(receipt(sides[name], environment, test, probe))
-    recorded = record(test, args.base, args.head, grade(sides["base"], sides["head"], test.declared))
+        sides[name] = run_side(name, text, trees[name], environment, tests[name], args.timeout,
+                               sandboxed=opts.sandboxed(trees[name]))
+        got.append(receipt(sides[name], environment, tests[name], probe_ref(tests[name])))
+    test = tests["head"]
+    declared = tuple(dict.fromkeys([*tests["base"].declared, *tests["head"].declared]))
+    recorded = record(test, args.base, args.head, grade(sides["base"], sides["head"], declared),
+                      {name: (tests[name], era.why) for name, era in eras.items()} if eras else None)
     grading = recorded.grading  # each side's source redacted as recorded
     # Each side against its baseline: pytest runs record no lines, so a changed place the tests
     # imported is never "not run" on their account, and --strict fails on any such place at head.
@@ -341,6 +440,13 @@ def register(sub) -> None:
     p.add_argument("--with", dest="with_paths", action="append", metavar="PATH",
                    help="a local --tests file's conftest.py or helper module (a directory: a helper package), "
                         "placed beside it; repeatable")
+    p.add_argument("--era", action="store_true",
+                   help="take the test file (a repository path) at the revision of each tree's era: a fix's head "
+                        "for its base and head (--fix), a commit's own, else the newest revision whose sglang "
+                        "imports the tree defines; says which revision graded which tree")
+    p.add_argument("--fix", type=int, metavar="N", help="with --era: the pinned fix whose head's test grades its base and head")
+    p.add_argument("--repo", metavar="URL|PATH", help="with --era: the repository of the test's revisions "
+                                                     "(default: the pinned upstream)")
     options.source(p, "--base", what="the tree before the fix", required=True)
     options.source(p, "--head", what="the tree with the fix", required=True)
     options.out(p, PROBE_ID)

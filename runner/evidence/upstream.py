@@ -4,7 +4,9 @@ sources it names are redacted here, as every recorded source is, when made and w
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
 from runner.errors import redact
 from runner.judge.pytest_records import Grading
@@ -27,6 +29,13 @@ class UpstreamFileRecord(_Model):
     declared: list[str] = Field(default_factory=list, description="test ids read from its source")
 
 
+class EraRecord(_Model):
+    """With ``--era``: the revision of the test file one tree was graded by, and why that one."""
+
+    tests: UpstreamFileRecord
+    why: str
+
+
 class UpstreamTestsRecord(_Model):
     """What an upstream-tests bundle adds in ``bundle.json`` ``extra``."""
 
@@ -34,6 +43,16 @@ class UpstreamTestsRecord(_Model):
     base: str = Field(description="the base source as given")
     head: str = Field(description="the head source as given")
     grading: Grading
+    eras: dict[Literal["base", "head"], EraRecord] | None = Field(
+        None, description="with --era only, absent without: the revision that graded each tree")
+
+    @model_serializer(mode="wrap")
+    def _eras_absent(self, handler) -> dict:
+        """Without --era a bundle has no ``eras`` key (not null), as it always had."""
+        dumped = handler(self)
+        if self.eras is None:
+            del dumped["eras"]
+        return dumped
 
     @model_validator(mode="after")
     def _redacted(self) -> "UpstreamTestsRecord":

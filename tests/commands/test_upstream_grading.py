@@ -112,6 +112,12 @@ def test_with_places_helpers_beside_a_local_file(tmp_path):
     (["--tests", "BROKEN", "--base", "pypi:sglang==0.5.20", "--head", "pypi:sglang==0.5.21"], "does not parse"),
     (["--tests", "GOOD", "--with", "/nonexistent/conftest.py", "--base", "pypi:sglang==0.5.20", "--head",
       "pypi:sglang==0.5.21"], "--with /nonexistent/conftest.py: no such file"),
+    (["--tests", "test/x/test_a.py", "--fix", "38935", "--base", "pypi:sglang==0.5.20", "--head", "pypi:sglang==0.5.21"],
+     "--fix and --repo choose the test's revisions: only with --era"),
+    (["--tests", "test/x/test_a.py", "--era", "--fix", "41402", "--base", "pypi:sglang==0.5.20", "--head",
+      "pypi:sglang==0.5.21"], "--fix 41402: pinned by its release bracket only"),
+    (["--tests", "/abs/test_a.py", "--era", "--base", "pypi:sglang==0.5.20", "--head", "pypi:sglang==0.5.21"],
+     "not a local file, nor a repository path"),
 ])
 def test_bad_files_exit_2_before_anything_runs(tmp_path, capsys, monkeypatch, args, message):
     (tmp_path / "test_broken.py").write_text("def test_x(:\n    pass\n")

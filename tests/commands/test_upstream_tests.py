@@ -332,3 +332,32 @@ def test_grading_never_counts_never_ran_as_passed(mechanics):
     assert by_id["test_expected_failure"].grade == "pass-to-pass"  # xfail passes, as in SWE-bench
     assert by_id["test_assertion"].grade == "fail-to-fail"
     assert not grading.passed and any("test_hangs: timeout at head" in b for b in grading.blockers)
+
+
+ERA_OLD = ("from sglang.srt.disaggregation.utils import DisaggregationMode\n\n\n"
+           "def test_modes():\n    assert DisaggregationMode.PREFILL.value\n")
+ERA_NEW = ("from sglang.srt.disaggregation.utils import DisaggregationMode, is_unadmitted_reject\n\n\n"
+           "def test_modes():\n    assert DisaggregationMode.PREFILL.value\n\n\n"
+           "def test_reject_predicate_exists():\n    assert callable(is_unadmitted_reject)\n")
+
+
+@pytest.mark.slow
+def test_era_takes_each_trees_revision_and_says_which_graded_which(tmp_path, cache, upstream_repo, capsys):
+    """--era (issue 40 item 2): the head, a commit of the repository, runs its own revision; the base,
+    a release lacking the name the newest revision imports, runs the newest revision whose imports it
+    defines. Without --era the base would run the head's revision and fail every test there."""
+    repo, commits = upstream_repo["path"], upstream_repo["commits"]
+    path = "test/registered/unit/disaggregation/test_era.py"
+    old = _commit_file(repo, commits["0.5.21"], path, ERA_OLD, tmp_path)
+    new = _commit_file(repo, old, path, ERA_NEW, tmp_path)
+    code, out = _run(tmp_path, cache, "--tests", path, "--era", "--repo", str(repo), "--base", "pypi:sglang==0.5.20",
+                     "--head", f"git+{repo}@{new}")
+    printed = capsys.readouterr().out
+    assert code == 0 and bundle.verify(out) == []
+    record = UpstreamTestsRecord.model_validate(bundle.load(out)[0].extra)
+    assert record.eras["base"].tests.from_ == f"git:{old}:{path}"
+    assert record.eras["base"].why == f"the newest revision up to {new[:12]} whose imports this tree defines"
+    assert (record.eras["head"].tests.from_, record.eras["head"].why) == (f"git:{new}:{path}", "the tree's own commit")
+    assert f"base pypi:sglang==0.5.20: graded by git:{old}:{path} (the newest revision" in printed
+    grades = {r.id.split("::")[1]: r.grade for r in record.grading.tests}
+    assert grades == {"test_modes": "pass-to-pass", "test_reject_predicate_exists": "never ran"}
