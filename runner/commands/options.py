@@ -144,7 +144,8 @@ def probe_options(p: argparse.ArgumentParser, *, parallel: str | None = "probe r
     env_options(p)
     if parallel:
         p.add_argument("-j", "--jobs", type=errors.positive_int, default=None, metavar="N",
-                       help=f"{parallel} (default: as many as the cores and memory allow)")
+                       help=f"{parallel} (default: as many as the cores and memory allow; each tree's cases run "
+                            "on the cores left to it)")
     else:
         p.set_defaults(jobs=1)
     p.add_argument("--case-timeout", type=errors.positive_int, default=DEFAULT_CASE_TIMEOUT, metavar="S",

@@ -61,8 +61,9 @@ def probe_ref(probe: str, fix: int) -> ProbeRef:
 
 
 def resolve(text: str, opts: Options) -> sources.Tree:
-    return sources.resolve(specs.parse(text), opts.cache, package_dir=opts.package_dir, pinned_sha256=opts.pinned_sha256,
-                           bounds=opts.bounds)
+    with ui.step(f"resolve {escape(text)}", done=False):  # a download, an unpacking and hashing: a live line
+        return sources.resolve(specs.parse(text), opts.cache, package_dir=opts.package_dir, pinned_sha256=opts.pinned_sha256,
+                               bounds=opts.bounds)
 
 
 def receipt_of(probe: ProbeRef, tree: sources.Tree, environment: envs.Env, run: execute.Run) -> Receipt:
@@ -180,9 +181,10 @@ def probe(
     def one(text: str, environment: envs.Env, probes: list[str], key: str, sandboxed: bool) -> dict[tuple[str, str], Receipt]:
         with PARSING:
             listed = conditions.wanted(materials.reader(environment.tree.root))
-        with ui.step(f"probing {escape(text)}: {', '.join(probes)}", done=False):  # live on a terminal: never silent
+        with ui.step(f"probing {escape(text)}: {', '.join(probes)}", done=False) as advance:  # live on a terminal: never silent
+            advance("importing SGLang")  # until the harness counts its first cases
             runs = execute.run_probes(environment, probes, case_timeout=opts.probe.case_timeout, sandboxed=sandboxed,
-                                      listed=listed, jobs=portion.cases)
+                                      listed=listed, jobs=portion.cases, progress=lambda done, total: advance("cases", done, total))
         for attempt in range(2, opts.probe.repeat + 1):
             again = execute.run_probes(environment, probes, case_timeout=opts.probe.case_timeout, sandboxed=sandboxed,
                                        listed=listed, jobs=portion.cases)
@@ -245,7 +247,8 @@ def probe(
                     if later not in trees:
                         trees[later] = resolve(later, opts)
             layer.result()
-            environment = envs.env(trees[text], opts.cache, interp, torch)
+            with ui.step(f"environment for {escape(text)}", done=False):
+                environment = envs.env(trees[text], opts.cache, interp, torch)
             for note in environment.stamp.notes:
                 ui.warn(f"{text}: {note}")
             key = results.env_key(environment)

@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 from pydantic import ValidationError
 
@@ -52,6 +52,7 @@ DEFAULT_CASE_TIMEOUT = 60
 IMPORT_ALLOWANCE = 600
 MAX_CASES = 50
 RESULT_BYTES = 64 << 20  # a result file larger than this is not one
+PROGRESS_LINE = 64  # bytes of a progress line kept: more is not one
 LOG_TAIL_BYTES = 64 << 10
 RUN_PREFIX = "xrun-"  # names nothing of ours: a tree sees the paths under it (README, "Threat model")
 CODE_DIR = "_job"  # the probes' copy, and the package name they are loaded under (probes/harness.py)
@@ -121,18 +122,20 @@ def run_probes(
     record_conditions: bool = True,
     listed: list[dict] | None = None,
     jobs: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> dict[str, Run]:
     """Run ``probes`` in one harness process (one SGLang import), ``jobs`` cases at once (default: the
     share of one tree probed alone, runner/sandbox/share.py), and return each probe's run;
     ``lines=False`` records no per-case coverage, ``record_conditions=False`` no atomic conditions of the fix's
     code (bench/coverage_cost.py and bench/conditions_cost.py measure what each costs); ``listed``: those
-    conditions when the caller has read them already (``conditions.wanted``)."""
+    conditions when the caller has read them already (``conditions.wanted``); ``progress(done, total)``
+    is told as cases end."""
     count = len(cases) if cases else sum(len(judging.case_ids(p)) or MAX_CASES for p in probes)
     run_timeout = run_timeout or IMPORT_ALLOWANCE + case_timeout * count
     args = ["--case-timeout", str(case_timeout), "--jobs", str(jobs or share.of(1).cases), *[a for p in probes for a in ("--probe", p)],
             *[a for c in cases or () for a in ("--case", c)], *(() if lines else ("--no-lines",)),
             *(condition_args(environment, listed) if record_conditions else ())]
-    with harness(environment, args, timeout=run_timeout, sandboxed=sandboxed) as (run, out):
+    with harness(environment, args, timeout=run_timeout, sandboxed=sandboxed, progress=progress) as (run, out):
         if run.code is None:
             raise Infrastructure(f"probes {', '.join(probes)} in {environment.root.name} exceeded {run_timeout} s and were killed")
         if run.code != 0:
@@ -157,18 +160,59 @@ def condition_args(environment: Env, listed: list[dict] | None = None) -> tuple[
 
 
 @contextlib.contextmanager
-def harness(environment: Env, args: list[str], *, timeout: int, sandboxed: bool = True) -> Iterator[tuple["Isolated", Path]]:
+def harness(environment: Env, args: list[str], *, timeout: int, sandboxed: bool = True,
+            progress: Callable[[int, int], None] | None = None) -> Iterator[tuple["Isolated", Path]]:
     """The probe harness in ``environment``'s sandbox with ``args`` and ``--out``; yields how it
     ended and its result directory (gone once the block ends). The arguments go on its standard
     input, NUL-separated: a command line is readable by every process of the tree, and these name
-    the probes."""
+    the probes. ``progress``: told ``(done, total)`` from the harness's ``--progress-fd`` as cases end."""
     with run_dir() as work_dir:
         code = probes_copy(work_dir)
         out = work_dir / "out"
         argv = [str(environment.python), "-I", "-B", str(code / catalog.HARNESS)]
-        run = run_isolated(argv, work_dir=work_dir, timeout=timeout, read_only=[*environment.read_only, code],
-                           hidden=environment.hidden, sandboxed=sandboxed, stdin="\0".join([*args, "--out", str(out)]).encode())
+        told = _Told(progress) if progress else None
+        extra = ["--progress-fd", str(told.write_fd)] if told else []
+        try:
+            run = run_isolated(argv, work_dir=work_dir, timeout=timeout, read_only=[*environment.read_only, code],
+                               hidden=environment.hidden, sandboxed=sandboxed, stdin="\0".join([*args, *extra, "--out", str(out)]).encode(),
+                               pass_fds=(told.write_fd,) if told else (), on_start=told.close_write if told else None)
+        finally:
+            if told:
+                told.close_write()
+                told.join(timeout=30)  # every writer is gone: the run has ended
         yield run, out
+
+
+class _Told(threading.Thread):
+    """Reads a harness's progress lines (``DONE TOTAL``) while it runs and tells ``progress``. What a
+    tree's code may have written there too is only ever shown, never concluded from: a line that is not
+    two counts (done at most total) is skipped, and no line is kept beyond ``PROGRESS_LINE`` bytes."""
+
+    def __init__(self, progress: Callable[[int, int], None]):
+        super().__init__(daemon=True)
+        self.progress = progress
+        self.read_fd, self.write_fd = os.pipe()
+        self.start()
+
+    def close_write(self) -> None:
+        if self.write_fd >= 0:
+            os.close(self.write_fd)
+            self.write_fd = -1
+
+    def run(self) -> None:
+        pending = b""
+        try:
+            while chunk := os.read(self.read_fd, 1 << 12):
+                *lines, pending = (pending + chunk).split(b"\n")
+                pending = pending[-PROGRESS_LINE:]
+                for line in lines:
+                    counts = line.split()
+                    if len(counts) == 2 and all(c.isdigit() and len(c) < 10 for c in counts) and int(counts[0]) <= int(counts[1]):
+                        self.progress(int(counts[0]), int(counts[1]))
+        except OSError:
+            pass
+        finally:
+            os.close(self.read_fd)
 
 
 def read_result(path: Path) -> bytes:
@@ -196,13 +240,14 @@ class Isolated:
 
 def run_isolated(argv: list[str], *, work_dir: Path, timeout: int, read_only: Sequence[Path],
                  hidden: Sequence[Path] = (), cwd: Path | None = None, sandboxed: bool = True,
-                 stdin: bytes | None = None) -> Isolated:
+                 stdin: bytes | None = None, pass_fds: Sequence[int] = (), on_start: Callable[[], None] | None = None) -> Isolated:
     """Run ``argv`` (code of a tree) with ``read_only`` visible and ``work_dir/out`` its one
     writable directory; output goes to ``work_dir/log.txt``. Sandboxed: in bubblewrap, ``cwd``
     (default its private HOME) inside it. Otherwise: its own process group, a scrubbed
     environment, ``work_dir/home`` as HOME, no network where the OS allows. Whatever runs is
     killed at ``timeout`` and whenever we are interrupted. ``stdin``: what it reads on its standard
-    input (nothing otherwise)."""
+    input (nothing otherwise); ``pass_fds``: descriptors it inherits, ``on_start`` called once it has
+    (to close our copies)."""
     if sandboxed and not bwrap.version():  # callers decide with sandboxed_for; one that did not fails closed here
         raise BadInput(f"bubblewrap cannot run here (not installed, or no user namespaces): {NO_SANDBOX}")
     out = work_dir / "out"
@@ -228,7 +273,9 @@ def run_isolated(argv: list[str], *, work_dir: Path, timeout: int, read_only: Se
         with limits.group(asked) as group, open(log_path, "wb") as log:
             proc = subprocess.Popen([*group.join(), *prefix, *command], stdout=log, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE, env=env, cwd=where,
-                                    start_new_session=True, pass_fds=fds)
+                                    start_new_session=True, pass_fds=(*fds, *pass_fds))
+            if on_start:
+                on_start()
             if stdin is not None:  # a few hundred bytes: the pipe takes them whole, whatever the process does
                 try:
                     proc.stdin.write(stdin)

@@ -128,3 +128,17 @@ def test_a_run_stopped_at_its_deadline_still_hands_back_what_it_wrote(tmp_path):
     run = execute.run_isolated(["/bin/sh", "-c", f"echo partial > {out}/outcomes.json; exec sleep 600"], work_dir=work,
                                timeout=2, read_only=[])
     assert run.code is None and (out / "outcomes.json").read_text() == "partial\n"
+
+
+def test_progress_lines_reach_the_host_from_inside_the_sandbox_and_anything_else_there_is_skipped(tmp_path):
+    """The harness's --progress-fd: counts only, done at most total; junk a tree writes there is not shown."""
+    work = tmp_path / "work"
+    work.mkdir()
+    told: list[tuple[int, int]] = []
+    reader = execute._Told(lambda done, total: told.append((done, total)))
+    fd = reader.write_fd
+    script = f"printf '2 5\\njunk\\n9 5\\n-1 5\\n3 5 7\\n' >&{fd}; printf '%s' '4 ' >&{fd}; sleep 0.1; printf '5\\n' >&{fd}"
+    run = execute.run_isolated(["/bin/bash", "-c", script], work_dir=work, timeout=60, read_only=[], pass_fds=(fd,),
+                               on_start=reader.close_write)
+    reader.join(timeout=10)
+    assert run.code == 0 and told == [(2, 5), (4, 5)]
