@@ -179,7 +179,9 @@ def verify(root: Path, keys: dict[str, SSlibKey], threshold: int, args) -> tuple
         s = statements[name]
         report.append(f"   {name}: {_meaning(s['predicate']['result'])}; subjects: "
                       + "; ".join(f"{x['name']} {','.join(f'{k}:{v}' for k, v in sorted(x['digest'].items()))}"
-                                  for x in s["subject"]))
+                                  for x in s["subject"]) + "".join(f"; {how}" for how in confined(s)))
+    loose = sorted({how for n, s in statements.items() if n != BUNDLE_ENVELOPE for how in confined(s) if how.startswith("UNSANDBOXED")})
+    report += [f"WARNING a tree's code ran outside the sandbox, with its user's rights: {how}" for how in loose]
     report += [f"OK --tree {path}: the dirHash of its sglang/ is a subject of the bundle (it is the tree observed)"
                for path in args.tree or []]
     report += [f"OK --artifact {path}: its sha256 is a subject of the bundle" for path in args.artifact or []]
@@ -189,6 +191,17 @@ def verify(root: Path, keys: dict[str, SSlibKey], threshold: int, args) -> tuple
                   "are the results the trees recorded (FAILED: a case showed the bug, as an unfixed tree does), not "
                   "outcomes of this check: every check passed")
     return [], report
+
+
+def confined(statement: dict) -> list[str]:
+    """How the trees' code ran, from each ``environment/confinement`` entry the Statement carries."""
+    out = []
+    for e in statement["predicate"]["configuration"]:
+        if e.get("name") == "environment/confinement":
+            a = e.get("annotations", {})
+            how = f"{a.get('sandbox')}, {a.get('interpreter')}, layer {a.get('dependencyLayer')}"
+            out.append(f"confined: {how}" if a.get("sandboxed") is True else f"UNSANDBOXED: {how}")
+    return out
 
 
 def bundle_files(root: Path) -> dict[str, str]:

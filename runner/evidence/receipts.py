@@ -84,6 +84,9 @@ class Isolation(_Model):
         return self.sandbox == "bubblewrap"
 
 
+TREE_KINDS = ("git", "pypi", "path", "wheel", "oci", "docker-archive", "registry")  # sources whose code a probe ran
+
+
 class Environment(_Model):
     """Where the observation was made. Tree probes fill every field; gates and the model, which run
     on the host, leave the probe-environment fields empty."""
@@ -104,6 +107,14 @@ class Environment(_Model):
     notes: list[str] = []
     network_isolated: bool | None = None
     isolation: Isolation | None = Field(None, description="the sandbox in force: bubblewrap, or none (red in reports)")
+
+    def confinement(self) -> dict[str, str]:
+        """How the tree's code ran, in the words every screen and attestation uses: the sandbox, the
+        interpreter and the dependency layer (compare: a difference in any of them is a line of its own)."""
+        i = self.isolation
+        return {"sandbox": "not recorded" if i is None else i.sandbox + (f" {i.version}" if i.version else ""),
+                "interpreter": f"{self.implementation} {self.python}" + (f" ({self.interpreter_tag})" if self.interpreter_tag else ""),
+                "dependency layer": self.layer or "none"}
 
 
 class ServerIdentity(_Model):

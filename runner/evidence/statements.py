@@ -15,8 +15,10 @@ Mapping (README, "Signed attestations"):
   observed), but in the extension field ``diffprobeNotJudged`` with its outcome.
 - ``result``: PASSED only when every test passed; otherwise FAILED.
 - configuration: diffprobe itself (its judge's digest: the import closure of runner/judge; version), the probe, the receipt (the
-  file's sha256 as listed in SHA256SUMS, its own ``digest``), the environment's lock and stand-ins;
-  the bundle's: every file, each annotated ``diffprobeFile`` with its role, the index with ``createdAt``.
+  file's sha256 as listed in SHA256SUMS, its own ``digest``), the environment's lock and stand-ins, and
+  how the tree's code was confined (``environment/confinement``: sandbox or none, interpreter, layer);
+  the bundle's: each way its trees' code was confined, once, and every file, each annotated
+  ``diffprobeFile`` with its role, the index with ``createdAt``.
 - ``diffprobeNonce``: the verifier's challenge, when the signer was given one.
 """
 
@@ -24,13 +26,14 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 from typing import Any, Literal
 
 import orjson
 
 from runner.judge.judging import state
 from runner.evidence.mutation import Mutation
-from runner.evidence.receipts import Differential, Receipt, Source, source_key
+from runner.evidence.receipts import TREE_KINDS, Differential, Environment, Receipt, Source, source_key
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 TEST_RESULT = "https://in-toto.io/attestation/test-result/v0.1"
@@ -158,7 +161,26 @@ def receipt_statement(name: str, file_sha256: str, receipt: Receipt) -> dict[str
     if env.standins:
         configuration.append({"name": "environment/standins", "digest": {"sha256": env.standins.sha256},
                               "annotations": {"used": env.standins.used}})
+    if receipt.source.kind in TREE_KINDS:  # a tree's code ran: how it was confined
+        configuration.append(confinement(env))
     return _statement(subjects(receipt.source), *_arrange(receipt_states(receipt), configuration))
+
+
+CONFINEMENT_HASHED = "the receipt's environment.isolation as canonical JSON (keys sorted, compact, UTF-8; null: not recorded)"
+
+
+def confinement(env: Environment) -> dict[str, Any]:
+    """How the tree's code ran, as a configuration entry: the sandbox (or none: the tree's code ran with
+    the user's rights), the interpreter and the dependency layer, as every screen says them
+    (``Environment.confinement``); pinned by the digest of the isolation record the receipt holds."""
+    record = env.isolation.model_dump(mode="json") if env.isolation else None
+    said = env.confinement()
+    return {"name": "environment/confinement",
+            "digest": {"sha256": hashlib.sha256(orjson.dumps(record, option=orjson.OPT_SORT_KEYS)).hexdigest()},
+            "annotations": {"sandboxed": bool(env.isolation and env.isolation.sandboxed), "sandbox": said["sandbox"],
+                            "namespaces": env.isolation.namespaces if env.isolation else [],
+                            "interpreter": said["interpreter"], "dependencyLayer": said["dependency layer"],
+                            "hashed": CONFINEMENT_HASHED}}
 
 
 def _arrange(states: dict[str, str], configuration: list[dict]):
@@ -205,6 +227,9 @@ def bundle_statement(files: dict[str, str], receipts: dict[str, Receipt], differ
     else:
         states = {name: mutation_state(m) for name, m in mutations.items()}
     configuration = [_judge(*judge)]
+    for entry in {orjson.dumps(e, option=orjson.OPT_SORT_KEYS): e for e in (
+            confinement(r.environment) for r in receipts.values() if r.source.kind in TREE_KINDS)}.values():
+        configuration.append(entry)  # each way the trees' code ran, once
     for name in sorted(files):
         entry: dict[str, Any] = {"name": name, "digest": {"sha256": files[name]}}
         if name.endswith(".json"):

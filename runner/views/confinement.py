@@ -25,16 +25,9 @@ def warning(receipts: Iterable[Receipt]) -> str | None:
     return f"{len(loose)} of {len(runs)} probe run(s) not in the sandbox: {'; '.join(said)}"
 
 
-def _how(r: Receipt) -> dict[str, str]:
-    e, i = r.environment, r.environment.isolation
-    return {"sandbox": "not recorded" if i is None else i.sandbox + (f" {i.version}" if i.version else ""),
-            "interpreter": f"{e.implementation} {e.python}" + (f" ({e.interpreter_tag})" if e.interpreter_tag else ""),
-            "dependency layer": e.layer or "none"}
-
-
 def differences(a: Iterable[Receipt], b: Iterable[Receipt]) -> list[str]:
     """One line per way the runs of A and B were confined differently (sandbox, interpreter, layer)."""
-    sides = [[_how(r) for r in _trees(rs)] for rs in (a, b)]
+    sides = [[r.environment.confinement() for r in _trees(rs)] for rs in (a, b)]
     out = []
     for key in ("sandbox", "interpreter", "dependency layer"):
         seen = [sorted({h[key] for h in side}) for side in sides]

@@ -4,10 +4,8 @@ live server or a model; every field that pins it down; the stand-ins and the san
 from __future__ import annotations
 
 from runner.evidence import receipts
-from runner.evidence.receipts import Limits, Receipt, Source
+from runner.evidence.receipts import TREE_KINDS, Limits, Receipt, Source
 from runner.store.sources import TreeIdentity
-
-TREE_KINDS = ("git", "pypi", "path", "wheel", "oci", "docker-archive", "registry")
 
 
 def describe(source: Source) -> str:
