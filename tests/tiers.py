@@ -40,6 +40,7 @@ INTEGRATION = (
     "tests/store/test_intake_links.py",  # upstream's own layout (its in-package link) committed and taken in
     "tests/commands/test_images_real.py::test_an_image_pulled_by_digest_audits_as_its_release",  # a container image by digest
     "tests/commands/test_backport.py::test_fix_applied_onto_an_older_tree_behaves_like_head",  # one backport
+    "tests/commands/test_backport_old.py::test_offline_a_patch_and_a_head_are_all_a_backport_needs",  # the README's recipe offline
     "tests/commands/test_departures_real.py",  # audits of vendor-style forks of a release, their departures
     "tests/commands/test_review_real.py",  # a probe-aware fork never passes; an honest one passes once reviewed
     "tests/commands/test_baseline_real.py",  # the baseline of git forks of real releases: by ancestry, a forged tag refused

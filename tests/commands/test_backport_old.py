@@ -262,3 +262,20 @@ def test_the_fix_as_it_lands_upstream_does_not_carry_onto_0_5_14(cache, tmp_path
     assert code == 2 and not out.exists()
     assert len(errors) == 1 and errors[0].endswith(
         "2 file(s) do not merge: sglang/srt/disaggregation/decode.py, sglang/srt/managers/scheduler.py")
+
+
+def test_offline_a_patch_and_a_head_are_all_a_backport_needs(cache, tmp_path, release_tree, capsys):
+    """The README's recipe with no network (issue 41): #38935 adapted to 0.5.20 as a vendor would, given
+    with --patch, and 0.5.21 as --head; the PR's repository (.invalid: it cannot be reached) is never
+    asked for, and the backport behaves like head (exit 0), its differential on screen. Without
+    --head the one line names it (tests/commands/test_backport_writes.py)."""
+    old, fixed = release_tree("0.5.20").root, release_tree("0.5.21").root
+    patch = patch_file(old, backported(fixed, old, tmp_path / "new", era=None), tmp_path)
+    code = cli.main(["backport", "--pr", "38935", "--onto", "pypi:sglang==0.5.20", "--patch", str(patch),
+                     "--head", "pypi:sglang==0.5.21", "--repo", "https://nonexistent.invalid/sglang.git",
+                     "--out", str(tmp_path / "bundle"), "--cache-dir", str(cache.root)])
+    shown = capsys.readouterr()
+    screen = (shown.out + shown.err).splitlines()
+    assert code == 0, shown.err
+    assert any(line.startswith("#38935 backport vs head: behaves like head") for line in screen)
+    assert any(line.startswith("#38935 before vs after the patch: fix observed") for line in screen)
