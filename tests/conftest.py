@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from runner import ui
-from runner.commands import options, pipeline
+from runner.app import pipeline
+from runner.commands import options
 from runner.errors import BadInput, DiffprobeError
 from runner.evidence import catalog, pins
 from runner.sandbox import bwrap, execute

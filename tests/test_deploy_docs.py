@@ -10,7 +10,7 @@ import shlex
 import yaml
 
 from runner import cli
-from runner.commands import shards
+from runner.app import shards
 from tests.helpers import ROOT
 
 DEPLOY = ROOT / "docs" / "deploy"

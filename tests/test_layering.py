@@ -15,8 +15,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 # Lowest first: a module may import its own layer and the ones before it, never one after it.
-LAYERS = ["bottom", "judge", "store", "evidence", "sandbox", "model", "views", "commands", "cli"]
-PACKAGES = {"judge", "store", "evidence", "sandbox", "model", "views", "commands"}
+LAYERS = ["bottom", "judge", "store", "evidence", "sandbox", "model", "views", "app", "commands", "cli"]
+PACKAGES = {"judge", "store", "evidence", "sandbox", "model", "views", "app", "commands"}
 LOADERS = {"import_module", "__import__", "find_spec"}
 
 

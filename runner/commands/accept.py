@@ -15,7 +15,7 @@ An environment value counts from the worker's own report (``SGLANG_EXPOSE_OWN_EN
 the tree's default, each recorded as such. Whatever the server does not say, says in a form the
 tree would not read, or says too slowly (``--timeout`` per whole request, ``--deadline`` for the
 whole command), fails closed and names the worker and the rank. The fleet and where each value
-comes from: ``runner/commands/fleet.py``; this module holds the checks and the four gates.
+comes from: ``runner/app/fleet.py``; this module holds the checks and the four gates.
 """
 
 from __future__ import annotations
@@ -26,9 +26,10 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from runner import errors, ui
-from runner.commands import gate, options, pipeline, survey
-from runner.commands.fleet import (BATCH_LIMIT, DEFERRED, DEFERRED_TIMEOUT, Fleet, Worker, ask_trees, declarations, env_read,
-                                   env_setting, layout, past, read_fleet, server_arg, tree_version, trees_for)
+from runner.app import pipeline, server, survey
+from runner.commands import gate, options
+from runner.app.fleet import (BATCH_LIMIT, DEFERRED, DEFERRED_TIMEOUT, Fleet, Worker, ask_trees, declarations, env_read,
+                              env_setting, layout, past, read_fleet, server_arg, tree_version, trees_for)
 from runner.evidence import bundle, pins, static
 from runner.judge import judging
 from runner.judge.observations import Case
@@ -173,7 +174,7 @@ def suffix(rank: int | None) -> str:
 
 def gate_receipt(n: int, w: Worker, cases: list[Case], started: str) -> Receipt:
     return make(host_probe(f"accept-gate-{n}", Path(__file__)),
-                ServerIdentity(source=w.url, url=w.url, reported=gate.reported(w.endpoint, w.info)),
+                ServerIdentity(source=w.url, url=w.url, reported=server.reported(w.endpoint, w.info)),
                 host_environment(), cases, started_at=started, finished_at=execute.now())
 
 
@@ -210,7 +211,7 @@ def pool_gate(args, fleet: Fleet, started: str, ends: float) -> list[Receipt]:
         else:
             cases = []
             top = w.info.get("max_total_num_tokens")
-            for rank, (where, tokens) in enumerate(gate.rank_pools(w.info)):
+            for rank, (where, tokens) in enumerate(server.rank_pools(w.info)):
                 if tokens is None:
                     cases.append(gate.unread(f"pool-rank-{rank}", f"{w.name(rank)} reports no integer pool "
                                                                   "(memory_usage.token_capacity): failing closed"))
@@ -218,7 +219,7 @@ def pool_gate(args, fleet: Fleet, started: str, ends: float) -> list[Receipt]:
                 own, own_source = rank_context(w, rank, context, source)
                 case = gate.pool_case(f"pool-rank-{rank}", w.endpoint, f"internal_states[{rank}].{where}", tokens,
                                       own, own_source, args.headroom, who=f"rank {rank}: ")
-                if gate._int(top) and top != tokens:
+                if server.is_int(top) and top != tokens:
                     case.effects["summary"] += f" (the top-level max_total_num_tokens says {top})"
                 cases.append(case)
                 if w.role == "prefill" and (smallest is None or tokens < smallest[0]):
@@ -238,7 +239,7 @@ def rank_context(w: Worker, rank: int, context: int, source: str) -> tuple[int, 
     resolved server arguments, which ``/set_internal_state`` changes rank by rank), else the worker's.
     A rank whose context outgrew the top level's is judged by its own."""
     own = (w.states or [])[rank].get("context_length") if w.states and rank < len(w.states) else None
-    if gate._int(own) and own != context:
+    if server.is_int(own) and own != context:
         return own, f"internal_states[{rank}].context_length from {w.endpoint} (its top level says {context})"
     return context, source
 
@@ -252,7 +253,7 @@ def negative_case(args, pool: int, context: int, ends: float) -> Case | None:
     if pool + 1 >= context:
         return None
     length = pool + 1
-    reply = gate.generate(gate.base_url(args.router), gate.filler(length, 0), 1, args.timeout, ends)
+    reply = server.generate(server.base_url(args.router), server.filler(length, 0), 1, args.timeout, ends)
     refused = 400 <= reply.status < 500 and not reply.answered
     effects = {"prompt_tokens": length, "pool_tokens": pool, "context_tokens": context, "status": reply.status,
                "answered": reply.answered, "summary": f"{length} tokens (over the smallest prefill rank's pool, under the "
@@ -349,11 +350,11 @@ def transfer_gate(args, fleet: Fleet, started: str, ends: float, roles: dict[str
     extra = list(audit[0])
     if args.canary is not None:
         ns = argparse.Namespace(tokens=args.canary, plant_tokens=None, max_new_tokens=16, timeout=args.timeout, ends=ends)
-        router = gate.base_url(args.router)
-        endpoint, info = gate.server_info(router, args.timeout, ends)
+        router = server.base_url(args.router)
+        endpoint, info = server.server_info(router, args.timeout, ends)
         canary = gate.canary(ns, router, info, endpoint)
         r = make(host_probe("accept-gate-3-canary", Path(__file__)),
-                 ServerIdentity(source=router, url=router, reported=gate.reported(endpoint, info)),
+                 ServerIdentity(source=router, url=router, reported=server.reported(endpoint, info)),
                  host_environment(), canary, started_at=started, finished_at=execute.now())
         extra.append(r)
         failed += failures([r], {router: "router"})
@@ -388,7 +389,7 @@ def cmd_accept(args) -> int:
     tree_of = trees_for(workers, args.tree)
     for w in workers:
         gate.context_of(args, w.url, w.info, w.endpoint)  # bad input before any tree is fetched
-    opts = pipeline.options(args, pins.load(options.path(args.pins)), options.probe(args))
+    opts = options.resolved(args, pins.load(options.path(args.pins)), options.probe(args))
     sources = list(dict.fromkeys(tree_of.values()))
     probed = {p.row.source: p for p in survey.probe(sources, opts)}
     past(ends, args, "the tree audit")

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from runner import errors, ui
-from runner.commands import baseline, options, pipeline, survey
+from runner.app import baseline, survey
+from runner.commands import options
 from runner.evidence import bundle, pins, reviews
 from runner.evidence.records import SweepRecord
 from runner.sandbox import execute
@@ -15,7 +16,7 @@ def cmd_audit(args) -> int:
     baseline.check_against(args.against)
     ledger = reviews.load(options.path(args.reviews))
     pinned = pins.load(options.path(args.pins))
-    opts = pipeline.options(args, pinned, options.probe(args))
+    opts = options.resolved(args, pinned, options.probe(args))
     target = bundle.out_path(args.out, "audit")
     started = execute.now()
     probed, runs = survey.counted([args.source], opts, against=args.against, ledger=ledger)

@@ -21,7 +21,8 @@ from pathlib import Path
 from rich.markup import escape
 
 from runner import errors, ui
-from runner.commands import baseline, options, pipeline
+from runner.app import baseline, pipeline
+from runner.commands import options
 from runner.views import status, verdict
 from runner.evidence import bundle, departures, pins, receipts, reviews
 from runner.judge import judging
@@ -213,7 +214,7 @@ def cmd_backport(args) -> int:
     ledger = reviews.load(options.path(args.reviews))
     fix = p.fix(args.pr)
     repo = specs.check_git_url(args.repo) if args.repo else p.upstream
-    opts = pipeline.options(args, p, options.probe(args))
+    opts = options.resolved(args, p, options.probe(args))
     out = bundle.out_path(args.out, f"backport-{args.pr}")
     started = execute.now()
     if not fix.has_commits and not (args.head and (args.patch or args.applied)):

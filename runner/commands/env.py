@@ -9,7 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from runner import errors, ui
-from runner.commands import options, pipeline, resolve
+from runner.commands import options, resolve
 from runner.evidence import pins
 from runner.sandbox.import_check import import_check
 from runner.store import envs, torch_source
@@ -20,7 +20,7 @@ def cmd_env(args) -> int:
     cache = Store.at(args.cache_dir)
     torch = options.torch(args)  # a bad source fails before any download
     tree = resolve.tree(args, args.source)
-    sandboxed = pipeline.options(args, pins.load(options.path(args.pins)), options.probe_of_env(args)).sandboxed(tree)
+    sandboxed = options.resolved(args, pins.load(options.path(args.pins)), options.probe_of_env(args)).sandboxed(tree)
     interp = envs.interpreter(args.python)
     environment = envs.env(tree, cache, interp, torch)
     for note in environment.stamp.notes:

@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from runner import errors, ui
-from runner.commands import options, survey
+from runner.app import survey
+from runner.commands import options
 from runner.evidence import bundle, departures, pins
 from runner.evidence.records import SweepRecord, windows
 from runner.sandbox import execute

@@ -10,7 +10,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from runner import errors, ui
-from runner.commands import options, pipeline
+from runner.app import pipeline
+from runner.commands import options
 from runner.evidence import bundle, catalog, mutation, pins
 from runner.judge import judging
 from runner.judge.observations import Case, ImportResult
@@ -126,7 +127,7 @@ def cmd_mutate(args) -> int:
     p = pins.load(options.path(args.pins))
     fixes = args.fix or sorted(p.fixes)
     plan = [(args.source or f"pypi:sglang=={p.fix(n).releases.with_}", n) for n in fixes]
-    opts = pipeline.options(args, p)
+    opts = options.resolved(args, p)
     target = bundle.out_path(args.out, "mutate")
     started = execute.now()
     hunks = read_hunks(args.hunks) if args.hunks else None

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import argparse
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 from runner import errors
 from runner.evidence import dsse
 from runner.sandbox.execute import DEFAULT_CASE_TIMEOUT
 from runner.store import gc, intake, specs, torch_source
+from runner.app.pipeline import Options, ProbeOptions, probes_of
+from runner.evidence import pins
+from runner.store.cache import Store
 from runner.store.torch_source import TorchSource
 
 
@@ -61,23 +63,6 @@ def source(p: argparse.ArgumentParser, name: str = "source", *, what: str, **kw)
     p.add_argument(name, help=f"{what}; {specs.SYNTAX}", **{"metavar": "SOURCE", **kw})
 
 
-@dataclass(frozen=True)
-class ProbeOptions:
-    """How probes run: the interpreter of the environments, parallel runs, per-case timeout, repeats."""
-
-    python: str | None = None
-    jobs: int | None = 1  # None: as many as the machine's cores and memory allow (runner/sandbox/share.py)
-    case_timeout: int = DEFAULT_CASE_TIMEOUT
-    repeat: int = 1  # run each tree's probes this many times; any difference in observations fails
-    reuse: bool = True  # take receipts already observed from the receipts store (runner/evidence/results.py)
-    torch_index: str | None = None  # where a new dependency layer gets CPU torch (runner/store/torch_source.py)
-    unsandboxed: bool = False  # run trees' code without bubblewrap: the user's explicit choice (README, "Threat model")
-    torch_wheel: str | None = None
-
-    def torch(self) -> list[TorchSource]:
-        return torch_source.candidates(self.torch_wheel, self.torch_index)
-
-
 def common(p: argparse.ArgumentParser) -> None:
     cache_dir(p)
     p.add_argument("--pins", metavar="FILE", help="pins.toml to use (default: the project's own)")
@@ -103,6 +88,13 @@ def _size(option: str):
         except errors.BadInput as e:
             raise argparse.ArgumentTypeError(e.message) from None
     return parse
+
+
+def resolved(args: argparse.Namespace, p: pins.Pins, probe: ProbeOptions = ProbeOptions()) -> Options:
+    """The one options object of a command that probes trees, resolved at its entry: --cache-dir, its pins (and
+    --fix), the intake bounds and its probe options. Nothing below a command reads the parsed arguments."""
+    return Options(cache=Store.at(args.cache_dir), probe=probe, package_dir=p.package_dir, pinned_sha256=p.pinned_sha256,
+                   pinned_commits=p.pinned_commits, bounds=bounds(args), probes=probes_of(p, getattr(args, "fix", None)))
 
 
 def bounds(args: argparse.Namespace) -> intake.Bounds:
@@ -170,7 +162,7 @@ def probe(args: argparse.Namespace) -> ProbeOptions:
 
 
 def baseline(p: argparse.ArgumentParser, *, reviewed: bool = False, ledger: bool = False) -> None:
-    """--against and --strict: what each tree is compared with (runner/commands/baseline.py), and
+    """--against and --strict: what each tree is compared with (runner/app/baseline.py), and
     whether a verdict resting on code that differs from it fails; ``ledger`` (sweep, backport):
     --reviews names the review ledger, "fixed on unreviewed code" exits 4 and --accept-unreviewed
     relaxes it (docs/review.md); ``reviewed`` (audit): that, and --strict is its old name."""

@@ -7,14 +7,15 @@ import sys
 import orjson
 
 from runner import errors
-from runner.commands import options, pipeline
+from runner.app import pipeline
+from runner.commands import options
 from runner.evidence import pins
 from runner.store import sources
 
 
 def tree(args, text: str) -> sources.Tree:
     """Resolve ``text`` with the command's --cache-dir and --pins."""
-    return pipeline.resolve(text, pipeline.options(args, pins.load(options.path(args.pins))))
+    return pipeline.resolve(text, options.resolved(args, pins.load(options.path(args.pins))))
 
 
 def cmd_resolve(args) -> int:

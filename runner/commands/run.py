@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from runner import errors, ui
-from runner.commands import mutate, options, pipeline
+from runner.app import pipeline
+from runner.commands import mutate, options
 from runner.evidence import bundle, pins, receipts
 from runner.evidence.records import DutyCheck, RunRecord
 from runner.judge import duty_windows
@@ -31,7 +32,7 @@ def cmd_run(args) -> int:
             sides[n] = (f"pypi:sglang=={fix.releases.without}", f"pypi:sglang=={fix.releases.with_}")
         else:  # PR heads of squash merges live only under refs/pull/N/head, which reaches the base too
             sides[n] = (specs.pull_request(repo, fix.base, n), specs.pull_request(repo, fix.head, n))
-    opts = pipeline.options(args, p, options.probe(args))
+    opts = options.resolved(args, p, options.probe(args))
     started = execute.now()
     parts = [(n, d, f"pypi:sglang=={d.releases.without}", f"pypi:sglang=={d.releases.with_}")
              for n, fix in fixes.items() for d in fix.duties] if args.via == "releases" else []

@@ -6,7 +6,8 @@ from __future__ import annotations
 import os
 
 from runner import errors, ui
-from runner.commands import baseline, options, pipeline, shards, survey
+from runner.app import baseline, pipeline, shards, survey
+from runner.commands import options
 from runner.evidence import bundle, pins, reviews
 from runner.evidence.records import Row, SweepRecord, windows
 from runner.sandbox import execute
@@ -110,7 +111,7 @@ def cmd_sweep(args) -> int:
     baseline.check_against(args.against)
     p = pins.load(options.path(args.pins))
     ledger = reviews.load(options.path(args.reviews))
-    opts = pipeline.options(args, p, options.probe(args))
+    opts = options.resolved(args, p, options.probe(args))
     target = bundle.out_path(args.out, "sweep")
     started = execute.now()
     order = _sweep_sources(args, opts)

@@ -43,7 +43,8 @@ from typing import Callable
 from pydantic import ValidationError
 
 from runner import errors, ui
-from runner.commands import baseline, options, pipeline
+from runner.app import baseline, pipeline
+from runner.commands import options
 from runner.evidence import bundle, catalog, departures, pins, receipts
 from runner.sandbox import execute
 from runner.store import envs, intake, mirrors, sources, specs
@@ -56,8 +57,8 @@ from runner.evidence.upstream import EraRecord, UpstreamFileRecord, UpstreamTest
 from runner.judge import targets
 from runner.judge.pytest_records import CollectionError, Grading, Outcomes, Raised, Result
 from runner.judge.upstream import PASSED, Entry, cause_of, detail_of, entries, grade
-from runner.commands import upstream_layout
-from runner.commands.upstream_layout import UpstreamFile
+from runner.app import upstream_layout
+from runner.app.upstream_layout import UpstreamFile
 from runner.views.grading import show
 
 PROBE_ID, PLUGIN = catalog.UPSTREAM_TESTS
@@ -380,7 +381,7 @@ def cmd_upstream_tests(args: argparse.Namespace) -> int:
     pinned = pins.load(options.path(args.pins))
     fix = _era_fix(args, pinned)
     read_tests = None if args.era else locate_tests(args.tests, args.head, args.with_paths or [])
-    opts = pipeline.options(args, pinned, options.probe_of_env(args))
+    opts = options.resolved(args, pinned, options.probe_of_env(args))
     torch = opts.probe.torch()  # a bad source fails before any download
     started = execute.now()
     trees = {name: pipeline.resolve(text, opts) for name, text in (("base", args.base), ("head", args.head))}

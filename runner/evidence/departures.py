@@ -125,7 +125,7 @@ class Departures(_Model):
     chosen: Literal["declared", "against", "ancestry", "shared"] = Field(
         description="declared: the release the tree's own sglang/version.py names; against: given with --against; ancestry: "
                     "the nearest release tag of its git history whose tree agrees with the release; shared: the release "
-                    "sharing the most identical files with it (runner/commands/baseline.py)")
+                    "sharing the most identical files with it (runner/app/baseline.py)")
     how: str | None = Field(None, description="how the baseline was chosen, in words (null in records made before 2026-12-04)")
     declared: str | None = Field(description="the version the tree's sglang/version.py declares, if any")
     unavailable: str | None = None

@@ -20,7 +20,7 @@ import pytest
 from rich.console import Console
 
 from runner import cli, ui
-from runner.commands import survey
+from runner.app import survey
 from runner.sandbox import execute, server_config
 from runner.store import envs
 from runner.views.report import gates, verified

@@ -14,8 +14,9 @@ import time
 import pytest
 
 from runner import cli, errors
-from runner.commands import accept, gate
-from runner.commands import fleet as fleets
+from runner.app import server as live
+from runner.commands import accept
+from runner.app import fleet as fleets
 from tests.commands.test_accept_rules import D, P, Answering, cap, failed_within, fleet_of, judged, started, worker
 
 
@@ -36,7 +37,7 @@ def test_a_rank_reporting_another_role_than_its_worker_is_refused(monkeypatch):
     """Given as prefill, the top level says prefill, rank 1 says decode: which worker is it?"""
     info = {"disaggregation_mode": "prefill", "internal_states": [{"disaggregation_mode": "prefill"},
                                                                   {"disaggregation_mode": "decode"}]}
-    monkeypatch.setattr(gate, "server_info", lambda url, timeout, ends=None: ("/server_info", info))
+    monkeypatch.setattr(live, "server_info", lambda url, timeout, ends=None: ("/server_info", info))
     with pytest.raises(errors.BadInput, match="its rank 1 reports disaggregation_mode 'decode'"):
         fleets.read_fleet([P], [], 5, time.monotonic() + 10)
 
@@ -91,10 +92,10 @@ def test_an_answer_without_an_end_in_its_headers_ends_within_the_request_deadlin
 
 
 def test_a_chunked_body_without_end_fails_closed_at_the_size_bound(flood, monkeypatch):
-    monkeypatch.setattr(gate, "MAX_BODY", 1 << 20)
+    monkeypatch.setattr(live, "MAX_BODY", 1 << 20)
     server = flood(OK + b"Transfer-Encoding: chunked\r\n\r\n", b"4000\r\n" + b"x" * 0x4000 + b"\r\n")
     with pytest.raises(errors.DiffprobeError, match="an answer over 1 MiB: failing closed") as e:
-        gate.call(server.url, "/server_info", timeout=10)
+        live.call(server.url, "/server_info", timeout=10)
     assert e.value.exit_code == errors.DIFFERS
 
 
@@ -108,7 +109,7 @@ def test_a_redirect_is_not_followed_and_the_worker_fails_closed(flood, capsys, t
     body = json.dumps({"disaggregation_mode": "prefill", "version": "0.5.23", "context_length": 8192}).encode()
     elsewhere = flood(OK + b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
     moved = flood(b"HTTP/1.1 302 Found\r\nLocation: %s/server_info\r\nContent-Length: 0\r\n\r\n" % elsewhere.url.encode())
-    assert gate.call(moved.url, "/server_info", timeout=5).status == 302
+    assert live.call(moved.url, "/server_info", timeout=5).status == 302
     code = cli.main(["accept", "--prefill", moved.url, "--decode", moved.url, "--out", str(tmp_path / "a"), "--deadline", "10"])
     err = capsys.readouterr().err
     assert code == errors.DIFFERS and "neither /server_info nor /get_server_info answered with JSON" in err

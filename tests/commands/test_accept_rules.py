@@ -18,8 +18,10 @@ import time
 import pytest
 
 from runner import cli, errors
-from runner.commands import accept, gate, pipeline, survey
-from runner.commands import fleet as fleets
+from runner.app import pipeline, survey
+from runner.app import server as live
+from runner.commands import accept
+from runner.app import fleet as fleets
 from runner.sandbox import server_config
 from runner.sandbox.server_config import Answers
 
@@ -163,7 +165,7 @@ def test_a_short_rank_behind_a_healthy_rank_0_fails_gate_1_by_its_rank():
     assert (id0, c0, id1, c1) == ("pool-rank-0", "clean", "pool-rank-1", "bug")
     assert why.startswith("rank 1: pool 9000 tokens (internal_states[1].memory_usage.token_capacity")
     assert "SHORT by 1240" in why and "the top-level max_total_num_tokens says 40000" in why
-    assert gate.pool_size(w.info) == ("internal_states[1].memory_usage.token_capacity", 9000)
+    assert live.pool_size(w.info) == ("internal_states[1].memory_usage.token_capacity", 9000)
 
 
 @pytest.mark.parametrize("states,says", [
@@ -380,7 +382,7 @@ def failed_within(server: Answering, timeout: float, seconds: float) -> errors.D
     """The error a request to ``server`` with ``timeout`` fails with, which must come within ``seconds``."""
     start = time.monotonic()
     with pytest.raises(errors.DiffprobeError) as e:
-        gate.call(server.url, "/server_info", timeout=timeout)
+        live.call(server.url, "/server_info", timeout=timeout)
     assert time.monotonic() - start < seconds
     return e.value
 
@@ -394,20 +396,20 @@ def test_a_request_ends_at_its_deadline_however_slowly_the_server_drips(drip, he
 def test_the_whole_commands_deadline_bounds_each_request(drip):
     server = drip(HEAD, BODY)
     with pytest.raises(errors.DiffprobeError, match="the whole command's deadline"):
-        gate.call(server.url, "/server_info", timeout=60, ends=time.monotonic() + 1)
+        live.call(server.url, "/server_info", timeout=60, ends=time.monotonic() + 1)
     with pytest.raises(errors.DiffprobeError, match="the whole command's deadline"):
-        gate.call(server.url, "/server_info", timeout=60, ends=time.monotonic() - 1)
+        live.call(server.url, "/server_info", timeout=60, ends=time.monotonic() - 1)
 
 
 def test_a_prompt_answer_is_read_whole(drip):
-    reply = gate.call(drip(HEAD + BODY, b"").url, "/server_info", timeout=5)
+    reply = live.call(drip(HEAD + BODY, b"").url, "/server_info", timeout=5)
     assert reply.status == 200 and reply.json()["version"] == "0.5.23"
 
 
 def test_an_answer_too_large_fails_closed(drip, monkeypatch):
-    monkeypatch.setattr(gate, "MAX_BODY", 64)
+    monkeypatch.setattr(live, "MAX_BODY", 64)
     with pytest.raises(errors.DiffprobeError, match="an answer over 0 MiB"):
-        gate.call(drip(HEAD + BODY, b"").url, "/server_info", timeout=5)
+        live.call(drip(HEAD + BODY, b"").url, "/server_info", timeout=5)
 
 
 @pytest.mark.parametrize("flags", [["--timeout", "1"], ["--deadline", "1"]])
@@ -440,7 +442,7 @@ def test_the_whole_deadline_covers_the_tree_audit(drip, capsys, tmp_path, monkey
 
 def test_a_server_that_closes_without_answering_is_unreachable_not_slow(drip):
     with pytest.raises(errors.Infrastructure, match="unreachable"):
-        gate.call(drip(b"", b"").url, "/server_info", timeout=5)
+        live.call(drip(b"", b"").url, "/server_info", timeout=5)
 
 
 def test_nothing_listening_is_unreachable():
@@ -448,9 +450,9 @@ def test_nothing_listening_is_unreachable():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     with pytest.raises(errors.Infrastructure, match="unreachable"):
-        gate.call(f"http://127.0.0.1:{port}", "/server_info", timeout=5)
+        live.call(f"http://127.0.0.1:{port}", "/server_info", timeout=5)
 
 
 def test_an_answer_cut_short_of_its_length_is_not_read_as_whole(drip):
     with pytest.raises(errors.Infrastructure, match="unreachable"):
-        gate.call(drip(HEAD + BODY[:20], b"").url, "/server_info", timeout=5)
+        live.call(drip(HEAD + BODY[:20], b"").url, "/server_info", timeout=5)

@@ -1,4 +1,4 @@
-"""Which baseline a tree is compared with (runner/commands/baseline.py), on hand-made path: trees."""
+"""Which baseline a tree is compared with (runner/app/baseline.py), on hand-made path: trees."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import hashlib
 import pytest
 
 from runner import errors
-from runner.commands import baseline, pipeline
+from runner.app import baseline, pipeline
 from runner.store import pypi, sources, specs
 from runner.store.cache import Store
 from tests import gitrepo

@@ -1,4 +1,4 @@
-"""The baseline chosen for git forks of real releases (runner/commands/baseline.py): a vendor branch
+"""The baseline chosen for git forks of real releases (runner/app/baseline.py): a vendor branch
 off a release tag is read against that tag's commit; a fork that tags its own commit with a release's
 name is read against the release it shares the most files with. Nothing is probed."""
 
@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from runner.commands import baseline, pipeline
+from runner.app import baseline, pipeline
 from runner.evidence import pins
 from runner.store import sources, specs
 from tests import gitrepo

@@ -6,7 +6,8 @@ import pytest
 
 from probes.duties_38935 import SPACE as ADMISSION
 from runner import cli
-from runner.commands import options, pipeline
+from runner.app import pipeline
+from runner.commands import options
 from runner.evidence import bundle, compare
 from tests import forks
 

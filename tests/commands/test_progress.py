@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from runner.commands import pipeline
+from runner.app import pipeline
 from tests.helpers import case, receipt
 
 

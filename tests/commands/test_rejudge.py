@@ -7,7 +7,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from runner.commands import pipeline
+from runner.app import pipeline
 from runner.evidence import catalog, receipts
 from runner.sandbox import execute
 from runner.store.cache import Store

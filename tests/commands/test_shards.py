@@ -2,7 +2,7 @@
 
 import pytest
 
-from runner.commands import shards
+from runner.app import shards
 from runner.errors import BadInput
 
 ORDER = [f"s{i}" for i in range(10)]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from runner import errors
-from runner.commands import survey
+from runner.app import survey
 from runner.judge.judging import FixStatus, SiteStatus
 from runner.evidence.records import Row
 

@@ -9,7 +9,8 @@ import pytest
 
 from runner import cli
 from runner.judge import upstream as judge_upstream
-from runner.commands import upstream_layout, upstream_tests
+from runner.app import upstream_layout
+from runner.commands import upstream_tests
 from runner.commands.upstream_tests import Outcomes, Side
 from runner.judge import targets
 from runner.errors import BadInput

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from runner.commands import upstream_layout
+from runner.app import upstream_layout
 from runner.errors import BadInput
 
 

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from runner.commands import upstream_layout, upstream_tests
+from runner.app import upstream_layout
+from runner.commands import upstream_tests
 from runner.judge.pytest_records import INCOMPATIBLE
 from runner.store import envs
 from runner.views import grading

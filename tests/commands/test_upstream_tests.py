@@ -16,7 +16,7 @@ from runner.commands import upstream_tests
 from runner.evidence import bundle, schema
 from runner.evidence.upstream import UpstreamTestsRecord
 from runner.store import envs, seal
-from runner.commands.upstream_layout import UpstreamFile
+from runner.app.upstream_layout import UpstreamFile
 from tests import tools
 
 # Upstream-style and self-contained: imports only the tree's sglang, pytest and the standard library.

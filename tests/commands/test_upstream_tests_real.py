@@ -17,7 +17,8 @@ import pytest
 
 from runner import cli
 from runner.judge import upstream as judge_upstream
-from runner.commands import upstream_layout, upstream_tests
+from runner.app import upstream_layout
+from runner.commands import upstream_tests
 from runner.commands.sweep import version_key
 from runner.evidence import bundle, pins
 from runner.store import envs

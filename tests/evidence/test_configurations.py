@@ -4,7 +4,7 @@ configuration its pin names, and an audit verdict in that configuration. Hand-ma
 
 from __future__ import annotations
 
-from runner.commands import survey
+from runner.app import survey
 from runner.evidence import pins, receipts
 from runner.judge import judging
 from runner.evidence.records import Row, windows

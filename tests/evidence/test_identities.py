@@ -18,7 +18,7 @@ from tests.helpers import ROOT, case, receipt
 PROBES = [*catalog.PROBES, catalog.UPSTREAM_TESTS[0]]
 # Storage, signing, formats, views, commands: none of it decides a verdict.
 OUTSIDE = ["runner/store/cache.py", "runner/evidence/dsse.py", "runner/views/status.py", "runner/evidence/bundle.py",
-           "runner/evidence/receipts.py", "runner/commands/pipeline.py", "runner/files.py", "probes/server_config.py"]
+           "runner/evidence/receipts.py", "runner/app/pipeline.py", "runner/files.py", "probes/server_config.py"]
 
 
 @pytest.fixture

@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.commands.pipeline import probes_of
+from runner.app.pipeline import probes_of
 from runner.evidence import catalog, pins
 from runner.errors import BadInput
 

@@ -8,7 +8,7 @@ import importlib.util
 
 import pytest
 
-from runner.commands import pipeline
+from runner.app import pipeline
 from runner.evidence import bundle, receipts, results
 from runner.store.cache import Store
 from tests.helpers import EVIDENCE, PROBE, case, receipt

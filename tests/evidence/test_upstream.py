@@ -15,7 +15,7 @@ import orjson
 import pytest
 
 from runner.commands import upstream_tests
-from runner.commands.upstream_layout import UpstreamFile
+from runner.app.upstream_layout import UpstreamFile
 from runner.evidence import catalog, schema
 from runner.evidence.upstream import UpstreamTestsRecord
 from runner.judge.pytest_records import Outcomes

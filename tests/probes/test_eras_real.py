@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from runner import cli
-from runner.commands import pipeline
+from runner.app import pipeline
 from tests import forks
 from tests.conftest import probe_options
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from runner.commands import options, pipeline
+from runner.app import pipeline
+from runner.commands import options
 from runner.judge import judging
 from tests import forks
 

@@ -20,7 +20,8 @@ import json
 import pytest
 
 from runner import cli
-from runner.commands import options, pipeline
+from runner.app import pipeline
+from runner.commands import options
 from runner.judge import judging
 from tests import forks
 

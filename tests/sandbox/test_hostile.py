@@ -14,7 +14,7 @@ import uuid
 
 import pytest
 
-from runner.commands import pipeline
+from runner.app import pipeline
 from runner.evidence import materials
 from runner.evidence.receipts import Receipt
 from runner.sandbox import execute

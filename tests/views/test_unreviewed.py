@@ -11,7 +11,7 @@ import pytest
 from rich.console import Console
 
 from runner import errors, ui
-from runner.commands import survey
+from runner.app import survey
 from runner.evidence import compare, departures, reviews
 from runner.evidence.records import BackportRecord, BackportRow, SweepRecord
 from runner.judge import judging

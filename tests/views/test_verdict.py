@@ -12,7 +12,7 @@ import pytest
 from rich.console import Console
 
 from runner import errors, ui
-from runner.commands import survey
+from runner.app import survey
 from runner.evidence import pins
 from runner.judge import judging
 from runner.evidence import receipts

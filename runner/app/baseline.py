@@ -28,7 +28,7 @@ from pathlib import Path
 from rich.markup import escape
 
 from runner import errors, ui
-from runner.commands import pipeline
+from runner.app import pipeline
 from runner.evidence import departures
 from runner.evidence.departures import Departures
 from runner.evidence.receipts import Receipt

@@ -12,7 +12,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from runner import errors
-from runner.commands import baseline, pipeline
+from runner.app import baseline, pipeline
 from runner.evidence import bundle, departures, dsse, pins, receipts, reviews, static
 from runner.judge import judging
 from runner.evidence.departures import Departures
@@ -38,7 +38,7 @@ def counted(texts: list[str], opts: pipeline.Options, twins: dict[str, str] | No
     """One row per source, in order, and the number of probe runs it took. ``twins`` maps a source
     to an earlier one known to hold the same tree (a commit that did not touch the package, by its
     git tree id): it is neither resolved nor probed. Each tree is compared with its baseline
-    (``against``, else the release it declares: runner/commands/baseline.py), and each fix's
+    (``against``, else the release it declares: runner/app/baseline.py), and each fix's
     status says what it rests on; each row names the changed places the probes can reach that
     ``ledger`` (runner/evidence/reviews.py) does not accept."""
     twins = twins or {}

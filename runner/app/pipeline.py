@@ -14,15 +14,34 @@ from typing import Callable
 from rich.markup import escape
 
 from runner import errors, ui
-from runner.commands.options import ProbeOptions, bounds
 from runner.evidence import catalog, materials, pins, receipts, results
 from runner.judge import conditions, fixcode, judging
 from runner.sandbox import execute, share
+from runner.sandbox.execute import DEFAULT_CASE_TIMEOUT
 from runner.store import envs, intake, sources, specs
+from runner.store import torch_source
 from runner.store.cache import Store
+from runner.store.torch_source import TorchSource
 from runner.judge.observations import NOT_OBSERVED, Case
 from runner.evidence.receipts import ProbeRef, Receipt
 from runner.store.trees import TreeIdentity
+
+
+@dataclass(frozen=True)
+class ProbeOptions:
+    """How probes run: the interpreter of the environments, parallel runs, per-case timeout, repeats."""
+
+    python: str | None = None
+    jobs: int | None = 1  # None: as many as the machine's cores and memory allow (runner/sandbox/share.py)
+    case_timeout: int = DEFAULT_CASE_TIMEOUT
+    repeat: int = 1  # run each tree's probes this many times; any difference in observations fails
+    reuse: bool = True  # take receipts already observed from the receipts store (runner/evidence/results.py)
+    torch_index: str | None = None  # where a new dependency layer gets CPU torch (runner/store/torch_source.py)
+    unsandboxed: bool = False  # run trees' code without bubblewrap: the user's explicit choice (README, "Threat model")
+    torch_wheel: str | None = None
+
+    def torch(self) -> list[TorchSource]:
+        return torch_source.candidates(self.torch_wheel, self.torch_index)
 
 
 @dataclass(frozen=True)
@@ -39,12 +58,6 @@ class Options:
         """Whether ``tree`` runs in the sandbox; refuses (exit 2) an unpinned tree where it cannot."""
         return execute.sandboxed_for(tree.identity, unsandboxed=self.probe.unsandboxed, pinned_sha256=self.pinned_sha256,
                                      pinned_commits=self.pinned_commits)
-
-
-def options(args, p: pins.Pins, probe: ProbeOptions = ProbeOptions()) -> Options:
-    """Options from a command's --cache-dir, its pins and its probe options."""
-    return Options(cache=Store.at(args.cache_dir), probe=probe, package_dir=p.package_dir, pinned_sha256=p.pinned_sha256,
-                   pinned_commits=p.pinned_commits, bounds=bounds(args), probes=probes_of(p, getattr(args, "fix", None)))
 
 
 def probes_of(p: pins.Pins, fixes: list[int] | None = None) -> tuple[str, ...]:

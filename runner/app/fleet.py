@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from runner import errors
-from runner.commands import gate, pipeline
+from runner.app import pipeline
+from runner.app import server
 from runner.evidence import static
 from runner.evidence.records import AcceptedValue
 from runner.sandbox import server_config
@@ -112,10 +113,10 @@ def read_fleet(prefill: list[str], decode: list[str], timeout: int, ends: float)
     workers = []
     for role, urls in (("prefill", prefill), ("decode", decode)):
         for raw in urls:
-            url = gate.base_url(raw)
-            endpoint, info = gate.server_info(url, timeout, ends)
+            url = server.base_url(raw)
+            endpoint, info = server.server_info(url, timeout, ends)
             if endpoint is None:
-                raise errors.DiffprobeError.differs(f"{url}: neither {' nor '.join(gate.INFO_PATHS)} answered with JSON: "
+                raise errors.DiffprobeError.differs(f"{url}: neither {' nor '.join(server.INFO_PATHS)} answered with JSON: "
                                                     "nothing to accept (failing closed)")
             mode = info.get("disaggregation_mode")
             if mode != role:
@@ -137,7 +138,7 @@ def trees_for(workers: list[Worker], given: list[str]) -> dict[str, str]:
     for text in given:
         url, sep, source = text.partition("=")
         if sep and url.startswith(("http://", "https://")):
-            per_url[gate.base_url(url)] = source
+            per_url[server.base_url(url)] = source
         elif for_all is None:
             for_all = text
         else:
@@ -182,7 +183,7 @@ def declarations(given: list[str], workers: list[Worker]) -> dict[str, dict[str,
         url, rest = "", text
         if text.startswith(("http://", "https://")):
             url, _, rest = text.partition("=")
-            url = gate.base_url(url)
+            url = server.base_url(url)
             if url not in urls:
                 raise errors.BadInput(f"--env {text!r}: {url} is not a worker of this fleet")
         name, sep, value = rest.partition("=")
