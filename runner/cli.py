@@ -14,13 +14,13 @@ from typing import NoReturn
 from runner import __version__, errors, ui
 from runner.store import specs
 from runner.commands import (
-    accept, attest, audit, backport, compare, env, gate, gc, keygen, merge, model, mutate, report, resolve, review, run,
-    sweep, upstream_tests, verify,
+    accept, attest, audit, backport, compare, drift, env, gate, gc, keygen, merge, model, mutate, report, resolve, review,
+    run, sweep, upstream_tests, verify,
 )
 
 # One module per command, each with ``register(subparsers)``; the order is the order of ``--help``.
-COMMANDS = [resolve, env, run, verify, compare, model, gate, report, audit, review, sweep, merge, upstream_tests, backport,
-            accept, mutate, gc, keygen, attest]
+COMMANDS = [resolve, env, run, verify, compare, model, gate, report, audit, review, drift, sweep, merge, upstream_tests,
+            backport, accept, mutate, gc, keygen, attest]
 
 
 class _Parser(argparse.ArgumentParser):

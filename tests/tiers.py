@@ -44,6 +44,7 @@ INTEGRATION = (
     "tests/commands/test_departures_real.py",  # audits of vendor-style forks of a release, their departures
     "tests/commands/test_review_real.py",  # a probe-aware fork never passes; an honest one passes once reviewed
     "tests/commands/test_baseline_real.py",  # the baseline of git forks of real releases: by ancestry, a forged tag refused
+    "tests/commands/test_drift_real.py",  # drift 0.5.22 -> 0.5.23 lists the defences 0.5.23 added (issue 44 item 3)
     "tests/views/test_report.py",  # report terminal/HTML of a real run, chromium, tampered bundles
     "tests/views/test_timeline.py",
     "tests/views/test_report_width.py",  # the HTML report fits a 1280 px screen (headless chromium)

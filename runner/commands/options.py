@@ -27,7 +27,7 @@ EXIT_CODES = {
 # Each command's page in the documentation site (docs/), named at the end of its --help (gate's checks:
 # accept's page, which explains them after accept); a command not listed points at its entry in the
 # generated command reference.
-DOCS = {"run": "reproduce.md", "audit": "audit.md", "review": "review.md", "backport": "backport.md",
+DOCS = {"run": "reproduce.md", "audit": "audit.md", "review": "review.md", "drift": "drift.md", "backport": "backport.md",
         "accept": "accept.md", "gate": "accept.md", "pool": "accept.md", "canary": "accept.md",
         "latency": "accept.md", "sweep": "sweeps.md", "merge": "deployment.md", "report": "report.md",
         "compare": "report.md", "verify": "attestations.md", "attest": "attestations.md",

@@ -111,3 +111,19 @@ def record(cache: Store, receipt: Receipt, key: str) -> bool:
     path = _path(cache, receipt.source, receipt.probe.id, receipt.probe.sha256, key)
     write_atomic(path, orjson.dumps(receipt.model_dump(mode="json"), option=orjson.OPT_SORT_KEYS))
     return True
+
+
+def of_tree(cache: Store, tree_digest: str) -> list[Receipt]:
+    """Every stored receipt of one tree, in any environment and of any probe version, that checks out
+    (its digest, the tree it names): what was observed of that tree, read without probing (drift's
+    coverage). A damaged entry is skipped, not dropped: ``lookup`` is the one that evicts."""
+    out = []
+    for path in sorted(cache.dir("results").glob(f"*-{digest_name(tree_digest)[:32]}/*.json")):
+        try:
+            raw = orjson.loads(path.read_bytes())
+            receipt = Receipt.model_validate(raw)
+        except (OSError, ValueError):
+            continue
+        if seal(raw) == receipt.digest and isinstance(receipt.source, TreeIdentity) and receipt.source.tree_digest == tree_digest:
+            out.append(receipt)
+    return out

@@ -1,0 +1,152 @@
+"""``diffprobe drift`` on hand-made trees (runner/evidence/drift.py, runner/commands/drift.py): which
+functions of the module set changed, which a case ran every changed statement of, which the catalog
+declares not probed; a bad catalog is one line and exit 2. The real 0.5.22 -> 0.5.23 list:
+tests/commands/test_drift_real.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from runner import cli, errors
+from runner.evidence import drift
+from tests.helpers import case
+
+DECODE = "sglang/srt/disaggregation/decode.py"
+OLD = '''class Queue:
+    def pop(self, reqs):
+        """Pop what is done."""
+        done = [r for r in reqs if r.done]
+        return done
+
+    def release(self, req):
+        req.free()
+
+    def plumbing(self):
+        return 1
+
+
+def helper(x):
+    return x
+'''
+NEW = '''class Queue:
+    def pop(self, reqs):
+        """Pop what is done (held on every rank)."""
+        done = [r for r in reqs if r.done]
+        if any_rank_holds(done):
+            return []
+        return done
+
+    def release(self, req):
+        # a comment is not a change
+        req.free()
+
+    def plumbing(self):
+        return 2
+
+
+def helper(x):
+    return x
+
+
+def any_rank_holds(done):
+    return bool(done)
+'''
+CATALOG = '''
+[[modules]]
+group = "disaggregation"
+why = "the handoff"
+paths = ["sglang/srt/disaggregation/*.py"]
+functions = ["Queue.pop", "Queue.release", "any_rank_holds", "helper"]
+'''
+
+
+def _entries(cases=(), catalog: str = CATALOG, tmp_path: Path | None = None) -> list[drift.Entry]:
+    path = tmp_path / "catalog.toml"
+    path.write_text(catalog)
+    loaded = drift.load(path)
+    found = drift.changed({DECODE: OLD.encode()}, {DECODE: NEW.encode()}, loaded)
+    return drift.reached(found, drift.fix_places({38935: {"sglang.srt.disaggregation.decode.Queue.pop": ()}}),
+                         {"lifetime": list(cases)}, loaded)
+
+
+def test_a_changed_or_added_function_is_listed_a_comment_or_an_unnamed_function_is_not(tmp_path):
+    entries = _entries(tmp_path=tmp_path)
+    assert [(e.function, e.change) for e in entries] == [("Queue.pop", "changed"), ("any_rank_holds", "added")]
+    pop, added = entries
+    assert added.statements == [(22, 22)]  # its body: the def line runs at import, never in a case
+    assert pop.statements == [(5, 5), (6, 6)] and pop.not_run == [5, 6] and not pop.reached  # the new if and its return
+    assert pop.reached_by == ["fix #38935"]  # named beside it: a pinned fix's code is not a probe of its new lines
+
+
+def test_a_case_that_runs_past_the_new_defence_has_not_probed_it(tmp_path):
+    past = case("c1", lines={DECODE: [[4, 5], [7, 7]]})  # the new if ran, its return never did
+    [pop, added] = _entries([past], tmp_path=tmp_path)
+    assert (pop.not_run, pop.reached) == ([6], False)
+    both = case("c2", lines={DECODE: [[6, 6]], "sglang/other.py": [[1, 1]]})
+    [pop, added] = _entries([past, both], tmp_path=tmp_path)
+    assert pop.reached and pop.reached_by == ["fix #38935", "probe lifetime"] and not added.reached
+
+
+def test_the_catalog_declares_what_is_not_probed_and_is_checked(tmp_path):
+    declared = CATALOG + '[[unprobed]]\nplace = "sglang/srt/disaggregation/decode.py:any_rank_holds"\nreason = "a pure helper"\n'
+    entries = _entries(catalog=declared, tmp_path=tmp_path)
+    assert [e.unprobed for e in entries] == [None, "a pure helper"]
+    bad = {
+        "x = [": "not TOML",
+        "[[modules]]\ngroup = 'g'\nwhy = 'w'\npaths = []\n": "modules.0.paths: List should have at least 1 item",
+        CATALOG + '[[unprobed]]\nplace = "decode.py:f"\nreason = "r"\n': "unprobed.0.place: Value error, must read sglang/FILE.py",
+        CATALOG + '[[unprobed]]\nplace = "sglang/a.py:f"\nreason = "one\\ntwo"\n': "unprobed.0.reason: Value error, must be one printable line",
+        CATALOG + '[[unprobed]]\nplace = "sglang/a.py:f"\nreason = "r"\n' * 2: "unprobed place sglang/a.py:f is listed twice",
+        CATALOG + "surprise = 1\n": "surprise: Extra inputs are not permitted",
+    }
+    for text, said in bad.items():
+        (tmp_path / "bad.toml").write_text(text)
+        with pytest.raises(errors.BadInput, match=said.replace("(", r"\(")):
+            drift.load(tmp_path / "bad.toml")
+
+
+def _tree(root: Path, text: str) -> str:
+    for rel, body in {"sglang/__init__.py": "", DECODE: text}.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(body)
+    return f"path:{root}"
+
+
+def test_the_command_lists_what_nothing_reaches_and_exits_1_then_0_once_each_is_declared(tmp_path, capsys):
+    a, b = _tree(tmp_path / "a", OLD), _tree(tmp_path / "b", NEW)
+    (tmp_path / "catalog.toml").write_text(CATALOG)
+    common = ["--catalog", str(tmp_path / "catalog.toml"), "--cache-dir", str(tmp_path / "cache")]
+    assert cli.main(["drift", a, b, *common]) == errors.DIFFERS
+    out = capsys.readouterr().out
+    assert "2 function(s) of the isolation modules changed; 0 with every changed statement run by a probe case" in out
+    assert "2 unexplained" in out
+    assert f"  {DECODE}:2 Queue.pop (changed, disaggregation): 0 of 2 changed statement(s) run by a case; not run: line 5, 6\n" in out
+    assert f"  {DECODE}:21 any_rank_holds (added, disaggregation): 0 of 1 changed statement(s) run by a case; not run: line 22" in out
+    (tmp_path / "catalog.toml").write_text(CATALOG + "".join(
+        f'[[unprobed]]\nplace = "{DECODE}:{name}"\nreason = "probed by #44 later \u202e"\n' for name in ("Queue.pop", "any_rank_holds")))
+    with pytest.raises(errors.BadInput):  # a reason is printable text: no bidirectional controls
+        drift.load(tmp_path / "catalog.toml")
+    (tmp_path / "catalog.toml").write_text(CATALOG + "".join(
+        f'[[unprobed]]\nplace = "{DECODE}:{name}"\nreason = "{why}"\n'
+        for name, why in (("Queue.pop", "the rank agreement needs collectives"), ("any_rank_holds", "a pure helper"))))
+    assert cli.main(["drift", a, b, *common]) == errors.OK
+    out = capsys.readouterr().out
+    assert "2 not probed by decision, 0 unexplained" in out and "the rank agreement needs collectives" in out
+
+
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
+    a = _tree(tmp_path / "a", OLD)
+    (tmp_path / "catalog.toml").write_text("[[modules]]\n")
+    assert cli.main(["drift", a, a, "--catalog", str(tmp_path / "catalog.toml"), "--cache-dir", str(tmp_path / "c")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("diffprobe: error: isolation catalog ") and "modules.0.group: Field required" in err[0]
+    assert cli.main(["drift", a, "pypi:sglang>=1", "--cache-dir", str(tmp_path / "c")]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_the_shipped_catalog_loads_and_names_each_boundary():
+    shipped = drift.load(None)
+    assert {m.group for m in shipped.modules} >= {"disaggregation", "scheduler admission", "allocator and release", "checksum",
+                                                  "HiCache", "Mamba", "HiSparse", "transfer completion"}
