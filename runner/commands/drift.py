@@ -9,7 +9,8 @@ from pathlib import Path
 from rich.text import Text
 
 from runner import errors, ui
-from runner.commands import options, pipeline
+from runner.app import pipeline
+from runner.commands import options
 from runner.evidence import bundle, drift, pins, results
 from runner.evidence.receipts import Receipt
 from runner.files import tree_files
@@ -40,7 +41,7 @@ def _ran(e: drift.Entry) -> str:
 def cmd_drift(args) -> int:
     catalog = drift.load(options.path(args.catalog))
     pinned = pins.load(options.path(args.pins))
-    opts = pipeline.options(args, pinned)
+    opts = options.resolved(args, pinned)
     old, new = pipeline.resolve(args.a, opts), pipeline.resolve(args.b, opts)
     entries = drift.changed(_read(old.root, catalog), _read(new.root, catalog), catalog)
     receipts = _receipts(new.identity.tree_digest, args.receipts or [], opts)
