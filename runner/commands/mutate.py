@@ -55,14 +55,15 @@ def judge(source: str, tree_digest: str, raw: _Run, sites: list[str] | None = No
     held = {c.id for c in baseline if judging.state(c) == "clean"}
     mutants = []
     for m in raw.mutants:
-        status, why = judging.mutant_status(raw.probe, m, held, baseline)
+        status, why = judging.mutant_status(raw.probe, m, held)
+        unvaried = judging.unvaried(raw.probe, m, baseline) if status == "survived" and not why else ""
         reads = None
         if m["operator"] == "hunk" and status not in ("error", "equivalent"):
             reads, failed = judging.status_with(raw.probe, baseline, m.get("cases", []))
             why = "; ".join(failed) or why
         mutants.append(mutation.Mutant(id=m["id"], function=m["function"], file=m["file"], line=m["line"],
                                        operator=m["operator"], before=m["before"], after=m["after"], status=status, why=why,
-                                       reached_by=len(m.get("reached_by", [])), reads=reads))
+                                       reached_by=len(m.get("reached_by", [])), reads=reads, unvaried=unvaried))
     cases = [mutation.BaselineCase(id=c.id, role=c.role, state=judging.state(c), site=c.site) for c in baseline]
     report = mutation.Mutation(source=source, tree_digest=tree_digest, probe=raw.probe,
                                probe_sha256=catalog.probe_digest(raw.probe), score=judging.score_of(raw.probe, raw.fix, [], []),
@@ -155,7 +156,8 @@ def show(found: list[mutation.Mutation]) -> None:
             table.add_column(col)
         for x in sorted((x for x in m.mutants if x.status != "killed" or x.reads),
                         key=lambda x: (LISTED.index(x.status) if x.status in LISTED else len(LISTED), x.file, x.line)):
-            why = x.why or ("(no case runs this line)" if x.status == "not covered" else "(not explained)")
+            why = x.why or ("(no case runs this line)" if x.status == "not covered" else
+                            f"(not explained: {x.unvaried})" if x.unvaried else "(not explained)")
             status = f"{x.id}: reads {x.reads}" if x.reads else x.status
             table.add_row(escape(status), escape(f"{x.file}:{x.line}"), escape(f"{x.operator}: {x.before} -> {x.after}"), escape(why))
         if table.row_count:

@@ -54,6 +54,9 @@ class Mutant(_Model):
     why: str  # the case and failed duty that killed it, the reason it is equivalent, what no case covers
     reached_by: int = 0  # how many cases ran a line of it on the tree unmutated (0: not covered)
     reads: judging.Status | None = None  # a hunk: what the tree with it reads, every case reaching it run
+    unvaried: str = Field("", description="a survivor of a condition's mutant: the input no case varied, or the "
+                                          "condition on its line the unmutated cases never saw both ways "
+                                          "(judging.unvaried); a diagnosis, never an explanation")
 
 
 class BaselineCase(_Model):

@@ -396,7 +396,7 @@ def failed_duties(case: Case) -> list[str]:
 MutantStatus = Literal["killed", "survived", "equivalent", "not covered", "error"]
 
 
-def mutant_status(probe: str, mutant: dict, held: set[str], baseline: Iterable[Case] = ()) -> tuple[MutantStatus, str]:
+def mutant_status(probe: str, mutant: dict, held: set[str]) -> tuple[MutantStatus, str]:
     """What the cases made of one mutant of a fix's code, and why. Only the cases in ``held`` (clean
     on the tree unmutated) can tell a mutant: a case the tree already fails would "kill" every
     mutant. Not covered: no case ran a line of it (``reached_by`` empty), so nothing could tell it from
@@ -433,13 +433,14 @@ def mutant_status(probe: str, mutant: dict, held: set[str], baseline: Iterable[C
                           f"{f' ({case.error.where})' if case.error else ''}")
     if errors:
         return "error", "; ".join(errors)
-    return "survived", probe_duties.EXPLAINED.get(key) or unvaried(probe, mutant, baseline)
+    return "survived", probe_duties.EXPLAINED.get(key, "")
 
 
 def unvaried(probe: str, mutant: dict, baseline: Iterable[Case]) -> str:
     """Why a survivor of a condition's mutant (``insert``, ``negate``, ``true``, ``false``) survived when it is an
     input no case varied: an inserted input no dimension of the probe's case space reads, or a condition on the
-    mutant's line the cases (unmutated, ``baseline``) never saw both ways; else nothing."""
+    mutant's line the cases (unmutated, ``baseline``) never saw both ways; else nothing. A diagnosis, not an
+    explanation: such a survivor still counts as unexplained (the evidence has the gap it names)."""
     operator = mutant["operator"]
     if operator.startswith("insert:"):
         attribute = operator.split(":", 1)[1]
