@@ -154,6 +154,20 @@ def deciding(fn: ast.FunctionDef, names: tuple[str, ...] = ()) -> list[ast.stmt]
     return sorted(found.values(), key=lambda n: (n.lineno, n.col_offset))
 
 
+def changed(text: str, node: ast.FunctionDef, old: str, new: str) -> ast.FunctionDef | None:
+    """``node`` (defined in the file ``text``) with its source text ``old``, found exactly once in it, made ``new``,
+    parsed at the function's own lines (columns as its dedented source has them); None when ``old`` is not there
+    exactly once. Raises SyntaxError, IndexError for a change that does not parse into a function."""
+    import textwrap
+
+    segment = "".join(text.splitlines(keepends=True)[node.lineno - 1 : node.end_lineno])
+    if segment.count(old) != 1:
+        return None
+    fn = ast.parse(textwrap.dedent(segment.replace(old, new))).body[0]
+    ast.increment_lineno(fn, node.lineno - 1)
+    return fn  # type: ignore[return-value]
+
+
 def enclosing(fn: ast.FunctionDef, target: ast.AST) -> ast.stmt:
     """The innermost statement of ``fn`` that holds ``target`` (itself, when it is one): a case that ran
     none of its lines never evaluated anything of it."""

@@ -33,7 +33,6 @@ import ast
 import copy
 import dataclasses
 import inspect
-import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import CodeType, FunctionType
@@ -325,7 +324,8 @@ def hunk_mutants(targets: list[Target], hunks: list[dict[str, str]]) -> list[tup
             continue
         node = target.node
         with open(target.path, encoding="utf-8") as handle:
-            lines = handle.read().splitlines(keepends=True)
+            text = handle.read()
+        lines = text.splitlines(keepends=True)
         segment = "".join(lines[node.lineno - 1 : node.end_lineno])
         if segment.count(hunk["old"]) != 1:
             mutant.unappliable = f"its text occurs {segment.count(hunk['old'])} times in the function, not once"
@@ -338,8 +338,11 @@ def hunk_mutants(targets: list[Target], hunks: list[dict[str, str]]) -> list[tup
         mutant.line = start
         mutant.spans = tuple(fixcode.span(s) for s in touched) if touched and start >= node.body[0].lineno else (whole,)
         try:
-            fn = ast.parse(textwrap.dedent(segment.replace(hunk["old"], hunk["new"]))).body[0]
-            ast.increment_lineno(fn, node.lineno - 1)
+            fn = fixcode.changed(text, node, hunk["old"], hunk["new"])
+            if hunk.get("conditions"):  # the host's list of the changed function's conditions: recorded, case by case
+                from . import recording
+
+                fn = recording.recording(fn, hunk["conditions"])
             mutant.code = compile_function(target, fn)  # type: ignore[arg-type]
         except (SyntaxError, LookupError, ValueError, IndexError) as exc:
             mutant.unappliable = f"does not compile: {exc}"

@@ -30,6 +30,8 @@ PURE = frozenset({bool, int, type(None), str, bytes, list, tuple, dict, set, fro
 
 NAME = "__cond__"  # the global the rewritten code calls (a dunder: never mangled inside a class)
 _SEEN: dict[int, int] = {}  # condition index -> 1: seen true, 2: seen false (or both)
+NAMES: dict[int, str] = {}  # index -> name of every condition this process's rewritten code records
+_NEXT = [0]  # the next index to hand out
 _STACK = threading.local()
 
 
@@ -141,19 +143,13 @@ def install(listed: list[dict[str, Any]], sglang_root: str) -> dict[int, str]:
     [line, col, end line, end col], "kind": kind}]}]``. Returns index -> condition name for the conditions
     found where the list said; a function the tree lacks, defines in another file or whose rewritten code
     would close over other names is left as it is (its conditions are never seen)."""
-    names: dict[int, str] = {}
-    counter = 0
     targets, _ = mutation.find({entry["function"]: () for entry in listed})
     by_name = {t.name: t for t in targets}
     for entry in listed:
         target = by_name.get(entry["function"])
         if target is None or os.path.relpath(target.path, sglang_root).replace(os.sep, "/") != entry["file"]:
             continue
-        wanted, at = {}, {}
-        for condition in entry["conditions"]:
-            wanted[tuple(condition["position"])] = (condition["kind"], counter)
-            at[counter] = condition["at"]
-            counter += 1
+        wanted, at = allocate(entry["conditions"])
         fn, found = rewrite(target.node, wanted)
         try:
             code = mutation.compile_function(target, fn)
@@ -162,5 +158,23 @@ def install(listed: list[dict[str, Any]], sglang_root: str) -> dict[int, str]:
         if code.co_freevars != target.function.__code__.co_freevars:
             continue
         instrument(target.function, code)
-        names.update({index: at[index] for index in found})
-    return names
+        NAMES.update({index: at[index] for index in found})
+    return NAMES
+
+
+def allocate(listed: list[dict[str, Any]]) -> tuple[dict[tuple[int, ...], tuple[str, int]], dict[int, str]]:
+    """Indices for conditions ``[{"at", "position", "kind"}]``: (position -> (kind, index), index -> name)."""
+    wanted, at = {}, {}
+    for condition in listed:
+        wanted[tuple(condition["position"])] = (condition["kind"], _NEXT[0])
+        at[_NEXT[0]] = condition["at"]
+        _NEXT[0] += 1
+    return wanted, at
+
+
+def recording(fn: ast.FunctionDef, listed: list[dict[str, Any]]) -> ast.FunctionDef:
+    """``fn`` (a mutant's function) recording the conditions the host listed for it, found where it said."""
+    wanted, at = allocate(listed)
+    fn, found = rewrite(fn, wanted)
+    NAMES.update({index: at[index] for index in found})
+    return fn

@@ -10,10 +10,11 @@ from rich.markup import escape
 from rich.table import Table
 
 from runner import errors, ui
+from probes.duties import FIX_CODE
 from runner.app import pipeline
 from runner.commands import options
-from runner.evidence import bundle, catalog, mutation, pins
-from runner.judge import judging
+from runner.evidence import bundle, catalog, materials, mutation, pins
+from runner.judge import conditions, judging
 from runner.judge.observations import Case, ImportResult
 from runner.evidence.records import MutationRecord
 from runner.sandbox import execute
@@ -47,10 +48,13 @@ class _Run(BaseModel):
     import_: ImportResult
 
 
-def judge(source: str, tree_digest: str, raw: _Run, sites: list[str] | None = None) -> mutation.Mutation:
+def judge(source: str, tree_digest: str, raw: _Run, sites: list[str] | None = None,
+          changed: dict[str, list[conditions.Condition]] | None = None) -> mutation.Mutation:
     """The report, judged here from the recorded effects: the cases unmutated first, then each mutant
     by the cases that held on them. ``sites``: the configurations the fix is pinned in, whose cases
-    say whether the tree unmutated is fixed (a defence off by default is measured with its option on)."""
+    say whether the tree unmutated is fixed (a defence off by default is measured with its option on).
+    ``changed``: each hunk's conditions (``changed_conditions``): a hunk every case held on reads "fixed" only
+    when the cases that ran it saw each condition of its changed function both ways, as an audit would."""
     baseline = [judging.rejudge(raw.probe, c) for c in raw.baseline]
     held = {c.id for c in baseline if judging.state(c) == "clean"}
     mutants = []
@@ -61,6 +65,10 @@ def judge(source: str, tree_digest: str, raw: _Run, sites: list[str] | None = No
         if m["operator"] == "hunk" and status not in ("error", "equivalent"):
             reads, failed = judging.status_with(raw.probe, baseline, m.get("cases", []))
             why = "; ".join(failed) or why
+            ran = [Case.model_validate(c) for c in m.get("cases", [])]
+            one_way = [said for c in conditions.judged((changed or {}).get(m["id"], []), ran) if (said := c.one_way())]
+            if reads == "fixed" and one_way:
+                reads, why = judging.on_conditions(reads, one_way), "; ".join(one_way)
         mutants.append(mutation.Mutant(id=m["id"], function=m["function"], file=m["file"], line=m["line"],
                                        operator=m["operator"], before=m["before"], after=m["after"], status=status, why=why,
                                        reached_by=len(m.get("reached_by", [])), reads=reads, unvaried=unvaried))
@@ -72,12 +80,12 @@ def judge(source: str, tree_digest: str, raw: _Run, sites: list[str] | None = No
 
 
 def run_mutants(environment: envs.Env, probe: str, case_timeout: int, sandboxed: bool,
-                hunks: mutation.Hunks | None = None) -> _Run:
+                hunks: list[dict] | None = None) -> _Run:
     """The harness with ``--mutate`` in the tree's sandbox (where the fail-closed rule allows none,
     outside it: ``pipeline.Options.sandboxed``), as ``execute.run_probes`` runs it; with ``hunks``, those
-    changes are the mutants."""
+    changes are the mutants (each with the conditions of its changed function to record: ``changed_conditions``)."""
     args = ["--case-timeout", str(case_timeout), "--probe", probe, "--mutate", *execute.condition_args(environment),
-            *(("--hunks", hunks.model_dump_json()) if hunks is not None else ())]
+            *(("--hunks", orjson.dumps(hunks).decode()) if hunks is not None else ())]
     with execute.harness(environment, args, timeout=MUTATE_ALLOWANCE, sandboxed=sandboxed) as (run, out):
         if run.code != 0:
             raise errors.Infrastructure(f"mutation run of {probe} failed in {environment.root.name}", detail=run.log_tail)
@@ -96,13 +104,25 @@ def measure(plan: list[tuple[str, int]], p: pins.Pins, opts: pipeline.Options, i
         if not sandboxed:
             ui.err.print(f"[bold red]unsandboxed:[/] {escape(text)} runs without bubblewrap, with your rights")
         environment = envs.env(tree, opts.cache, interp, torch)
+        listed, sent = changed_conditions(n, hunks, materials.reader(tree.root)) if hunks is not None else ({}, None)
         for probe in p.fix(n).probes:
             ui.err.print(f"mutating #{n}'s code in {escape(text)} ({probe})...")
-            raw = run_mutants(environment, probe, case_timeout, sandboxed, hunks)
+            raw = run_mutants(environment, probe, case_timeout, sandboxed, sent)
             if raw.import_.outcome != "ok":
                 raise errors.Infrastructure(f"{text}: SGLang did not import ({raw.import_.error.message if raw.import_.error else ''})")
-            found.append((bundle.label(tree.identity), judge(text, tree.identity.tree_digest, raw, p.fix(n).sites)))
+            found.append((bundle.label(tree.identity), judge(text, tree.identity.tree_digest, raw, p.fix(n).sites, listed)))
     return found
+
+
+def changed_conditions(fix: int, hunks: mutation.Hunks, read) -> tuple[dict[str, list[conditions.Condition]], list[dict]]:
+    """Each change's conditions, read on the host from the stored tree with the change made (hunk id -> the host's
+    list), and the hunks as the harness takes them, each with what to record of its changed function."""
+    listed, sent = {}, []
+    for hunk in hunks.root:
+        names = FIX_CODE.get(fix, {}).get(hunk.function, ())
+        listed[hunk.id], wanted = conditions.of_change(hunk.function, names, read, hunk.old, hunk.new, f"hunk {hunk.id}")
+        sent.append({**hunk.model_dump(mode="json"), "conditions": wanted})
+    return listed, sent
 
 
 def read_hunks(path: str) -> mutation.Hunks:

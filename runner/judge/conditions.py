@@ -43,6 +43,15 @@ class Condition(BaseModel):
         """``file:line``."""
         return self.at.rsplit(":", 1)[0]
 
+    def one_way(self) -> str | None:
+        """As a verdict names it (``condition `X` at file:line never false``), or None when seen both ways or
+        explained."""
+        missing = self.missing()
+        if not missing:
+            return None
+        never = "never true or false" if len(missing) == 2 else f"never {str(missing[0]).lower()}"
+        return f"condition `{self.text}` at {self.line} {never}"
+
     def missing(self) -> list[bool]:
         """The values no case saw it take (none when a reason explains it)."""
         if self.reason is not None:
@@ -149,6 +158,26 @@ def wanted(read: Callable[[str], str | None]) -> list[dict]:
                         "at": conditions.key(path, node), "position": list(conditions.position(node)), "kind": kind}
     return [{**entry, "conditions": [entry["conditions"][p] for p in sorted(entry["conditions"])]}
             for entry in by_function.values()]
+
+
+def of_change(qualified: str, names: tuple[str, ...], read: Callable[[str], str | None], old: str, new: str,
+              label: str) -> tuple[list[Condition], list[dict]]:
+    """The atomic conditions of a function of the fix's code once a change (``mutate --hunks``: ``old`` made
+    ``new``) is made to it, read from the stored tree as the harness makes the change (``fixcode.changed``): the
+    host's list (each named ``label: file:line:col``, columns of the dedented source) and what the harness records
+    them by. Nothing for a change that does not apply (the harness reports it as unappliable)."""
+    try:
+        found = fixcode.locate(read, qualified)
+        fn = fixcode.changed(read(found[0]) or "", found[1], old, new) if found is not None else None
+    except (SyntaxError, ValueError, IndexError, RecursionError):
+        return [], []
+    if fn is None or not isinstance(fn, ast.FunctionDef):
+        return [], []
+    path = found[0]
+    named = [c.model_copy(update={"at": f"{label}: {c.at}"}) for c in listed(qualified, path, fn, names)]
+    wanted = [{"at": f"{label}: {conditions.key(path, node)}", "position": list(conditions.position(node)), "kind": kind}
+              for node, kind in conditions.atoms(fixcode.deciding(fn, names)) if not constant(node)]
+    return named, wanted
 
 
 def judged(found: list[Condition], cases: Iterable[Case]) -> list[Condition]:

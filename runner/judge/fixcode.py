@@ -49,12 +49,7 @@ class FixCoverage(_Model):
     def one_way(self) -> list[str]:
         """Each atomic condition of the fix's code no case saw both ways and no reason explains, as it reads:
         ``condition `X` at file:line never false``."""
-        out = []
-        for c in (c for f in self.functions for c in f.conditions):
-            if missing := c.missing():
-                never = "never true or false" if len(missing) == 2 else f"never {str(missing[0]).lower()}"
-                out.append(f"condition `{c.text}` at {c.line} {never}")
-        return out
+        return [said for f in self.functions for c in f.conditions if (said := c.one_way()) is not None]
 
     def both_ways(self) -> tuple[int, int]:
         """(conditions seen both ways or explained, conditions) of the fix's code."""

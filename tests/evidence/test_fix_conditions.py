@@ -100,3 +100,14 @@ def test_a_surviving_condition_mutant_names_the_input_no_case_varied():
     both = _cases({A: [False, True], HOLDS: [False, True]})
     assert judging.unvaried("admission", {**survivor, "operator": "negate"}, both) == ""
     assert judging.unvaried("admission", {**survivor, "operator": "delete"}, baseline) == ""
+
+
+def test_a_change_is_read_with_its_conditions_as_the_harness_makes_it(tree_root):
+    """mutate --hunks: the host lists the changed function's conditions (an inserted one included) from the stored
+    bytes with the change made, each with the place the harness's rewrite finds it by."""
+    read = materials.reader(tree_root)
+    found, wanted = conditions.of_change("sglang.srt.disaggregation.utils.is_unadmitted_reject", (), read,
+                                         "req.aborted and", "req.aborted and req.priority is None and", "hunk h")
+    assert [c.text for c in found] == ["req.aborted", "req.priority is None", "req.holds", "req.count > 0"]
+    assert all(c.at.startswith(f"hunk h: {UTILS}:") for c in found) and [w["at"] for w in wanted] == [c.at for c in found]
+    assert conditions.of_change("sglang.srt.disaggregation.utils.is_unadmitted_reject", (), read, "absent", "x", "h") == ([], [])
