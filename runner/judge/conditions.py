@@ -162,21 +162,29 @@ def wanted(read: Callable[[str], str | None]) -> list[dict]:
 
 def of_change(qualified: str, names: tuple[str, ...], read: Callable[[str], str | None], old: str, new: str,
               label: str) -> tuple[list[Condition], list[dict]]:
-    """The atomic conditions of a function of the fix's code once a change (``mutate --hunks``: ``old`` made
-    ``new``) is made to it, read from the stored tree as the harness makes the change (``fixcode.changed``): the
-    host's list (each named ``label: file:line:col``, columns of the dedented source) and what the harness records
-    them by. Nothing for a change that does not apply (the harness reports it as unappliable)."""
+    """The atomic conditions a change (``mutate --hunks``: ``old`` made ``new``) writes into a function of the fix's
+    code (those on the lines of its new text), read from the stored tree as the harness makes the change
+    (``fixcode.changed``): the host's list (each named ``label: file:line:col``, columns of the dedented source)
+    and what the harness records them by. The function's other conditions are the audit's (the cases that reach
+    the change need not drive them). Nothing for a change that does not apply (the harness says unappliable)."""
     try:
         found = fixcode.locate(read, qualified)
-        fn = fixcode.changed(read(found[0]) or "", found[1], old, new) if found is not None else None
+        if found is None:
+            return [], []
+        text = read(found[0]) or ""
+        fn = fixcode.changed(text, found[1], old, new)
     except (SyntaxError, ValueError, IndexError, RecursionError):
         return [], []
     if fn is None or not isinstance(fn, ast.FunctionDef):
         return [], []
-    path = found[0]
-    named = [c.model_copy(update={"at": f"{label}: {c.at}"}) for c in listed(qualified, path, fn, names)]
-    wanted = [{"at": f"{label}: {conditions.key(path, node)}", "position": list(conditions.position(node)), "kind": kind}
-              for node, kind in conditions.atoms(fixcode.deciding(fn, names)) if not constant(node)]
+    path, node = found
+    segment = "".join(text.splitlines(keepends=True)[node.lineno - 1 : node.end_lineno])
+    start = node.lineno + segment[: segment.index(old)].count("\n")
+    lines = range(start, start + new.rstrip("\n").count("\n") + 1)
+    named = [c.model_copy(update={"at": f"{label}: {c.at}"}) for c in listed(qualified, path, fn, names)
+             if int(c.at.split(":")[-2]) in lines]
+    wanted = [{"at": f"{label}: {conditions.key(path, atom)}", "position": list(conditions.position(atom)), "kind": kind}
+              for atom, kind in conditions.atoms(fixcode.deciding(fn, names)) if not constant(atom) and atom.lineno in lines]
     return named, wanted
 
 

@@ -108,6 +108,7 @@ def test_a_change_is_read_with_its_conditions_as_the_harness_makes_it(tree_root)
     read = materials.reader(tree_root)
     found, wanted = conditions.of_change("sglang.srt.disaggregation.utils.is_unadmitted_reject", (), read,
                                          "req.aborted and", "req.aborted and req.priority is None and", "hunk h")
-    assert [c.text for c in found] == ["req.aborted", "req.priority is None", "req.holds", "req.count > 0"]
+    assert [c.text for c in found] == ["req.aborted", "req.priority is None", "req.holds"]  # the changed line's
     assert all(c.at.startswith(f"hunk h: {UTILS}:") for c in found) and [w["at"] for w in wanted] == [c.at for c in found]
     assert conditions.of_change("sglang.srt.disaggregation.utils.is_unadmitted_reject", (), read, "absent", "x", "h") == ([], [])
+    assert conditions.of_change("sglang.srt.disaggregation.utils.absent", (), read, "a", "b", "h") == ([], [])
