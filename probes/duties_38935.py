@@ -293,7 +293,8 @@ SPACE = space.Space(
             space.Value("applied", "its finish already applied when it reaches the door: the tree's own "
                         "update_finish_state moved the rejection into finished_reason (finished() True)",
                         label="finished", says="already finished"),
-        ), over={"abort": ("rejected",)}, reads=("finished_reason", "finished", "update_finish_state")),
+        ), over={"abort": ("rejected",), "session": ("none", "session")},  # also where the retire path releases a session
+            reads=("finished_reason", "finished", "update_finish_state")),
         space.Dimension("stream", (
             space.Value("off", "a client that takes the whole response at once", label=""),
             space.Value("on", "a client streaming its response (Req.stream, /generate with stream on)",
@@ -303,7 +304,7 @@ SPACE = space.Space(
             space.Value("off", "no logprobs asked for", label=""),
             space.Value("on", "the client asked for logprobs (return_logprob); the tree's own rejection "
                         "(set_finish_with_abort) may clear the flag", label="logprob", says="asking for logprobs"),
-        ), over={"abort": ("rejected",)}, reads=("return_logprob",)),
+        ), over={"abort": ("rejected",), "session": ("none", "session")}, reads=("return_logprob",)),
         space.Dimension("session", (
             space.Value("none", "no session", label=""),
             space.Value("session", "a turn of a streaming session, which create_req marked in flight",
@@ -371,7 +372,11 @@ FIX_CODE: dict[str, tuple[str, ...]] = {
 
 # Mutants no case can tell from the tree, each with why, keyed by (function, operator, statement before):
 # ``EQUIVALENT`` ones behave the same on every input; ``EXPLAINED`` ones do not, and stay survivors.
-EQUIVALENT: dict[tuple[str, str, str], str] = {}
+EQUIVALENT: dict[tuple[str, str, str], str] = {
+    ("DecodePreallocQueue.add", "insert:req.output_ids", "not is_retracted and (not is_rebootstrap) and is_unadmitted_reject(req)"):
+        "the gate retires only a request neither retracted nor re-bootstrapping, that is one rejected at intake on its "
+        "first admission: it has produced no output, so `not req.output_ids` holds wherever the rest of the test does",
+}
 EXPLAINED: dict[tuple[str, str, str], str] = {
     ("Scheduler.retire_unadmitted_request", "delete", "req.release_mm_inputs_on_abort()"):
         "0.5.22's retire path also frees multimodal inputs, but set_finish_with_abort already freed a rejected "
