@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import re
 from typing import Annotated
 
@@ -94,17 +93,6 @@ def one_line(text: str, limit: int = LINE_CHARS) -> str:
     never printed, and a longer text is cut at ``limit`` characters, saying how long it was."""
     shown = printable(text[: limit + 1])
     return shown if len(text) <= limit and len(shown) <= limit else f"{shown[:limit]}… ({len(text)} characters)"
-
-
-def positive_int(text: str) -> int:
-    """argparse type for counts and seconds: 0 or less would silently do nothing useful."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
 
 
 class BadInput(DiffprobeError):

@@ -288,7 +288,7 @@ def layout(w: Worker, answers: Answers) -> tuple[dict | None, str]:
                                                                    ((n, got[n].value) for n in LAYOUT) if v is not None)
 
 
-def ask_trees(fleet: Fleet, opts: pipeline.Options, trees: dict, args, ends: float) -> None:
+def ask_trees(fleet: Fleet, opts: pipeline.Options, trees: dict, deadline: int, ends: float) -> None:
     """Each tree's own reading of everything its workers report (in its sandbox, within the deadline)."""
     interp = envs.interpreter(opts.probe.python)
     torch = opts.probe.torch()
@@ -311,12 +311,13 @@ def ask_trees(fleet: Fleet, opts: pipeline.Options, trees: dict, args, ends: flo
             fleet.answers[source] = server_config.ask(environment, questions, sandboxed=opts.sandboxed(tree),
                                                       timeout=max(1, min(server_config.TIMEOUT, left)))
         except errors.Infrastructure:
-            past(ends, args, "the trees' reading of the workers' configuration")
+            past(ends, deadline, "the trees' reading of the workers' configuration")
             raise
 
 
 
-def past(ends: float, args, during: str) -> None:
+def past(ends: float, deadline: int, during: str) -> None:
+    """Fail closed once the whole command's deadline (``--deadline``, ``deadline`` seconds) has passed."""
     if time.monotonic() >= ends:
-        raise errors.DiffprobeError.differs(f"the whole accept's deadline (--deadline {args.deadline} s) passed during "
+        raise errors.DiffprobeError.differs(f"the whole accept's deadline (--deadline {deadline} s) passed during "
                                             f"{during}: failing closed, not accepted")

@@ -392,12 +392,12 @@ def cmd_accept(args) -> int:
     opts = options.resolved(args, pins.load(options.path(args.pins)), options.probe(args))
     sources = list(dict.fromkeys(tree_of.values()))
     probed = {p.row.source: p for p in survey.probe(sources, opts)}
-    past(ends, args, "the tree audit")
+    past(ends, args.deadline, "the tree audit")
     trees = {s: pipeline.resolve(s, opts) for s in sources}  # stored already: re-verified, not fetched
     unbound = other_code(workers, tree_of, {s: tree_version(t.root) for s, t in trees.items()})
     fleet = Fleet(workers, tree_of, {}, {s: {f.id: f for f in probed[s].row.static} for s in sources},
                   declarations(args.env, workers))
-    ask_trees(fleet, opts, trees, args, ends)
+    ask_trees(fleet, opts, trees, args.deadline, ends)
     roles = {w.url: w.role for w in workers}
 
     audit = audit_gates(probed, fleet)

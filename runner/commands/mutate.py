@@ -195,7 +195,7 @@ def register(sub) -> None:
     p.add_argument("--hunks", metavar="FILE", help="try these changes of the fix's code instead of the operators' "
                    "mutants (JSON list of id, function, old, new): what the tree with each reads, from every case it reaches")
     options.out(p, "mutate")
-    p.add_argument("--case-timeout", type=errors.positive_int, default=CASE_TIMEOUT, metavar="S",
+    p.add_argument("--case-timeout", type=options.positive_int, default=CASE_TIMEOUT, metavar="S",
                    help=f"seconds a case may run on one mutant (default {CASE_TIMEOUT}; a hang counts as detected)")
     options.env_options(p)
     options.common(p)

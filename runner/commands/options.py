@@ -73,7 +73,7 @@ def intake_bounds(p: argparse.ArgumentParser) -> None:
     """How much one tree may hold (runner/store/intake.py; README, "Threat model")."""
     d = intake.Bounds()
     g = p.add_argument_group("intake bounds", "a tree over any of these is refused before anything of it is copied")
-    g.add_argument("--max-files", type=errors.positive_int, default=d.files, metavar="N",
+    g.add_argument("--max-files", type=positive_int, default=d.files, metavar="N",
                    help=f"files and directories in one tree's package (default {d.files})")
     g.add_argument("--max-file-size", type=_size("--max-file-size"), default=d.file_size, metavar="SIZE",
                    help=f"apparent size of one file, e.g. 200M (default {d.file_size >> 20}M)")
@@ -88,6 +88,17 @@ def _size(option: str):
         except errors.BadInput as e:
             raise argparse.ArgumentTypeError(e.message) from None
     return parse
+
+
+def positive_int(text: str) -> int:
+    """argparse type for counts and seconds: 0 or less would silently do nothing useful."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
 
 
 def resolved(args: argparse.Namespace, p: pins.Pins, probe: ProbeOptions = ProbeOptions()) -> Options:
@@ -135,14 +146,14 @@ def probe_options(p: argparse.ArgumentParser, *, parallel: str | None = "probe r
     """--python, -j (unless ``parallel`` is None: one tree), --case-timeout and --repeat."""
     env_options(p)
     if parallel:
-        p.add_argument("-j", "--jobs", type=errors.positive_int, default=None, metavar="N",
+        p.add_argument("-j", "--jobs", type=positive_int, default=None, metavar="N",
                        help=f"{parallel} (default: as many as the cores and memory allow; each tree's cases run "
                             "on the cores left to it)")
     else:
         p.set_defaults(jobs=1)
-    p.add_argument("--case-timeout", type=errors.positive_int, default=DEFAULT_CASE_TIMEOUT, metavar="S",
+    p.add_argument("--case-timeout", type=positive_int, default=DEFAULT_CASE_TIMEOUT, metavar="S",
                    help=f"seconds before a probe case is killed (default {DEFAULT_CASE_TIMEOUT})")
-    p.add_argument("--repeat", type=errors.positive_int, default=1, metavar="N",
+    p.add_argument("--repeat", type=positive_int, default=1, metavar="N",
                    help="run each tree's probes N times; exit 1 if any observation differs")
     p.add_argument("--no-reuse", dest="reuse", action="store_false",
                    help="probe every tree even when the receipts store holds its receipts (a new observation)")
@@ -152,7 +163,7 @@ def fixes(p: argparse.ArgumentParser, help: str = "only this fix's probes (repea
           *also: str) -> None:
     """--fix N (and the names in ``also``): narrow a command to some of the pinned fixes (an unknown
     one is refused, exit 2)."""
-    p.add_argument("--fix", *also, dest="fix", type=errors.positive_int, action="append", metavar="N", help=help)
+    p.add_argument("--fix", *also, dest="fix", type=positive_int, action="append", metavar="N", help=help)
 
 
 def probe(args: argparse.Namespace) -> ProbeOptions:
@@ -193,10 +204,10 @@ COMMAND_DEADLINE = 3600
 def http_deadlines(p: argparse.ArgumentParser, *, whole_command: bool) -> None:
     """--timeout for each whole HTTP request to a live server (connect, headers and body: a server
     that drips its answer cannot stretch it), and with ``whole_command`` --deadline for all of them."""
-    p.add_argument("--timeout", type=errors.positive_int, default=REQUEST_TIMEOUT, metavar="S",
+    p.add_argument("--timeout", type=positive_int, default=REQUEST_TIMEOUT, metavar="S",
                    help=f"seconds for each whole HTTP request, headers and body (default {REQUEST_TIMEOUT})")
     if whole_command:
-        p.add_argument("--deadline", type=errors.positive_int, default=COMMAND_DEADLINE, metavar="S",
+        p.add_argument("--deadline", type=positive_int, default=COMMAND_DEADLINE, metavar="S",
                        help=f"seconds for the whole command; a worker still answering then fails it closed (default {COMMAND_DEADLINE})")
 
 

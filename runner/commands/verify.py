@@ -95,7 +95,7 @@ def register(sub) -> None:
     p.add_argument("--key", action="append", metavar="PUBLIC_KEY",
                    help="Ed25519 public key file(s) (PEM; a file may hold several keys; repeatable): every attestation "
                         "must carry valid signatures by --threshold of them, each checked against the key its id names")
-    p.add_argument("--threshold", type=errors.positive_int, default=1, metavar="K",
+    p.add_argument("--threshold", type=options.positive_int, default=1, metavar="K",
                    help="how many distinct keys of those given must sign every attestation (default 1)")
     p.add_argument("--not-before", type=_instant, metavar="DATE",
                    help="refuse a bundle whose signed creation time is before DATE (ISO 8601; needs --key)")

@@ -212,7 +212,7 @@ def _layer(cache: Store, interp: Interpreter, torch: list[TorchSource] | None = 
                             f"(sha256 {record.sha256[:16]}…)"))
         with ui.step(f"install {len(packages)} locked packages into the shared layer (uv)"):
             python = scratch / "bin" / "python"
-            argv, env = uv.install_command(python, LOCK, uv.pip_settings(python), scratch / ".uv-cache")
+            argv, env = uv.install_command(python, LOCK, uv.pip_settings(python), scratch / ".uv-cache", environ=os.environ)
             run_logged(argv, step="install the locked dependency layer", log=log, env=env)
             shutil.rmtree(scratch / ".uv-cache")
         site = _site_packages(scratch / "bin" / "python").relative_to(scratch)

@@ -14,7 +14,6 @@ out of a shared cache writes 2.4 GiB twice) and shares its inode with nothing.
 
 from __future__ import annotations
 
-import os
 import shlex
 import subprocess
 from pathlib import Path
@@ -75,10 +74,11 @@ def from_pip(settings: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
     return args, env
 
 
-def install_command(python: Path, requirements: Path, settings: Mapping[str, str], cache: Path,
-                    environ: Mapping[str, str] = os.environ) -> tuple[list[str], dict[str, str]]:
+def install_command(python: Path, requirements: Path, settings: Mapping[str, str], cache: Path, *,
+                    environ: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
     """The uv command that installs ``requirements`` (exact pins, no dependencies) into ``python``'s
-    environment with ``cache`` as uv's cache (the caller removes it), and its environment."""
+    environment with ``cache`` as uv's cache (the caller removes it), and its environment: ``environ`` (the one
+    the caller starts it in) without what would point uv at another index or cache."""
     args, extra = from_pip(settings)
     env = {k: v for k, v in environ.items() if k not in _UV_SOURCES}
     env.update(extra)
