@@ -407,7 +407,10 @@ def run(probe: Any, cases: list[Any], run_forked: Callable[[Any], dict[str, Any]
                     case, build=lambda journal, case=case, target=target, mutant=mutant: (apply(target, mutant), case.build(journal))[1]
                 )
                 result = run_forked(patched)
-                entry["cases"].append(result)
+                # the host judges a mutant's cases by their effects (and a change's by the conditions it wrote): their
+                # lines, and an operator's conditions, are dropped so that hundreds of mutants stay within a result file
+                entry["cases"].append({**result, "lines": None, "renamed": None,
+                                       **({} if hunks is not None else {"conditions": None})})
                 if _tells(result):
                     kills[case.id] = kills.get(case.id, 0) + 1
                     break
