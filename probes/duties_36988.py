@@ -300,6 +300,12 @@ SPACE = space.Space(
                         label="slot-0", says="in metadata slot 0"),
         ), over={"abort": ("pending",), "phase": ("final",), "bootstrap": ("done",), "holds": ("kv-metadata", "metadata")},
             reads=("metadata_buffer_index",)),
+        space.Dimension("logprob", (
+            space.Value("off", "no logprobs asked for", label=""),
+            space.Value("on", "the client asked for logprobs (return_logprob): the result's logprob pointer advances "
+                        "past it", label="logprob", says="asking for logprobs"),
+        ), over={"abort": ("pending", "retired"), **FINAL}, reads=("return_logprob",)),  # a healthy one needs the
+        # forward's logprob outputs, which no case builds
         space.Dimension("extent", (
             space.Value("unset", "no extend range recorded on it", label=""),
             space.Value("mid", "the extend range of the middle chunk that ran: it ends inside the input, so no later "

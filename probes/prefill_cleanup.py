@@ -64,6 +64,7 @@ class Shape:
     hicache: bool = True
     batch: str = "alone"  # alone, after-aborted (second of two), before-aborted (first of two)
     mid_range: bool = False  # its extend range that of a middle chunk (ends inside the input)
+    logprob: bool = False  # the client asked for logprobs
 
     @classmethod
     def of(cls, point: Mapping[str, str]) -> "Shape":
@@ -87,6 +88,7 @@ class Shape:
             hicache=point["hicache"] == "on",
             batch=point["batch"],
             mid_range=point["extent"] == "mid",
+            logprob=point["logprob"] == "on",
         )
 
 
@@ -278,6 +280,8 @@ class ResultScene:
             tree.launch_last_chunk(req)
         if shape.mid_range:
             tree.ran_middle_chunk(req)
+        if shape.logprob:
+            req.return_logprob = True
         return req
 
     def _pools(self, journal: Journal) -> dict[str, Any]:
