@@ -443,6 +443,10 @@ FIX_CODE: dict[str, tuple[str, ...]] = {
 # Mutants no case can tell from the tree, each with why, keyed by (function, operator, statement before):
 # ``EQUIVALENT`` ones behave the same on every input; ``EXPLAINED`` ones do not, and stay survivors.
 EQUIVALENT: dict[tuple[str, str, str], str] = {
+    ("SchedulerDisaggregationPrefillMixin.process_batch_result_disagg_prefill", "insert:req.inflight_middle_chunks",
+     "req.inflight_middle_chunks <= 0"):
+        "inflight_middle_chunks counts a request's middle chunks still in flight, never below 0: where the test holds "
+        "it is 0, and `not 0` holds too",
     ("SchedulerDisaggregationPrefillMixin._retire_aborted_prefill_result", "true", "sender is not None"):
         "the call sits in `try: ... except Exception`, which swallows the AttributeError of None.abort()",
     ("SchedulerDisaggregationPrefillMixin._retire_aborted_prefill_result", "true",
