@@ -373,6 +373,9 @@ FIX_CODE: dict[str, tuple[str, ...]] = {
 # Mutants no case can tell from the tree, each with why, keyed by (function, operator, statement before):
 # ``EQUIVALENT`` ones behave the same on every input; ``EXPLAINED`` ones do not, and stay survivors.
 EQUIVALENT: dict[tuple[str, str, str], str] = {
+    ("Scheduler.retire_unadmitted_request", "insert:req.return_logprob", "req.session is not None and req.session.streaming"):
+        "only a request rejected at intake reaches the retire path (an aborted re-entry holds what keeps it out), and the "
+        "tree's own rejection (set_finish_with_abort) clears return_logprob: `not req.return_logprob` holds here",
     ("DecodePreallocQueue.add", "insert:req.output_ids", "not is_retracted and (not is_rebootstrap) and is_unadmitted_reject(req)"):
         "the gate retires only a request neither retracted nor re-bootstrapping, that is one rejected at intake on its "
         "first admission: it has produced no output, so `not req.output_ids` holds wherever the rest of the test does",
