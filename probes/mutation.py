@@ -12,7 +12,7 @@ that would re-import SGLang, ~10 s, for every mutant):
   a boolean expression in a condition or a ``return``) becomes a constant (for an operand: it is dropped);
 - ``negate``: such a condition ``c`` becomes ``not c``;
 - ``insert``: the first ``if`` or ``while`` test of the fix's code in each function gains ``and not <input>``,
-  for each attribute of an argument the function reads (``req.return_logprob``...): a fix whose duty now
+  for each attribute of an argument the fix's code reads (``req.return_logprob``...): a fix whose duty now
   depends on an input the cases never vary survives, and the host names the input (one site per function:
   every input at every test would multiply the run by the number of tests);
 - ``flip``: a boolean keyword argument or a returned boolean constant is negated;
@@ -170,21 +170,23 @@ def points(fn: ast.FunctionDef, names: tuple[str, ...] = ()) -> list[tuple[int, 
         if id(node) in conditions and not (isinstance(node, ast.Constant) and isinstance(node.value, bool)):
             found += [(index, "true"), (index, "false"), (index, "negate")]
         if isinstance(node, (ast.If, ast.While)) and not inserted:  # the first test of the fix's code in the function
-            found += [(index, f"insert:{attribute}") for attribute in inputs(fn)]
+            found += [(index, f"insert:{attribute}") for attribute in inputs(fn, names)]
             inserted = True
         if isinstance(node, ast.keyword) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, bool):
             found.append((index, "flip"))
     return found
 
 
-def inputs(fn: ast.FunctionDef) -> list[str]:
-    """The attributes of its arguments and loop variables (``self`` aside) the function reads as values (not
-    methods it calls), each once, in source order: the inputs a condition inserted by ``insert`` depends on."""
+def inputs(fn: ast.FunctionDef, names: tuple[str, ...] = ()) -> list[str]:
+    """The attributes of its arguments and loop variables (``self`` aside) the fix's code in the function (its slice
+    when ``names`` are given, and the statements enclosing it) reads as values (not methods it calls), each once, in
+    source order: the inputs a condition inserted by ``insert`` depends on."""
     params = {a.arg for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)}
     params |= {n.id for loop in ast.walk(fn) if isinstance(loop, ast.For) for n in ast.walk(loop.target)
                if isinstance(n, ast.Name)}
     called = {id(n.func) for n in ast.walk(fn) if isinstance(n, ast.Call)}
-    found = [ast.unparse(n) for n in ast.walk(fn) if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Load)
+    read = [n for stmt in fixcode.deciding(fn, names) for n in fixcode.own(stmt)] if names else list(ast.walk(fn))
+    found = [ast.unparse(n) for n in read if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Load)
              and isinstance(n.value, ast.Name) and n.value.id in params - {"self", "cls"} and id(n) not in called]
     return sorted(set(found), key=found.index)
 

@@ -3,7 +3,7 @@ hand list), on the real releases that carry #38935 and #36988.
 
 The generator reads each function of ``duties.FIX_CODE`` from the release's stored bytes and, at the first
 single-line ``if`` of its fix's code, makes the duty depend on each attribute of an argument or loop variable
-the function reads (``mutation.inputs``: ``if X:`` becomes ``if (X) and not <input>:``), the shape of the
+the fix's code reads (``mutation.inputs``: ``if X:`` becomes ``if (X) and not <input>:``), the shape of the
 issue's mutants (a retire path skipping requests that asked for logprobs, a door retiring only requests
 without a priority). Each runs as ``mutate --hunks`` (one SGLang import per release and fix), judged as an
 audit of the changed tree would be: its duties on the cases that reach it, and the condition it wrote, which
@@ -55,7 +55,7 @@ def generated(read, fix: int) -> list[dict]:
         indent, condition = re.match(r"(\s*)(?:el)?if (.*):\s*$", header).groups()
         keyword = "elif" if header.lstrip().startswith("elif") else "if"
         short = qualified.rsplit(".", 1)[-1].lstrip("_")
-        for attribute in mutation.inputs(fn):
+        for attribute in mutation.inputs(fn, names):
             hunks.append({"id": f"{short}-not-{attribute.replace('.', '-')}", "function": qualified, "old": header,
                           "new": f"{indent}{keyword} ({condition}) and not {attribute}:\n", "equivalent": False})
         hunks.append({"id": f"{short}-double-negation", "function": qualified, "old": header,
