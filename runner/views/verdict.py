@@ -160,8 +160,11 @@ def of_tree(fixes: list[judging.FixStatus], receipts: list[Receipt], pinned: dic
 
 
 def unreviewed(line: Line, row: Row) -> Line:
-    """``line`` as "fixed on unreviewed code": why, and the places (rejected first), the first few."""
-    return Line(line.fix, UNREVIEWED, row.unreviewed_reason(), line.config, _capped(_places(row)), line.warn, line.what)
+    """``line`` as "fixed on unreviewed code": why, what the fixed rested on ("on code that differs from
+    X at N places the cases ran...", when it said so), and the places (rejected first), the first few."""
+    rested = f"; {line.word.removeprefix('fixed, ')}" if line.word.startswith("fixed, ") else ""
+    return Line(line.fix, UNREVIEWED, row.unreviewed_reason() + rested, line.config, _capped(_places(row)), line.warn,
+                line.what)
 
 
 def _places(standing: Reviewed) -> list[str]:

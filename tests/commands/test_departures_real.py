@@ -118,8 +118,9 @@ def test_strict_fails_a_verdict_resting_on_code_that_differs_and_report_shows_it
     assert cli.main(["audit", trees["aware"], "--out", str(tmp_path / "a"), *common]) == 1
     shown = capsys.readouterr().out
     if fixed:
-        assert re.search(r"#38935 fixed, on code that differs from pypi:sglang==0\.5\.20 at \d+ places the cases ran, 5 of "
-                         r"which can tell they are being probed(, and at \d+ places? of [^:]*)?: read them", shown)
+        assert re.search(r"#38935 fixed on unreviewed code  rests on \d+ changed place\(s\) the probes can reach that no review "
+                         r"accepted \(0 accepted\); on code that differs from pypi:sglang==0\.5\.20 at \d+ places the cases "
+                         r"ran, 5 of which can tell they are being probed(, and at \d+ places? of [^:]*)?: read them", shown)
     assert "can tell it is being probed: " in shown and "_aware_stack" in shown
     assert cli.main(["audit", trees["aware"], "--strict", "--out", str(tmp_path / "s"), *common]) == 1
     release = cli.main(["audit", trees["release"], "--out", str(tmp_path / "r0"), *common])

@@ -150,3 +150,14 @@ def test_the_shipped_catalog_loads_and_names_each_boundary():
     shipped = drift.load(None)
     assert {m.group for m in shipped.modules} >= {"disaggregation", "scheduler admission", "allocator and release", "checksum",
                                                   "HiCache", "Mamba", "HiSparse", "transfer completion"}
+
+
+def test_a_changed_signature_counts_as_its_first_statement_and_a_docstring_as_nothing(tmp_path):
+    (tmp_path / "catalog.toml").write_text(CATALOG.replace('"Queue.pop", ', '"Queue.pop", "Queue.plumbing", '))
+    loaded = drift.load(tmp_path / "catalog.toml")
+    old = "class Queue:\n    def plumbing(self):\n        x = 1\n        return x\n"
+    new = "class Queue:\n    def plumbing(self, strict=True):\n        x = 1\n        return x\n"
+    [entry] = drift.changed({DECODE: old.encode()}, {DECODE: new.encode()}, loaded)
+    assert entry.statements == [(3, 3)]  # a case that called it ran the new signature
+    documented = old.replace("    def plumbing(self):\n", '    def plumbing(self):\n        """Now documented."""\n')
+    assert drift.changed({DECODE: old.encode()}, {DECODE: documented.encode()}, loaded) == []

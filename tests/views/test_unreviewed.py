@@ -50,7 +50,8 @@ def test_the_headline_reads_unreviewed_names_its_places_and_the_exit_code_follow
     words = {line.fix: line.word for line in lines}
     assert {n for n, w in words.items() if w == verdict.UNREVIEWED} == set(FIXED) and FIXED
     line = next(line for line in lines if line.word == verdict.UNREVIEWED)
-    assert line.reason == "rests on 2 changed place(s) the probes can reach (1 rejected by a review) that no review accepted (2 accepted)"
+    assert line.reason.startswith("rests on 2 changed place(s) the probes can reach (1 rejected by a review) that no review "
+                                  "accepted (2 accepted)")
     assert line.detail == ["rejected by a review: sglang/x.py:1 in f (imported) 0123456789ab", f"unreviewed: {PLACE}"]
     assert any(not verdict.carried(w) and w != verdict.UNREVIEWED for w in words.values())  # 0.5.21 lacks later defences
     assert verdict.exit_code(lines) == verdict.exit_code(lines, accept_unreviewed=True) == errors.DIFFERS
@@ -118,3 +119,12 @@ def test_compare_says_where_two_bundles_differ_in_what_is_unreviewed():
     b = {"d1": ("fork", [], set()), "d3": ("new", [1], {"x"})}
     assert compare.compare_reviews(a, b) == ["fork: on unreviewed code: #38935 -> none", f"fork: unreviewed only in A: {PLACE}"]
     assert compare.compare_reviews(a, a) == []
+
+
+def test_what_the_fixed_rested_on_is_kept_beside_why_it_is_unreviewed():
+    departed = verdict.Line(38935, "fixed, on code that differs from pypi:sglang==0.5.20 at 3 places the cases ran: read them",
+                            "r", "c", warn=["can tell it is being probed: x"])
+    line = verdict.unreviewed(departed, _row(on_unreviewed=[38935], unreviewed=[PLACE]))
+    assert line.word == verdict.UNREVIEWED and line.warn == departed.warn
+    assert line.reason == ("rests on 1 changed place(s) the probes can reach that no review accepted (0 accepted); on code that "
+                           "differs from pypi:sglang==0.5.20 at 3 places the cases ran: read them")
