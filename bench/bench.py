@@ -1,13 +1,16 @@
 """What diffprobe costs, measured side by side on one tree in one run.
 
     python bench/bench.py [--source pypi:sglang==0.5.21] [--cache-dir DIR] [--repeats 3]
-                          [--sweep 0.5.19,0.5.20,0.5.21,0.5.22] [--cold-layer]
+                          [--sweep 0.5.19,0.5.20,0.5.21,0.5.22] [--cold-layer] [--only-a]
 
 (a) the bare cost: the tree's environment's interpreter imports the probed modules from the tree
     and runs the same cases in one process, no fork, no isolation, no receipts; against diffprobe
     running them (``execute.run_probes``: harness, one fork per case, isolation) and the whole
-    ``diffprobe audit --no-reuse`` command (host start-up, tree re-verification, receipts, bundle);
-    and, on its own line, ``audit`` reusing the stored receipts (what a repeated audit costs: no probing);
+    ``diffprobe audit --no-reuse`` command (host start-up, tree re-verification, receipts, bundle),
+    each both with one case at a time (as before issue 36 item 7) and with the cases on every usable
+    core (runner/sandbox/share.py); and, on its own line, ``audit`` reusing the stored receipts (what
+    a repeated audit costs: no probing). Wall and CPU (this process's and every child's it reaped)
+    are both shown, with the load average at the start and end: on a shared machine compare CPU;
 (b) a cold per-tree environment (fresh cache, shared layer reused) against a warm one, and with
     ``--cold-layer`` the shared layer's own build;
 (c) the marginal cost of one more tree in a sweep; (d) the -j 2 speed-up on a sweep (both --no-reuse);
@@ -32,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from runner.evidence import catalog  # noqa: E402
-from runner.sandbox import execute  # noqa: E402
+from runner.sandbox import execute, share  # noqa: E402
 from runner.store import envs, sources, specs  # noqa: E402
 from runner.store.cache import Store  # noqa: E402
 
@@ -67,9 +70,19 @@ def timed(fn) -> tuple[float, object]:
     return time.monotonic() - start, value
 
 
-def cli(*argv: str) -> None:
+def cpu() -> float:
+    """CPU seconds of this process and of every child it reaped."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+# diffprobe as it ran before cases ran at once: one usable core, so each tree gets one case at a time.
+ONE_CORE = "import sys; from runner.sandbox import share; share.cores = lambda: 1; from runner import cli; sys.exit(cli.main())"
+
+
+def cli(*argv: str, one_core: bool = False) -> None:
     """A diffprobe command; exit 1 is a verdict (0.5.21 lacks the later defences), not a failure."""
-    run = subprocess.run([sys.executable, "-m", "runner.cli", *argv], cwd=ROOT,
+    run = subprocess.run([sys.executable, *(("-c", ONE_CORE) if one_core else ("-m", "runner.cli")), *argv], cwd=ROOT,
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     if run.returncode not in (0, 1):
         raise SystemExit(f"diffprobe {' '.join(argv)} failed ({run.returncode}): {run.stderr.decode(errors='replace')[-500:]}")
@@ -93,6 +106,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--sweep", default="0.5.19,0.5.20,0.5.21,0.5.22", help="releases for (c) and (d)")
     parser.add_argument("--cold-layer", action="store_true", help="also time a build of the shared layer")
+    parser.add_argument("--only-a", action="store_true", help="only (a): bare, harness and audit side by side")
     args = parser.parse_args()
     cache = Store.at(args.cache_dir)
     interp = envs.interpreter(None)
@@ -102,29 +116,43 @@ def main() -> None:
     print(f"tree {args.source}  {tree.identity.tree_digest}  cache {cache.root}  {os.cpu_count()} CPUs")
     print(f"network namespace: {'yes' if execute.network_wrapper() else 'no'}")
 
-    # (a) bare against diffprobe, alternating
-    times: dict[str, list[float]] = {"bare": [], "run_probes": [], "audit": [], "reused": []}
+    # (a) bare against diffprobe, alternating; diffprobe with one case at a time and with the cases at once
+    at_once = share.of(1).cases
+    arms = {
+        "bare": ("bare, plain python -I, warm byte-code", lambda i: bare(environment, work)),
+        "run_probes-1": ("execute.run_probes, one case at a time", lambda i: execute.run_probes(environment, probes, jobs=1)),
+        "run_probes": (f"execute.run_probes, {at_once} cases at once", lambda i: execute.run_probes(environment, probes)),
+        "audit-1": ("audit --no-reuse, one case at a time", lambda i: cli(
+            "audit", args.source, "--no-reuse", "--out", str(work / f"audit-1-{i}"), "--cache-dir", str(cache.root), one_core=True)),
+        "audit": (f"audit --no-reuse, {at_once} cases at once", lambda i: cli(
+            "audit", args.source, "--no-reuse", "--out", str(work / f"audit{i}"), "--cache-dir", str(cache.root))),
+        "reused": ("audit, receipts reused (no probing)", lambda i: cli(
+            "audit", args.source, "--out", str(work / f"reused{i}"), "--cache-dir", str(cache.root))),
+    }
+    times: dict[str, list[tuple[float, float]]] = {name: [] for name in arms}
+    load = [os.getloadavg()[0]]
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
         work = Path(tmp)
-        bare(environment, work)  # a warm tree: byte-code cached, as a plain interpreter leaves it
+        out = bare(environment, work)  # a warm tree: byte-code cached, as a plain interpreter leaves it
         cli("audit", args.source, "--out", str(work / "audit-first"), "--cache-dir", str(cache.root))  # a receipt to reuse
         for i in range(args.repeats):
-            t, cases = timed(lambda: bare(environment, work))
-            times["bare"].append(t)
-            t, _ = timed(lambda: execute.run_probes(environment, probes))
-            times["run_probes"].append(t)
-            t, _ = timed(lambda: cli("audit", args.source, "--no-reuse", "--out", str(work / f"audit{i}"), "--cache-dir", str(cache.root)))
-            times["audit"].append(t)
-            t, _ = timed(lambda: cli("audit", args.source, "--out", str(work / f"reused{i}"), "--cache-dir", str(cache.root)))
-            times["reused"].append(t)
-    best = {k: min(v) for k, v in times.items()}
-    print(f"\n(a) bare cost against diffprobe, {cases.split()[0]} cases, fastest of {args.repeats}")
-    for name, label in (("bare", "bare, plain python -I, warm byte-code"), ("run_probes", "diffprobe execute.run_probes"),
-                        ("audit", "diffprobe audit --no-reuse (whole command)"),
-                        ("reused", "diffprobe audit, receipts reused (no probing)")):
-        print(f"    {label:<46} {best[name]:6.1f} s   (runs: {', '.join(f'{t:.1f}' for t in times[name])})")
-    print(f"    ratio to bare: run_probes {best['run_probes'] / best['bare']:.2f}   audit {best['audit'] / best['bare']:.2f}"
-          f"   (reuse: {best['reused'] / best['bare']:.2f}, not probing)")
+            for name, (_, run) in arms.items():
+                before = cpu()
+                wall, _ = timed(lambda: run(i))
+                times[name].append((wall, cpu() - before))
+    load.append(os.getloadavg()[0])
+    best = {k: min(v) for k, v in times.items()}  # the fastest run by wall, with its CPU
+    print(f"\n(a) bare cost against diffprobe, {out.split()[0]} cases, fastest of {args.repeats}; "
+          f"load average {load[0]:.1f} at the start, {load[1]:.1f} at the end ({os.cpu_count()} CPUs)")
+    for name, (label, _) in arms.items():
+        wall, used = best[name]
+        print(f"    {label:<46} {wall:6.1f} s wall ({wall / best['bare'][0]:4.2f} of bare), {used:6.1f} s CPU   "
+              f"(walls: {', '.join(f'{t:.1f}' for t, _ in times[name])})")
+    print(f"    cases at once against one at a time: run_probes {best['run_probes'][0] / best['run_probes-1'][0]:.2f}, "
+          f"audit {best['audit'][0] / best['audit-1'][0]:.2f} of the wall")
+    print("    (CPU: this process and every child it reaped, the sandbox's included: the harness, bubblewrap's PID 1, waits for each case)")
+    if args.only_a:
+        return
 
     # (b) cold and warm environment
     with tempfile.TemporaryDirectory(prefix="bench-cold-") as tmp:
@@ -141,7 +169,7 @@ def main() -> None:
     t_warm_env, _ = timed(lambda: envs.env(tree, cache, interp))
     print("\n(b) environment, cold (fresh cache; shared layer and downloaded wheel reused) against warm")
     print(f"    cold: tree unpacked and hashed {t_tree:5.1f} s, env built {t_env:5.1f} s, first probe run {t_run:5.1f} s")
-    print(f"    warm: tree re-verified {t_warm_tree:5.1f} s, env found {t_warm_env:5.2f} s, probe run as in (a) {best['run_probes']:5.1f} s")
+    print(f"    warm: tree re-verified {t_warm_tree:5.1f} s, env found {t_warm_env:5.2f} s, probe run as in (a) {best['run_probes'][0]:5.1f} s")
     if args.cold_layer:
         with tempfile.TemporaryDirectory(prefix="bench-layer-") as tmp:
             t_layer, _ = timed(lambda: envs.layer(Store.at(tmp), interp))
