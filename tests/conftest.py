@@ -23,6 +23,7 @@ from runner.errors import BadInput, DiffprobeError
 from runner.evidence import catalog, pins
 from runner.sandbox import bwrap, execute
 from runner.store import envs, sources, specs
+from runner.app.notices import PRINTED
 from runner.store.cache import Store
 from tests import costs, tiers, tools
 
@@ -210,13 +211,10 @@ def cache(tmp_path_factory) -> Store:
     build locks, ready markers and atomic writes make concurrent builders safe, as for ``-j``), so
     each release's tree, environment and receipts are built once for all workers, not once each."""
     root = os.environ.get("DIFFPROBE_TEST_CACHE")
-    if root:
-        return Store.at(root)
-    if WORKER:
-        shared = _run_dir(tmp_path_factory) / "cache"
-        shared.mkdir(exist_ok=True)
-        return Store.at(shared)
-    return Store.at(tmp_path_factory.mktemp("cache"))
+    if not root and WORKER:
+        root = _run_dir(tmp_path_factory) / "cache"
+        root.mkdir(exist_ok=True)
+    return Store.at(root or tmp_path_factory.mktemp("cache"), notices=PRINTED)  # its notices shown, as a command's
 
 
 def _run_dir(tmp_path_factory) -> Path:

@@ -12,12 +12,6 @@ from runner import cli
 ROOT = Path(__file__).resolve().parent.parent
 COMMANDS = ROOT / "runner" / "commands"
 SHARED = {"__init__.py", "options.py"}  # the package, and the options every command shares (declared once)
-# Environment read as a default, still below the commands, each with why it is left (issue 36 item 4, the rest):
-KNOWN = {
-    "runner/store/mirrors.py": "DIFFPROBE_GIT_TIMEOUT, read at import (DEADLINE): every git call of the store uses it",
-    "runner/store/torch_source.py": "DIFFPROBE_TORCH_WHEEL/INDEX, candidates()'s default: a layer built without "
-                                    "torch sources named (tests, env) still reads them",
-}
 
 
 def below_commands() -> list[Path]:
@@ -70,4 +64,21 @@ def test_no_option_below_the_commands_is_read_from_the_environment_as_a_default(
         lines = sorted({n.lineno for n in defaults + module_level if _reads_environment(n)})
         if lines:
             found[rel] = lines
-    assert set(found) == set(KNOWN), found  # and each known one still does: the list holds no stale entry
+    assert found == {}
+
+
+def test_the_store_never_prints():
+    """No module of the store imports runner.ui (or rich): it hands its notices to the ``Notices`` its Store
+    carries, and the command that made the store shows them (runner/app/notices.py)."""
+    found = []
+    for path in sorted((ROOT / "runner" / "store").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                names = [node.module or ""] + [f"{node.module}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            found += [f"{path.relative_to(ROOT).as_posix()}:{node.lineno} {n}" for n in names
+                      if n == "runner.ui" or n.split(".")[0] == "rich"]
+    assert found == []

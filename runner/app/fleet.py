@@ -291,7 +291,7 @@ def layout(w: Worker, answers: Answers) -> tuple[dict | None, str]:
 def ask_trees(fleet: Fleet, opts: pipeline.Options, trees: dict, deadline: int, ends: float) -> None:
     """Each tree's own reading of everything its workers report (in its sandbox, within the deadline)."""
     interp = envs.interpreter(opts.probe.python)
-    torch = opts.probe.torch()
+    torch = opts.probe.torch
     for source, tree in trees.items():
         mine = [w for w in fleet.workers if fleet.tree_of[w.url] == source]
         reads = {(r.name, r.raw) for w in mine for rank in w.ranks() for name in ENV_NAMES

@@ -36,12 +36,9 @@ class ProbeOptions:
     case_timeout: int = DEFAULT_CASE_TIMEOUT
     repeat: int = 1  # run each tree's probes this many times; any difference in observations fails
     reuse: bool = True  # take receipts already observed from the receipts store (runner/evidence/results.py)
-    torch_index: str | None = None  # where a new dependency layer gets CPU torch (runner/store/torch_source.py)
+    # where a new dependency layer gets CPU torch, resolved at the command's entry (torch_source.candidates)
+    torch: tuple[TorchSource, ...] = torch_source.DEFAULT
     unsandboxed: bool = False  # run trees' code without bubblewrap: the user's explicit choice (README, "Threat model")
-    torch_wheel: str | None = None
-
-    def torch(self) -> list[TorchSource]:
-        return torch_source.candidates(self.torch_wheel, self.torch_index)
 
 
 @dataclass(frozen=True)
@@ -178,7 +175,7 @@ def probe(
     ``opts.probe.reuse`` is off or runs are repeated.
     """
     interp = envs.interpreter(opts.probe.python)
-    torch = opts.probe.torch()
+    torch = opts.probe.torch
     reuse = opts.probe.reuse and opts.probe.repeat == 1
     trees: dict[str, sources.Tree] = {}
     got: dict[tuple[str, str], Receipt] = {}

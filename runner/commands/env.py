@@ -13,11 +13,11 @@ from runner.commands import options, resolve
 from runner.evidence import pins
 from runner.sandbox.import_check import import_check
 from runner.store import envs, torch_source
-from runner.store.cache import Store, read_model
+from runner.store.cache import read_model
 
 
 def cmd_env(args) -> int:
-    cache = Store.at(args.cache_dir)
+    cache = options.store(args)
     torch = options.torch(args)  # a bad source fails before any download
     tree = resolve.tree(args, args.source)
     sandboxed = options.resolved(args, pins.load(options.path(args.pins)), options.probe_of_env(args)).sandboxed(tree)

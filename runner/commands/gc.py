@@ -6,7 +6,6 @@ from __future__ import annotations
 from runner import errors, ui
 from runner.commands import options
 from runner.store import gc
-from runner.store.cache import Store
 
 
 def _size(n: int) -> str:
@@ -14,7 +13,7 @@ def _size(n: int) -> str:
 
 
 def cmd_gc(args) -> int:
-    store = Store.at(args.cache_dir)
+    store = options.store(args)
     budget = gc.parse_size(args.max_size) if args.max_size else None
     done = gc.collect(store, budget, dry_run=args.dry_run)
     verb = "would remove" if args.dry_run else "removed"

@@ -10,9 +10,10 @@ from runner import errors
 from runner.evidence import dsse
 from runner.sandbox.execute import DEFAULT_CASE_TIMEOUT
 from runner.store import gc, intake, specs, torch_source
+from runner.app.notices import PRINTED
 from runner.app.pipeline import Options, ProbeOptions, probes_of
 from runner.evidence import pins
-from runner.store.cache import Store
+from runner.store.cache import GIT_DEADLINE, Store
 from runner.store.torch_source import TorchSource
 
 
@@ -104,8 +105,20 @@ def positive_int(text: str) -> int:
 def resolved(args: argparse.Namespace, p: pins.Pins, probe: ProbeOptions = ProbeOptions()) -> Options:
     """The one options object of a command that probes trees, resolved at its entry: --cache-dir, its pins (and
     --fix), the intake bounds and its probe options. Nothing below a command reads the parsed arguments."""
-    return Options(cache=Store.at(args.cache_dir), probe=probe, package_dir=p.package_dir, pinned_sha256=p.pinned_sha256,
+    return Options(cache=store(args), probe=probe, package_dir=p.package_dir, pinned_sha256=p.pinned_sha256,
                    pinned_commits=p.pinned_commits, bounds=bounds(args), probes=probes_of(p, getattr(args, "fix", None)))
+
+
+GIT_TIMEOUT = "DIFFPROBE_GIT_TIMEOUT"
+
+
+def store(args: argparse.Namespace) -> Store:
+    """The store a command works in: --cache-dir, its notices printed (runner/app/notices.py), and the seconds a
+    git fetch may take from DIFFPROBE_GIT_TIMEOUT (read here, once)."""
+    timeout = os.environ.get(GIT_TIMEOUT, "")
+    if not timeout.isdigit() and timeout:
+        raise errors.BadInput(f"{GIT_TIMEOUT}={timeout!r}: expected a number of seconds")
+    return Store.at(args.cache_dir, notices=PRINTED, git_deadline=int(timeout or 0) or GIT_DEADLINE)
 
 
 def bounds(args: argparse.Namespace) -> intake.Bounds:
@@ -132,14 +145,14 @@ def env_options(p: argparse.ArgumentParser) -> None:
 
 
 def torch(args: argparse.Namespace) -> list[TorchSource]:
-    """Where a new dependency layer gets CPU torch, from ``env_options``."""
-    return torch_source.candidates(args.torch_wheel, args.torch_index)
+    """Where a new dependency layer gets CPU torch: ``env_options``, else DIFFPROBE_TORCH_WHEEL/INDEX
+    (a bad one fails here, before any download)."""
+    return torch_source.candidates(args.torch_wheel, args.torch_index, environ=os.environ)
 
 
 def probe_of_env(args: argparse.Namespace) -> ProbeOptions:
     """The probe options a command with ``env_options`` only has: the interpreter, the sandbox, torch."""
-    return ProbeOptions(python=args.python, torch_index=args.torch_index, torch_wheel=args.torch_wheel,
-                        unsandboxed=args.unsandboxed)
+    return ProbeOptions(python=args.python, torch=tuple(torch(args)), unsandboxed=args.unsandboxed)
 
 
 def probe_options(p: argparse.ArgumentParser, *, parallel: str | None = "probe runs in parallel") -> None:
@@ -169,7 +182,7 @@ def fixes(p: argparse.ArgumentParser, help: str = "only this fix's probes (repea
 def probe(args: argparse.Namespace) -> ProbeOptions:
     """The values of ``probe_options``."""
     return ProbeOptions(python=args.python, jobs=args.jobs, case_timeout=args.case_timeout, repeat=args.repeat, reuse=args.reuse,
-                        torch_index=args.torch_index, torch_wheel=args.torch_wheel, unsandboxed=args.unsandboxed)
+                        torch=tuple(torch(args)), unsandboxed=args.unsandboxed)
 
 
 def baseline(p: argparse.ArgumentParser, *, reviewed: bool = False, ledger: bool = False) -> None:

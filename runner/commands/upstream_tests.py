@@ -49,7 +49,7 @@ from runner.evidence import bundle, catalog, departures, pins, receipts
 from runner.sandbox import execute
 from runner.store import envs, intake, mirrors, sources, specs
 from runner.errors import BadInput, Infrastructure
-from runner.files import sha256_bytes, sha256_file
+from runner.files import sha256_bytes
 from runner.evidence.materials import rederive
 from runner.judge.observations import Case, CaseError, ImportResult
 from runner.evidence.receipts import ProbeRef, Receipt
@@ -107,7 +107,7 @@ def locate_tests(arg: str, head: str, with_paths: list[str] = ()) -> Callable[[s
     if specs.parse(head).kind != "git":
         raise BadInput(f"--tests {arg}: not a local file, and {head} has no git history to take it from; give a local file")
     if with_paths:
-        raise BadInput(f"--with: only for a local --tests file (from git, the test's directory comes at its commit)")
+        raise BadInput("--with: only for a local --tests file (from git, the test's directory comes at its commit)")
 
     def from_head(tree: sources.Tree, opts: pipeline.Options) -> UpstreamFile:
         ident = tree.identity
@@ -382,7 +382,7 @@ def cmd_upstream_tests(args: argparse.Namespace) -> int:
     fix = _era_fix(args, pinned)
     read_tests = None if args.era else locate_tests(args.tests, args.head, args.with_paths or [])
     opts = options.resolved(args, pinned, options.probe_of_env(args))
-    torch = opts.probe.torch()  # a bad source fails before any download
+    torch = opts.probe.torch
     started = execute.now()
     trees = {name: pipeline.resolve(text, opts) for name, text in (("base", args.base), ("head", args.head))}
     if args.era:

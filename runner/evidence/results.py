@@ -22,7 +22,7 @@ from pathlib import Path
 
 import orjson
 
-from runner import __version__, ui
+from runner import __version__
 from runner.evidence import catalog
 from runner.evidence.receipts import Environment, Receipt, seal
 from runner.files import digest_name, sha256_bytes, write_atomic
@@ -87,7 +87,7 @@ def lookup(cache: Store, source: TreeIdentity, probe: str, probe_sha256: str, ke
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as e:
-        ui.warn(f"receipts store entry {path} is damaged ({type(e).__name__}); probing again")
+        cache.notices.warn(f"receipts store entry {path} is damaged ({type(e).__name__}); probing again")
         path.unlink(missing_ok=True)
         return None
     ok = (seal(raw) == receipt.digest == seal(receipt.model_dump(mode="json")) and isinstance(receipt.source, TreeIdentity)
@@ -95,7 +95,7 @@ def lookup(cache: Store, source: TreeIdentity, probe: str, probe_sha256: str, ke
           and receipt.probe.id == probe and receipt.probe.sha256 == probe_sha256
           and receipt_key(receipt.environment) == key)
     if not ok:
-        ui.warn(f"receipts store entry {path} does not match its key or digest; probing again")
+        cache.notices.warn(f"receipts store entry {path} does not match its key or digest; probing again")
         path.unlink(missing_ok=True)
         return None
     cache.used(path.parent)

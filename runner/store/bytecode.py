@@ -25,7 +25,6 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from runner import ui
 from runner.files import scratch_dir, sha256_bytes
 from runner.store.cache import Store
 
@@ -59,7 +58,7 @@ def _stored(cache: Store, key: str, shas: list[str]) -> dict[str, bytes]:
             damaged.append(entry)
             entry.unlink(missing_ok=True)
     if damaged:
-        ui.warn(f"{len(damaged)} byte-code store entr{'y' if len(damaged) == 1 else 'ies'} damaged or misfiled "
+        cache.notices.warn(f"{len(damaged)} byte-code store entr{'y' if len(damaged) == 1 else 'ies'} damaged or misfiled "
                 f"(first {damaged[0]}); compiled again")
     return found
 

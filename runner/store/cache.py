@@ -13,18 +13,19 @@ from __future__ import annotations
 import fcntl
 import os
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, TypeVar
 
 import orjson
 from pydantic import BaseModel, ValidationError
 
-from runner import ui
 from runner.files import digest_name, sha256_bytes, write_atomic
+from runner.store.notices import QUIET, Notices
 from runner.store.specs import local_path
 
 ENV_VAR = "DIFFPROBE_CACHE"
+GIT_DEADLINE = 1800  # seconds for a git fetch or clone from a remote (the command may name another: DIFFPROBE_GIT_TIMEOUT)
 USED = ".last-used"  # an entry's marker file; its mtime is when the entry was last used
 # The kinds of entry, each a directory of the store: what ``gc`` may evict, in this order on a tie.
 KINDS = ("results", "backports", "envs", "bytecode", "trees", "downloads", "git", "layers")
@@ -39,11 +40,16 @@ def default_root() -> Path:
 
 @dataclass(frozen=True)
 class Store:
+    """``root`` is the store; the rest is how the command that made it wants it to work: where its
+    notices go (it never prints) and how long a git fetch may take."""
+
     root: Path
+    notices: Notices = field(default=QUIET, compare=False, repr=False)
+    git_deadline: int = field(default=GIT_DEADLINE, compare=False)
 
     @classmethod
-    def at(cls, override: str | Path | None = None) -> "Store":
-        return cls(local_path(str(override), "--cache-dir") if override else default_root().resolve())
+    def at(cls, override: str | Path | None = None, *, notices: Notices = QUIET, git_deadline: int = GIT_DEADLINE) -> "Store":
+        return cls(local_path(str(override), "--cache-dir") if override else default_root().resolve(), notices, git_deadline)
 
     def dir(self, *parts: str) -> Path:
         """``root/parts...``, its parent created. Callers use the named entries below."""
@@ -108,7 +114,7 @@ class Store:
             try:
                 fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                ui.warn(f"waiting for another diffprobe process building {entry}")
+                self.notices.warn(f"waiting for another diffprobe process building {entry}")
                 fcntl.flock(f, fcntl.LOCK_EX)
             try:
                 yield

@@ -25,11 +25,10 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 from pydantic import BaseModel, ConfigDict
-from rich.markup import escape
 
-from runner import ui
 from runner.store.cache import USED, Store, read_model, write_model
 from runner.errors import BadInput, Infrastructure
 from runner.files import building_dir, digest_name, sha256_bytes, sha256_file
@@ -179,38 +178,38 @@ def _torch_requirement(packages: list[str]) -> str:
     return found[0]
 
 
-def _layer(cache: Store, interp: Interpreter, torch: list[TorchSource] | None = None) -> tuple[Path, LayerStamp]:
+def _layer(cache: Store, interp: Interpreter, torch: Sequence[TorchSource] = torch_source.DEFAULT) -> tuple[Path, LayerStamp]:
     """The shared dependency layer for this lock and interpreter, built if absent.
 
-    ``torch``: where CPU torch may come from (default: ``torch_source.candidates()``). The layer is
+    ``torch``: where CPU torch may come from (the command resolves it: ``torch_source.candidates``). The layer is
     keyed by what it holds, not by where it came from: an existing layer is kept, and a source
     named now but not used is said so.
     """
-    sources = torch if torch is not None else torch_source.candidates()
+    sources = list(torch)
     lock = lock_sha256()
     key = layer_key(interp)
     final = cache.layer(key)
     stamp = read_model(final / "layer.json", LayerStamp)
     if stamp and stamp.key == key and (final / stamp.site_packages).is_dir():
-        _check_seal(final, stamp)
+        _check_seal(cache, final, stamp)
         named = sources[0] if sources[0].chosen_by != "default" else None
         if named and named.location != stamp.torch.source.location:
-            ui.warn(f"layer {key} already holds {stamp.torch.requirement} from {torch_source.describe(stamp.torch.source)}; "
+            cache.notices.warn(f"layer {key} already holds {stamp.torch.requirement} from {torch_source.describe(stamp.torch.source)}; "
                     f"{named.chosen_by} {named.location} not used (remove {final} to rebuild from it)")
         return final, stamp
     if final.exists():
-        ui.warn(f"dependency layer {final} is incomplete or damaged; rebuilding it")
+        cache.notices.warn(f"dependency layer {final} is incomplete or damaged; rebuilding it")
         shutil.rmtree(final)
     packages = _lock_packages()
     requirement = _torch_requirement(packages)
     log = cache.log(f"layer-{key}.log")
     with building_dir(final) as scratch:
         _virtualenv(interp, scratch, seed=True, log=log, step="create the dependency layer's virtualenv")
-        with ui.step(f"install {requirement} from {' or '.join(torch_source.describe(s) for s in sources)}"):
+        with cache.notices.step(f"install {requirement} from {' or '.join(torch_source.describe(s) for s in sources)}"):
             record = torch_source.install(scratch / "bin" / "python", requirement, sources, cache.log(f"layer-{key}-torch"))
-        ui.err.print(escape(f"CPU torch {record.version} from {torch_source.describe(record.source)}: {record.url} "
-                            f"(sha256 {record.sha256[:16]}…)"))
-        with ui.step(f"install {len(packages)} locked packages into the shared layer (uv)"):
+        cache.notices.say(f"CPU torch {record.version} from {torch_source.describe(record.source)}: {record.url} "
+                          f"(sha256 {record.sha256[:16]}…)")
+        with cache.notices.step(f"install {len(packages)} locked packages into the shared layer (uv)"):
             python = scratch / "bin" / "python"
             argv, env = uv.install_command(python, LOCK, uv.pip_settings(python), scratch / ".uv-cache", environ=os.environ)
             run_logged(argv, step="install the locked dependency layer", log=log, env=env)
@@ -229,13 +228,13 @@ def _layer(cache: Store, interp: Interpreter, torch: list[TorchSource] | None = 
 LAYERS_CHECKED: set[tuple[Path, str]] = set()
 
 
-def _check_seal(root: Path, stamp: LayerStamp) -> None:
+def _check_seal(cache: Store, root: Path, stamp: LayerStamp) -> None:
     """Refuse a layer altered since it was sealed; seal, as found, one built before layers were."""
     if (root, stamp.seal) in LAYERS_CHECKED:
         return
     found = seal(root, exclude=LAYER_STAMPS)
     if stamp.seal is None:
-        ui.warn(f"dependency layer {root} was built without a seal; sealed as it is now")
+        cache.notices.warn(f"dependency layer {root} was built without a seal; sealed as it is now")
         write_model(root / "layer.json", stamp.model_copy(update={"seal": found}))
     elif found != stamp.seal:
         raise Infrastructure(f"dependency layer {root} was altered since it was sealed (a planted .pth or byte-code?); "
@@ -292,7 +291,7 @@ def _overlay(tree: Tree, dest: Path) -> None:
         target.symlink_to(tree.root / rel)
 
 
-def _env(tree: Tree, cache: Store, interp: Interpreter, torch: list[TorchSource] | None = None) -> Env:
+def _env(tree: Tree, cache: Store, interp: Interpreter, torch: Sequence[TorchSource] = torch_source.DEFAULT) -> Env:
     """The environment for ``tree``: reused when its stamp is valid, built otherwise."""
     layer_root, layer_stamp = layer(cache, interp, torch)
     standins_sha = sha256_file(STANDINS)
@@ -302,7 +301,7 @@ def _env(tree: Tree, cache: Store, interp: Interpreter, torch: list[TorchSource]
     if stamp and stamp.key == key and (final / "bin" / "python").exists() and stamp.seal == seal(final, exclude=STAMPS):
         return Env(final, stamp, tree, layer_root)
     if final.exists():
-        ui.warn(f"environment {final} is incomplete, damaged or altered since it was sealed (a planted .pth or byte-code?); rebuilding it")
+        cache.notices.warn(f"environment {final} is incomplete, damaged or altered since it was sealed (a planted .pth or byte-code?); rebuilding it")
         shutil.rmtree(final)
     with building_dir(final) as scratch:
         _virtualenv(interp, scratch, seed=False, log=cache.log(f"env-{key}.log"), step="create the tree's virtualenv")
@@ -334,28 +333,28 @@ def layer_key(interp: Interpreter) -> str:
     return sha256_bytes(f"{FORMAT}\n{lock_sha256()}\n{interp.implementation}\n{interp.tag}\n{interp.machine}".encode())[:16]
 
 
-def layer(cache: Store, interp: Interpreter, torch: list[TorchSource] | None = None) -> tuple[Path, LayerStamp]:
+def layer(cache: Store, interp: Interpreter, torch: Sequence[TorchSource] = torch_source.DEFAULT) -> tuple[Path, LayerStamp]:
     """The shared dependency layer for this lock and interpreter (``_layer``), built by one process
     at a time: a second run wants the same 1.4 GiB layer waits for it instead of building it too."""
     final = cache.layer(layer_key(interp))
     with cache.lock(final):
         root, stamp = _layer(cache, interp, torch)
         if not runs(root / "bin" / "python"):
-            ui.warn(f"dependency layer {root}: its interpreter no longer runs; rebuilding it")
+            cache.notices.warn(f"dependency layer {root}: its interpreter no longer runs; rebuilding it")
             shutil.rmtree(root)
             root, stamp = _layer(cache, interp, torch)
     cache.used(root)
     return root, stamp
 
 
-def env(tree: Tree, cache: Store, interp: Interpreter, torch: list[TorchSource] | None = None) -> Env:
+def env(tree: Tree, cache: Store, interp: Interpreter, torch: Sequence[TorchSource] = torch_source.DEFAULT) -> Env:
     """The environment for ``tree`` (``_env``), built by one process at a time and checked healthy
     before use, as pre-commit does: its interpreter runs and what it links to (the stored tree, the
     layer) is still there; otherwise it is rebuilt."""
     with cache.lock(cache.env(f"tree-{digest_name(tree.identity.tree_digest)[:16]}")):
         environment = _env(tree, cache, interp, torch)
         if not healthy(cache, environment):
-            ui.warn(f"environment {environment.root} no longer runs (its interpreter, tree or layer is gone); rebuilding it")
+            cache.notices.warn(f"environment {environment.root} no longer runs (its interpreter, tree or layer is gone); rebuilding it")
             shutil.rmtree(environment.root)
             environment = _env(tree, cache, interp, torch)
     cache.used(environment.root)

@@ -28,7 +28,7 @@ import signal
 import subprocess
 import threading
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO, Callable
@@ -37,11 +37,11 @@ from urllib.parse import unquote
 import git
 from pydantic import BaseModel, ConfigDict
 
-from runner import ui
 from runner.errors import BadInput, Infrastructure
 from runner.files import building_dir, sha256_bytes
 from runner.store import gitdir, gitobjects, intake
-from runner.store.cache import Store
+from runner.store.cache import GIT_DEADLINE, Store
+from runner.store.notices import QUIET, Advance, Notices
 from runner.store.gitobjects import LINK, SUBMODULE, TREE
 
 GIT_ENV = {
@@ -61,9 +61,9 @@ _LOCATING = ("GIT_DIR", "GIT_WORK_TREE", "GIT_COMMON_DIR", "GIT_OBJECT_DIRECTORY
 GIT_OPTS = ["-c", "protocol.ext.allow=never", "-c", "gc.auto=0", "-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false",
             "-c", "credential.helper=", "-c", "core.sshCommand=ssh", "-c", "core.askPass="]
 # Seconds any one git process may take: reading a local repository takes well under one; a fetch
-# of a package's blobs from a remote takes minutes (DIFFPROBE_GIT_TIMEOUT raises both).
-DEADLINE = int(os.environ.get("DIFFPROBE_GIT_TIMEOUT", "0") or 0) or 1800
-LOCAL_DEADLINE = min(DEADLINE, 120)
+# of a package's blobs from a remote takes minutes (the store's git_deadline, DIFFPROBE_GIT_TIMEOUT
+# at the command's entry, raises both; the local one is capped at this).
+LOCAL_DEADLINE = 120
 # The promisor remotes of a local partial clone diffprobe may fetch from: only those the user names
 # (whitespace-separated URLs), never one a repository's configuration names by itself.
 PROMISORS_ENV = "DIFFPROBE_GIT_PROMISORS"
@@ -94,6 +94,9 @@ class Mirror:
     source: Path | None = None
     objects: Path | None = None
     object_dir: Path | None = None  # another repository's object directory, used in place of this one's (view)
+    # from the store it lives in: how long a fetch may take, and where its fetches are said
+    deadline: int = field(default=GIT_DEADLINE, compare=False)
+    notices: Notices = field(default=QUIET, compare=False, repr=False)
 
     def run(self, *args: str, stdin: bytes | None = None) -> bytes:
         argv = ["git", *GIT_OPTS, "--git-dir", str(self.path), *args]
@@ -104,7 +107,7 @@ class Mirror:
                 env["GIT_SHALLOW_FILE"] = str(self.objects.parent / "shallow")
         if self.object_dir is not None:
             env["GIT_OBJECT_DIRECTORY"] = str(self.object_dir)
-        deadline = DEADLINE if "fetch" in args else LOCAL_DEADLINE
+        deadline = self.deadline if "fetch" in args else min(self.deadline, LOCAL_DEADLINE)
         proc = _started(argv, env, stdin=subprocess.PIPE)
         try:  # no terminal: stdin is the input or nothing
             out, err = proc.communicate(stdin or b"", timeout=deadline)
@@ -126,7 +129,7 @@ class Mirror:
 
     def names(self) -> Mirror:
         """Where the source's refs are read: the local repository itself, else the mirror's copy."""
-        return Mirror(self.source, self.url) if self.source is not None else self
+        return replace(self, path=self.source, source=None, objects=None) if self.source is not None else self
 
     def view(self) -> Mirror:
         """The same objects seen from a repository with no promisor remote, where a missing object
@@ -136,7 +139,7 @@ class Mirror:
         if not (view / "HEAD").exists():
             with building_dir(view) as scratch:
                 Mirror(scratch, self.url).run("init", "--quiet", "--bare")
-        return Mirror(view, self.url, None, self.objects, self.path / "objects")
+        return replace(self, path=view, source=None, object_dir=self.path / "objects")
 
 
 def _alternate(path: Path) -> str:
@@ -198,12 +201,12 @@ def _env() -> dict[str, str]:
 _PROGRESS = re.compile(r"([A-Za-z][A-Za-z ]*):\s+\d+% \((\d+)/(\d+)\)")
 
 
-def _clone(url: str, dest: Path, advance: ui.Advance) -> None:
-    """``git clone --bare --filter=blob:none`` of a remote, its progress shown, within ``DEADLINE``
+def _clone(url: str, dest: Path, advance: Advance, deadline: int) -> None:
+    """``git clone --bare --filter=blob:none`` of a remote, its progress shown, within ``deadline``
     (killed past it); a failure is one line with git's own reason."""
     argv = ["git", *GIT_OPTS, "clone", "--quiet", "--progress", "--bare", "--filter=blob:none", "--", url, str(dest)]
     proc = _started(argv, _env(), stdin=subprocess.DEVNULL)
-    timer = threading.Timer(DEADLINE, _end, (proc,))
+    timer = threading.Timer(deadline, _end, (proc,))
     timer.start()
     said: deque[str] = deque(maxlen=50)
 
@@ -227,7 +230,7 @@ def _clone(url: str, dest: Path, advance: ui.Advance) -> None:
         _end(proc)
     if code:
         fatal = [ln.split("fatal:", 1)[1].strip() for ln in said if "fatal:" in ln]
-        reason = fatal[0] if fatal else f"killed after {DEADLINE} s (DIFFPROBE_GIT_TIMEOUT raises it)" if code < 0 else f"git exit {code}"
+        reason = fatal[0] if fatal else f"killed after {deadline} s (DIFFPROBE_GIT_TIMEOUT raises it)" if code < 0 else f"git exit {code}"
         raise Infrastructure(f"git source {url}: cannot clone: {reason}")
 
 
@@ -259,15 +262,16 @@ def mirror(url: str, cache: Store) -> Mirror:
     repository an empty partial repository reading it in place, else a blobless bare clone."""
     canonical = canonical_url(url)
     path = cache.mirror(canonical)
+    told = {"deadline": cache.git_deadline, "notices": cache.notices}
     source, objects = _local_repository(canonical) if canonical.startswith("/") else (None, None)
     if path.exists():
         try:
             git.Repo(path)
             if source is None or not _configured(Mirror(path, canonical), "remote.origin.url"):
-                return Mirror(path, canonical, source, objects)
+                return Mirror(path, canonical, source, objects, **told)
             shutil.rmtree(path)  # a clone of a local repository, made before it was read in place
         except git.exc.GitError:
-            ui.warn(f"git mirror {path} is damaged; making it again")
+            cache.notices.warn(f"git mirror {path} is damaged; making it again")
             shutil.rmtree(path)
     if source is not None:
         with building_dir(path) as scratch:
@@ -277,10 +281,10 @@ def mirror(url: str, cache: Store) -> Mirror:
             for key, value in [("core.repositoryformatversion", "1"), ("extensions.partialClone", "origin"),
                                ("remote.origin.promisor", "true"), ("remote.origin.partialclonefilter", "blob:none")]:
                 made.run("config", key, value)
-        return Mirror(path, canonical, source, objects)
-    with building_dir(path) as scratch, ui.step(f"clone {canonical} (blobless)") as advance:
-        _clone(_clone_url(canonical), scratch, advance)
-    return Mirror(path, canonical)
+        return Mirror(path, canonical, source, objects, **told)
+    with building_dir(path) as scratch, cache.notices.step(f"clone {canonical} (blobless)") as advance:
+        _clone(_clone_url(canonical), scratch, advance, cache.git_deadline)
+    return Mirror(path, canonical, **told)
 
 
 def _commit(m: Mirror, rev: str) -> str | None:
@@ -321,7 +325,7 @@ def resolve(url: str, rev: str, cache: Store, ref: str | None = None) -> tuple[M
     elif FULL_SHA.fullmatch(rev):
         sha = _commit(m, rev)
         if sha is None:
-            with ui.step(f"fetch {rev[:12]} from {m.url}"):
+            with m.notices.step(f"fetch {rev[:12]} from {m.url}"):
                 try:
                     _fetch(m, [f"+{rev}:refs/diffprobe/commits/{rev}"])
                 except git.exc.GitCommandError:  # the server refuses wants by id: fetch its refs instead
@@ -329,7 +333,7 @@ def resolve(url: str, rev: str, cache: Store, ref: str | None = None) -> tuple[M
             sha = _commit(m, rev)
         state = None
     else:
-        with ui.step(f"fetch {m.url}"):
+        with m.notices.step(f"fetch {m.url}"):
             _fetch_or_fail(m, _refspecs(ref), prune=True)
         sha = _commit(m, rev)
         state = _remote_state(m, rev, sha)
@@ -453,7 +457,7 @@ def _ensure(m: Mirror, oids: list[str], names: dict[str, str]) -> dict[str, tupl
     for origin in origins:
         said = f"fetch {len(missing)} objects from {m.url}" if m.source is None else \
             f"fetch {len(missing)} objects {m.url} lacks from its promisor {origin}"
-        with ui.step(said):
+        with m.notices.step(said):
             try:
                 m.run(*([] if m.source is None else ["-c", f"remote.origin.url={origin}"]), *_BY_ID,
                       stdin="".join(f"{o}\n" for o in missing).encode())

@@ -11,7 +11,6 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from runner import ui
 from runner.errors import BadInput, Infrastructure
 from runner.files import building_dir, sha256_file, tree_files
 from runner.store import intake, specs, trees
@@ -61,9 +60,9 @@ def _download(spec: specs.PypiSpec, cache: Store, pinned: str | None) -> Path:
             cache.used(final)
             return wheel
         why = "does not match its pinned sha256" if stamp and stamp.sha256 != (pinned or stamp.sha256) else "is damaged (stamp or sha256)"
-        ui.warn(f"cached download {final} {why}; downloading again")
+        cache.notices.warn(f"cached download {final} {why}; downloading again")
         shutil.rmtree(final)
-    with building_dir(final) as scratch, ui.step(f"download {spec}") as advance:
+    with building_dir(final) as scratch, cache.notices.step(f"download {spec}") as advance:
         py, impl, abi, platform = WHEEL_TAG
         argv = [
             sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",

@@ -41,6 +41,11 @@ class TorchSource(BaseModel):
     chosen_by: str  # the option or variable that named it, or "default"
 
 
+# none named: the machine's find-links, then PyTorch's CPU index
+DEFAULT = (TorchSource(kind="pip-find-links", location="pip configuration", chosen_by="default"),
+           TorchSource(kind="index", location=DEFAULT_INDEX, chosen_by="default"))
+
+
 class TorchRecord(BaseModel):
     """The layer stamp's answer to "where did CPU torch come from"."""
     requirement: str  # as pinned in the lock
@@ -50,10 +55,10 @@ class TorchRecord(BaseModel):
     sha256: str
 
 
-def candidates(wheel: str | None = None, index: str | None = None,
-               environ: Mapping[str, str] = os.environ) -> list[TorchSource]:
+def candidates(wheel: str | None = None, index: str | None = None, *, environ: Mapping[str, str]) -> list[TorchSource]:
     """The sources to try, in order: the one named (an option before a variable, a wheel before an
-    index), alone; else the machine's find-links, then the default index."""
+    index), alone; else ``DEFAULT``. The command resolves them at its entry, from its options and
+    the process environment, and hands them down."""
     named = [("wheel", wheel, "--torch-wheel"), ("index", index, "--torch-index"),
              ("wheel", environ.get(ENV_WHEEL), ENV_WHEEL), ("index", environ.get(ENV_INDEX), ENV_INDEX)]
     for kind, value, by in named:
@@ -67,8 +72,7 @@ def candidates(wheel: str | None = None, index: str | None = None,
         if "://" not in value:
             raise BadInput(f"{by} {value}: not a URL (a local index is file:///...)")
         return [TorchSource(kind="index", location=value, chosen_by=by)]
-    return [TorchSource(kind="pip-find-links", location="pip configuration", chosen_by="default"),
-            TorchSource(kind="index", location=DEFAULT_INDEX, chosen_by="default")]
+    return list(DEFAULT)
 
 
 def pip_args(source: TorchSource, requirement: str) -> tuple[list[str], dict[str, str] | None]:

@@ -18,9 +18,8 @@ from pathlib import Path
 from typing import Iterable, Literal
 
 from pydantic import BaseModel, ConfigDict
-from rich.markup import escape
 
-from runner import errors, ui
+from runner import errors
 from runner.errors import BadInput, Infrastructure
 from runner.files import dirhash1, scratch_dir, sha256_bytes
 from runner.store import intake, specs
@@ -158,9 +157,9 @@ def _check(root: Path, tree_digest: str, bounds: intake.Bounds) -> tuple[intake.
     return taken, ""
 
 
-def _drop(root: Path, why: str) -> None:
+def _drop(cache: Store, root: Path, why: str) -> None:
     """The one warning for a damaged entry, on use or on store: it is removed, never served."""
-    ui.warn(escape(errors.printable(f"cache entry {root} is damaged ({why}); rebuilding it")))
+    cache.notices.warn(f"cache entry {root} is damaged ({why}); rebuilding it")
     shutil.rmtree(root, ignore_errors=True)
 
 
@@ -199,7 +198,7 @@ def load(cache: Store, tree_digest: str, bounds: intake.Bounds = intake.Bounds()
     before = seal(root)
     taken, why = _check(root, tree_digest, bounds)
     if taken is None:
-        _drop(root, why)
+        _drop(cache, root, why)
         return None
     cache.used(root)
     stored = Stored(root, TreeStamp(tree_digest=tree_digest, files=len(taken.files)), _names(taken))
@@ -235,8 +234,8 @@ def store(cache: Store, entries: Iterable[intake.Entry], *, where: str, bounds: 
             left.append(f"{len(outside)} member(s) outside {PKG}/ (an installation of it carries them)")
         if left:
             first = (*taken.bytecode, *taken.empty, *(f"{n} -> {t}" for n, t in taken.out), *outside)[0]
-            ui.warn(escape(errors.printable(f"{where}: not taken in: {' and '.join(left)}, first {first!r}; the stored "
-                                            "tree holds the package's source only, and its receipts list what was left out")))
+            cache.notices.warn(f"{where}: not taken in: {' and '.join(left)}, first {first!r}; the stored "
+                               "tree holds the package's source only, and its receipts list what was left out")
         stamp = TreeStamp(tree_digest=digest(taken), files=len(taken.files))
         write_model(scratch / "tree.json", stamp)
         final = cache.tree(stamp.tree_digest)
@@ -247,7 +246,7 @@ def store(cache: Store, entries: Iterable[intake.Entry], *, where: str, bounds: 
             if existing is not None and (existing.files, existing.links) == (taken.files, taken.links):
                 cache.used(final)
                 return Stored(final, stamp, files, gone)
-            _drop(final, why or "digest mismatch")
+            _drop(cache, final, why or "digest mismatch")
         try:
             os.replace(scratch, final)
         except OSError:  # another process filed it meanwhile: served only if it is these bytes too

@@ -9,6 +9,7 @@ import pytest
 
 from runner.evidence import receipts
 from runner.evidence import results
+from runner.app.notices import PRINTED
 from runner.store.cache import Store
 from tests.helpers import PROBE, case, receipt
 
@@ -80,7 +81,7 @@ def test_an_entry_is_filed_under_the_trees_own_stored_name(tmp_path, observed):
 
 
 def test_a_tampered_entry_is_dropped_not_reused(tmp_path, observed, capsys):
-    cache = Store.at(tmp_path)
+    cache = Store.at(tmp_path, notices=PRINTED)
     key = results.receipt_key(observed.environment)
     results.record(cache, observed, key)
     [path] = (tmp_path / "results").rglob("*.json")
@@ -120,7 +121,7 @@ def test_gc_counts_and_evicts_receipts_store_entries(tmp_path, observed):
 def test_an_entry_written_before_a_field_was_added_is_probed_again(tmp_path, observed, capsys):
     """A stored receipt lacking a field the current model writes (an older format, sealed without it)
     is not reused: written into a bundle by today's models it would no longer match its digest."""
-    cache = Store.at(tmp_path)
+    cache = Store.at(tmp_path, notices=PRINTED)
     key = results.receipt_key(observed.environment)
     results.record(cache, observed, key)
     [path] = (tmp_path / "results").rglob("*.json")

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from runner.store import bytecode, gc
+from runner.app.notices import PRINTED
 from runner.store.cache import USED, Store
 
 RAISES = "def f():\n    raise ValueError('from a')\n"
@@ -97,7 +98,7 @@ def test_a_source_changed_under_its_byte_code_is_never_run_stale(tmp_path, inter
 
 @pytest.mark.parametrize("damage", ["flipped", "truncated", "misfiled"])
 def test_a_damaged_entry_is_compiled_again_and_replaced_with_one_warning(tmp_path, interp, damage, capsys):
-    store = Store.at(tmp_path / "cache")
+    store = Store.at(tmp_path / "cache", notices=PRINTED)
     _fill(store, interp, tmp_path, "first")
     entries = sorted(store.bytecode(interp.bytecode_key).glob("*.pyc"), key=lambda p: p.stat().st_size)
     small, large = entries[0], entries[-1]

@@ -11,6 +11,7 @@ oversized file, and configurations that would run a command.
 
 from __future__ import annotations
 
+import argparse
 import os
 import signal
 import socket
@@ -24,6 +25,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from runner.commands import options
 from runner.errors import BAD_INPUT, DiffprobeError, printable, redact
 from runner.store import sources, specs
 from runner.store.cache import Store
@@ -237,13 +239,14 @@ def test_a_configuration_that_would_run_a_command_runs_nothing(tmp_path_factory,
 
 
 def test_a_remote_that_never_answers_is_cut_at_the_deadline_in_one_line(tmp_path, listener, monkeypatch):
-    """Every git process has a deadline: a clone from a server that accepts and then says nothing."""
-    from runner.store import mirrors
+    """Every git process has a deadline: a clone from a server that accepts and then says nothing. The deadline is
+    DIFFPROBE_GIT_TIMEOUT, read where the command makes its store (options.store)."""
     port, contacted = listener
-    monkeypatch.setattr(mirrors, "DEADLINE", 2)
+    monkeypatch.setenv("DIFFPROBE_GIT_TIMEOUT", "2")
+    store = options.store(argparse.Namespace(cache_dir=str(tmp_path / "cache")))
     start = time.monotonic()
     with pytest.raises(DiffprobeError, match=r"cannot clone: killed after 2 s \(DIFFPROBE_GIT_TIMEOUT raises it\)") as e:
-        sources.resolve(specs.parse(f"git+http://me:{SECRET}@127.0.0.1:{port}/silent.git@main"), Store.at(tmp_path / "cache"))
+        sources.resolve(specs.parse(f"git+http://me:{SECRET}@127.0.0.1:{port}/silent.git@main"), store)
     assert time.monotonic() - start < BOUND and contacted()  # the URL the user typed, and only it
     assert SECRET not in e.value.message
 

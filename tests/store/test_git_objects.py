@@ -13,6 +13,7 @@ import pytest
 
 from runner.errors import BadInput
 from runner.store import gitobjects, mirrors, sources, specs
+from runner.app.notices import PRINTED
 from runner.store.cache import Store
 from tests import gitrepo
 from tests.gitrepo import Step, git
@@ -31,7 +32,7 @@ def tiny(tmp_path) -> dict:
 
 
 def _resolve(url: Path | str, rev: str, cache: Path) -> sources.Tree:
-    return sources.resolve(specs.parse(f"git+{url}@{rev}"), Store.at(cache))
+    return sources.resolve(specs.parse(f"git+{url}@{rev}"), Store.at(cache, notices=PRINTED))
 
 
 def _objects(git_dir: Path) -> set[str]:

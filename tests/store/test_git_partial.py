@@ -13,6 +13,7 @@ import pytest
 
 from runner import cli as diffprobe
 from runner.store import sources, specs
+from runner.app.notices import PRINTED
 from runner.store.cache import Store
 from tests import gitrepo, helpers
 from tests.commands.test_bad_input import assert_one_error, cli
@@ -70,7 +71,7 @@ def test_a_commit_is_one_tree_from_a_full_clone_a_blobless_clone_and_a_snapshot_
         cache = tmp_path / name
         capsys.readouterr()
         for rev in revs:
-            tree = sources.resolve(specs.parse(f"git+{clones[name]}@{rev}"), Store.at(cache))
+            tree = sources.resolve(specs.parse(f"git+{clones[name]}@{rev}"), Store.at(cache, notices=PRINTED))
             digests.setdefault(rev, set()).add(tree.identity.tree_digest)
         fetches = [line for line in capsys.readouterr().err.splitlines() if "fetch" in line]
         held = _objects(_mirror(cache))

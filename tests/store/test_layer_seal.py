@@ -13,6 +13,7 @@ import pytest
 from runner.errors import Infrastructure
 from runner.sandbox import execute
 from runner.store import envs
+from runner.app.notices import PRINTED
 from runner.store.cache import Store, read_model, write_model
 from runner.store.seal import seal
 from runner.store.torch_source import TorchSource
@@ -23,7 +24,7 @@ TORCH = [TorchSource(kind="index", location="file:///x", chosen_by="default")]
 @pytest.fixture
 def layer(tmp_path, interp, monkeypatch):
     monkeypatch.setattr(envs, "LAYERS_CHECKED", set())
-    store = Store(tmp_path / "cache")
+    store = Store(tmp_path / "cache", notices=PRINTED)
     root = store.layer(envs.layer_key(interp))
     site = root / "lib" / "python3" / "site-packages"
     (site / "pkg" / "__pycache__").mkdir(parents=True)

@@ -124,7 +124,8 @@ def test_a_named_wheel_of_another_version_is_refused(tmp_path, venv):
 
 def test_nothing_reachable_names_every_source_tried_and_the_options(tmp_path, venv, monkeypatch):
     monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path / "empty"))
-    monkeypatch.setattr(torch_source, "DEFAULT_INDEX", (tmp_path / "no-index").as_uri())
+    find_links, index = torch_source.DEFAULT
+    monkeypatch.setattr(torch_source, "DEFAULT", (find_links, index.model_copy(update={"location": (tmp_path / "no-index").as_uri()})))
     sources = torch_source.candidates(environ={})
     with pytest.raises(Infrastructure) as e:
         torch_source.install(venv, REQ, sources, tmp_path / "logs")
