@@ -8,7 +8,7 @@ issue's mutants (a retire path skipping requests that asked for logprobs, a door
 without a priority). Each runs as ``mutate --hunks`` (one SGLang import per release and fix), judged as an
 audit of the changed tree would be: its duties on the cases that reach it, and the condition it wrote, which
 those cases must drive both ways. The claim: none reads "fixed"; each reads "not fixed", "regression" or
-"inconclusive" naming its own condition. Behaviour-preserving changes keep "fixed" (a test rewritten to an
+"inconclusive" naming its own condition. It holds for #38935; for #36988 one change still reads "fixed" (``GAP``). Behaviour-preserving changes keep "fixed" (a test rewritten to an
 equivalent form, a double negation; the fresh equivalents of tests/probes/fresh_hunks.py run in
 test_fresh_hunks.py).
 
@@ -31,7 +31,13 @@ from runner.evidence import materials
 
 pytestmark = pytest.mark.slow  # real releases, their environments and SGLang imports
 
-FIXES = (38935, 36988)
+# Left of issue 38 (found by this generator): the final-result gate of #36988 made to skip requests that asked
+# for logprobs (``req.inflight_middle_chunks <= 0 and not req.return_logprob``) reads "fixed": the cases drive
+# return_logprob both ways, but only on aborted results, which the middle-chunk path retires all the same; a
+# healthy final result asking for logprobs (a guard: it must still be sent) needs the forward's logprob outputs,
+# which no case builds yet. Strict: the day a case builds it, this marker must go.
+GAP = pytest.mark.xfail(strict=True, reason="no guard case of a healthy final result asking for logprobs (issue 38)")
+FIXES = (38935, pytest.param(36988, marks=GAP))
 
 
 def generated(read, fix: int) -> list[dict]:
