@@ -154,6 +154,9 @@ class ResultScene:
                 "batch_result_processor",
                 recorded=("move_logprobs_to_cpu", "add_sampling_mask_return_values"),
                 snapshot_auxiliary_output_starts=lambda batch, result: [],
+                # copying a logprob request's values into it: data, not a lifetime; recorded, never run
+                logprob_result_processor=Double(journal, "logprob_result_processor",
+                                                recorded=("add_logprob_return_values",)),
                 **self._mask_decision(),
             ),
             spec_algorithm=Double(journal, "spec_algorithm", is_eagle=lambda: False),
@@ -177,6 +180,8 @@ class ResultScene:
             ),
             req_to_metadata_buffer_idx_allocator=metadata,
             send_kv_chunk=journal.method("scheduler", "send_kv_chunk"),
+            # trees before the batch result processor copy logprob values on the scheduler itself
+            add_logprob_return_values=journal.method("scheduler", "add_logprob_return_values"),
             maybe_send_health_check_signal=journal.method("scheduler", "maybe_send_health_check_signal"),
             **{_inflight_queue(prefill): []},
             # with overlap scheduling, trees before 0.5.4 take the forward's tokens from the worker
@@ -222,7 +227,7 @@ class ResultScene:
             spec_info=None,
             prefill_stats=None,
             dp_cooperation_info=None,
-            return_logprob=False,
+            return_logprob=shape.logprob,  # as a real batch: whether any of its requests asked for logprobs
             next_batch_sampling_info=None,
         )
         self.before = tree.request_state(self.req)
@@ -366,6 +371,11 @@ class ResultScene:
             logits = result.logits_output if result.logits_output is not None else tree.logits_output()
             logits.next_token_sampling_mask_status = [tree.sampling_mask_status(self.shape.mask == "ok")] * len(reqs)
             result.logits_output = logits
+        if any(req.return_logprob for req in reqs):
+            # a forward of a batch that asked for logprobs reports each request's extend range; these ask for
+            # output logprobs only (logprob_start_len unset: the range starts at its end, no input logprobs)
+            ranges = [len(req.origin_input_ids) for req in reqs]
+            result.extend_input_len_per_req, result.extend_logprob_start_len_per_req = ranges, list(ranges)
         return result
 
     def _worker_answer(self, name: str) -> Any:
