@@ -38,13 +38,16 @@ def locate(read: Callable[[str], str | None], qualified: str) -> tuple[str, ast.
 
 
 def function_node(module: ast.Module, qualname: str) -> ast.FunctionDef | None:
-    """The definition of ``Class.function`` (or ``function``) in a parsed module, or None."""
+    """The definition of ``Class.function`` (or ``function``) in a parsed module, or None: at each level the
+    last one of that name, the one bound once the body has run (a tree that defines a function twice runs
+    the second; reading the first would judge code that never runs)."""
     scope: list[ast.stmt] = module.body
     node = None
     for part in qualname.split("."):
-        node = next((n for n in scope if isinstance(n, (ast.ClassDef, ast.FunctionDef)) and n.name == part), None)
-        if node is None:
+        named = [n for n in scope if isinstance(n, (ast.ClassDef, ast.FunctionDef)) and n.name == part]
+        if not named:
             return None
+        node = named[-1]
         scope = node.body
     return node if isinstance(node, ast.FunctionDef) else None
 

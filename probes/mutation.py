@@ -107,7 +107,9 @@ def find(code: dict[str, tuple[str, ...]]) -> tuple[list[Target], list[str]]:
         with open(path, encoding="utf-8") as handle:
             module = ast.parse(handle.read(), path)
         node = fixcode.function_node(module, function.__qualname__)
-        if node is None:
+        # the function that runs must be the definition read: another one bound under its name (a later
+        # assignment, a definition made at run time) is not that code, and rewriting it would replace it
+        if node is None or function.__code__.co_firstlineno != min([node.lineno, *(d.lineno for d in node.decorator_list)]):
             missing.append(name)
             continue
         owner = function.__qualname__.rpartition(".")[0] or None

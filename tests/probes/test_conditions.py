@@ -234,3 +234,31 @@ def test_install_records_what_the_host_listed_and_nothing_it_did_not(tmp_path, m
     assert (gate(none), gate(given)) == (1, 2)
     assert recording.seen(names) == {"handgate.py:2:7": [False, True], "handgate.py:2:24": [False]}
     assert host.wanted(lambda rel: None) == []  # a tree without the fix's files: nothing to record
+
+
+def test_a_function_defined_twice_is_read_and_recorded_as_the_one_that_runs(tmp_path, monkeypatch):
+    """A tree that defines a fix's function again (a fork appending its own) runs the second: the host reads
+    that one, and the rewrite never puts the first one's code in its place (behaviour kept: it still raises)."""
+    from tests.probes.hand_tree import load
+
+    source = ("def gate(req):\n    if req.a:\n        return 1\n    return 2\n\n\n"
+              "def gate(req):\n    if req.b:\n        raise RuntimeError('mine')\n    return 3\n")
+    root, module = load(tmp_path, monkeypatch, "twicegate", source)
+    node = fixcode.function_node(ast.parse(source), "gate")
+    assert node.lineno == 7
+    first = [{"function": "twicegate.gate", "file": "twicegate.py", "conditions": [
+        {"at": "twicegate.py:2:7", "position": [2, 7, 2, 12], "kind": "truth"}]}]
+    assert "twicegate.py:2:7" not in recording.install(first, str(root)).values()
+    R = type("R", (), {})
+    req = R()
+    req.a, req.b = 1, 1
+    with pytest.raises(RuntimeError, match="mine"):
+        module.gate(req)
+    # what the host lists for the bound definition is what the tree records
+    last = [{"function": "twicegate.gate", "file": "twicegate.py", "conditions": [
+        {"at": "twicegate.py:8:7", "position": [8, 7, 8, 12], "kind": "truth"}]}]
+    names = recording.install(last, str(root))
+    recording.reset()
+    req.b = 0
+    assert module.gate(req) == 3
+    assert recording.seen(names)["twicegate.py:8:7"] == [False]
