@@ -58,7 +58,9 @@ def test_a_fix_off_by_default_reads_so_and_exits_0(monkeypatch):
     [line] = [h for h in text.splitlines() if h.startswith("#39500 ")]
     assert line.startswith(f"#39500 {verdict.OFF_BY_DEFAULT}") and line.endswith("[with-kv-checksum]")
     assert "    default: not fixed, early-success: failed handoff-no-unwritten-read" in text
-    assert code == errors.OK
+    # off by default never fails the exit code: it follows the other fixes' headlines alone
+    others = [h.split("  ")[0].split(" ", 1)[1] for h in text.splitlines() if h.startswith("#") and not h.startswith("#39500 ")]
+    assert verdict.carried(verdict.OFF_BY_DEFAULT) and (code == errors.OK) == all(verdict.carried(w) for w in others)
 
 
 def test_not_fixed_names_the_case_and_the_failed_duty(monkeypatch):
@@ -115,7 +117,8 @@ def test_a_partial_backport_names_the_case_and_the_duty_it_failed():
     line = verdict.of_backport(record, cases)
     assert line.word == "does not behave like head" and line.what == "backport vs head:"
     assert line.reason.startswith("prefill-door-rejected: backport bug, head clean (failed door-")
-    assert line.detail[0].startswith("13 more case(s) differ: ") and line.config == "decode-door, prefill-door"
+    differing = sum(not r.same for r in rows)
+    assert line.detail[0].startswith(f"{differing - 1} more case(s) differ: ") and line.config == "decode-door, prefill-door"
 
 
 def test_a_differential_not_as_pinned_names_the_case_that_stayed_a_bug():
@@ -138,7 +141,9 @@ def test_a_sweep_ends_with_the_newest_trees_verdict_screen(monkeypatch):
     text = buffer.getvalue()
     assert "#39500: first fixed in pypi:sglang==0.5.21 (configuration with-kv-checksum, as pinned)" in text
     screen = text.split("the newest tree, sglang-0.5.23 (every fix, why):\n", 1)[1].splitlines()
-    assert screen[0].startswith("#36988 fixed  ") and f"#39500 {verdict.OFF_BY_DEFAULT}" in "\n".join(screen)
+    [kv] = [line for line in screen if line.startswith("#39500 ")]  # 0.5.23: off by default, or a condition left one way
+    assert screen[0].startswith("#36988 fixed  ")
+    assert kv.startswith(f"#39500 {verdict.OFF_BY_DEFAULT}") or kv.startswith("#39500 inconclusive  condition `"), kv
     assert screen[-1] == "every case, duty and side effect: diffprobe report /b --fix N  (or --all; --html FILE for one page)"
 
 
