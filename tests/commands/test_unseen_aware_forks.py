@@ -68,14 +68,19 @@ def test_detectors_the_awareness_scan_does_not_name_still_surface_as_run_and_the
     door cases, so the verdict rests on them, flagged or not."""
     row, record = swept["rows"][trees["inline"]], swept["records"][trees["inline"]]
     fix = _fix(row, 38935)
-    assert fix.status == "fixed" and fix.departed is not None, fix  # the detectors see the harness: it behaves
-    assert fix.departed.baseline == RELEASE
+    if fix.status == "inconclusive":  # condition evidence (issue 38): the fork's own test went one way, named in its hunk
+        at = [int(w.rsplit(":", 1)[1].split()[0]) for w in fix.one_way if f"{unseen_forks.UTILS}:" in w]
+        hunks = [h for h in record.hunks() if h.file == unseen_forks.UTILS]
+        assert at and all(any(h.lines[0] <= line <= h.lines[1] for h in hunks) for line in at), fix.one_way
+    else:  # the detectors see the harness: it behaves, on code the verdict names
+        assert fix.status == "fixed" and fix.departed is not None and fix.departed.baseline == RELEASE, fix
+    places = fix.departed.places if fix.departed else None
     for name in unseen_forks.DETECTORS:
         [hunk] = [h for h in record.hunks() if h.file == unseen_forks.UTILS and h.function == f"_r2_{name}"]
         assert "prefill-door-rejected" in hunk.ran_in.get("admission", []), f"{name}: not marked as run"
-        assert hunk.place in fix.departed.places, name
+        assert places is None or hunk.place in places, name
     birth = next(h for h in record.hunks() if h.file == unseen_forks.SCHEDULE_BATCH and h.function == "Req.__init__")
-    assert birth.ran_in.get("admission") and birth.place in fix.departed.places
+    assert birth.ran_in.get("admission") and (places is None or birth.place in places)
 
 
 def test_a_fork_that_decides_at_import_is_not_plain_fixed(swept, trees):
