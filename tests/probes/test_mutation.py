@@ -4,12 +4,10 @@ test_single_duty_mutants.py)."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-
 import pytest
 
 from probes import mutation
+from tests.probes.hand_tree import load
 
 SOURCE = '''
 import logging
@@ -46,13 +44,7 @@ class Door:
 
 @pytest.fixture()
 def door(tmp_path, monkeypatch):
-    path = tmp_path / "fake_door.py"
-    path.write_text(SOURCE)
-    spec = importlib.util.spec_from_file_location("fake_door", path)
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "fake_door", module)
-    spec.loader.exec_module(module)
-    return module
+    return load(tmp_path, monkeypatch, "fake_door", SOURCE)[1]
 
 
 def _mutants(code):
@@ -165,12 +157,7 @@ class Gate:
 def test_conditions_are_negated_and_gain_a_condition_on_each_input_read(tmp_path, monkeypatch):
     """``negate`` turns each condition around; ``insert`` makes the first test of the fix's code depend on each
     attribute of an argument the function reads (not on a method it calls), one mutant per input."""
-    path = tmp_path / "fake_gate.py"
-    path.write_text(GATE)
-    spec = importlib.util.spec_from_file_location("fake_gate", path)
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "fake_gate", module)
-    spec.loader.exec_module(module)
+    _, module = load(tmp_path, monkeypatch, "fake_gate", GATE)
     targets, _, mutants = _mutants({"fake_gate.Gate.add": ()})
     made = {(m.operator, m.before, m.after) for _, m in mutants}
     assert ("negate", "req.rejected", "not req.rejected") in made
