@@ -376,6 +376,8 @@ class ResultScene:
             # output logprobs only (logprob_start_len unset: the range starts at its end, no input logprobs)
             ranges = [len(req.origin_input_ids) for req in reqs]
             result.extend_input_len_per_req, result.extend_logprob_start_len_per_req = ranges, list(ranges)
+            if result.logits_output is None:  # such a forward returns its logits output (trees up to 0.5.5 read it here)
+                result.logits_output = tree.logits_output()
         return result
 
     def _worker_answer(self, name: str) -> Any:
