@@ -20,7 +20,7 @@ from typing import Any
 
 from . import tree
 from .case import Case, Probe
-from . import duties
+from . import duties_38935
 from .doubles import Double, Journal, KVTransport, ever_assigned, output_streamer, read_sources, strict_subject
 from .plain import JSON
 
@@ -306,7 +306,7 @@ def point_case(point: Mapping[str, str]) -> Case:
     """The case of one point: its door, its request, the flag its entry passes; ``requires`` names the
     door's ``add`` and the flag's parameter (a door without it cannot be entered that way: not
     applicable), and for a rejection the tree's own length check."""
-    space = duties.SPACES["admission"]
+    space = duties_38935.SPACE
     prefill = point["door"] == "prefill"
     door, module, queue = (PrefillDoor, PREFILL, "PrefillBootstrapQueue") if prefill else (DecodeDoor, DECODE, "DecodePreallocQueue")
     add = f"{module}.{queue}.add"
@@ -322,15 +322,8 @@ def point_case(point: Mapping[str, str]) -> Case:
         f"{DECODE}.DecodePreallocQueue._resolve_prefill_dp_rank": point["peer"] in ("unknown", "known-dp"),
     }
     peer_kind = point["peer"]
-    return Case(
-        id=case_id,
-        site=space.site_of(point),
-        role=space.role(point),
-        title=space.title(point),
-        duties=space.duties(point),
-        build=lambda journal: door(journal, request(journal, rid, mode, point), flags, peer_kind),
-        requires=(add, *(f"{add}({flag})" for flag in flags), *(api for api, needed in needs.items() if needed)),
-    )
+    return Case.of(duties_38935, point, lambda journal: door(journal, request(journal, rid, mode, point), flags, peer_kind),
+                   (add, *(f"{add}({flag})" for flag in flags), *(api for api, needed in needs.items() if needed)))
 
 
 PROBE = Probe(
@@ -347,7 +340,8 @@ PROBE = Probe(
         DECODE,
         SCHEDULER,
     ),
-    cases=tuple(point_case(p) for p in duties.SPACES["admission"].points()),
+    cases=tuple(point_case(p) for p in duties_38935.SPACE.points()),
+    table=duties_38935,
     warm=lambda: (beam_groups(), cache_abort_release(), read_sources(
         tree.resolve(f"{SCHEDULER}.Scheduler"), tree.resolve(f"{PREFILL}.PrefillBootstrapQueue"),
         tree.resolve(f"{DECODE}.DecodePreallocQueue"), tree.resolve("sglang.srt.managers.schedule_batch.Req"))),

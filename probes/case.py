@@ -12,16 +12,16 @@ from __future__ import annotations
 
 import os
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any, Protocol
 
-from . import duties as duty_table
 from . import tree
 from .doubles import Absent, DoubleGap, Journal
+from .effects import Duty, classify, judged, signature
 from .plain import JSON, plain
 
-SITES = ("prefill-door", "decode-door", "prefill-result")
 ROLES = ("bug", "guard")
 _DOUBLES_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "doubles.py")
 
@@ -34,9 +34,10 @@ class Scene(Protocol):
 
 @dataclass(frozen=True)
 class Case:
-    """One observation. ``duties`` are what it checks (declared in ``probes/duties_*.py``); its bug
-    signature is their conjunction: any failed duty makes it a bug (for a guard case: a
-    regression, a valid or re-entering request dropped).
+    """One observation. ``duties`` are what it checks, by ``checks``: its fix's table alone (``probes/duties_N.py``,
+    duty id -> row), so a probe's identity covers its own table and no other fix's; its bug signature is their
+    conjunction: any failed duty makes it a bug (for a guard case: a regression, a valid or re-entering request
+    dropped).
 
     ``requires`` names the APIs the case drives; if the tree lacks one the case is not
     applicable. The fix's own names never belong there: without the fix the case must run.
@@ -49,14 +50,26 @@ class Case:
     duties: tuple[str, ...]
     build: Callable[[Journal], Scene]
     requires: tuple[str, ...]
+    checks: Mapping[str, Duty]
 
     def __post_init__(self) -> None:
-        assert self.site in SITES + duty_table.CONFIGURATIONS and self.role in ROLES, self.id
-        assert self.duties and all(d in duty_table.DUTIES for d in self.duties), self.id
+        assert self.site and self.role in ROLES, self.id
+        assert self.duties and all(d in self.checks for d in self.duties), self.id
+
+    @classmethod
+    def of(cls, table: ModuleType, point: Mapping[str, str], build: Callable[[Journal], Scene],
+           requires: tuple[str, ...], uses: tuple[ModuleType, ...] = ()) -> "Case":
+        """The case of one point of a fix's case space (``table``: its ``probes/duties_N.py``): id, site, role,
+        title and duties as the space says, judged by that table and the other fixes' tables whose rows its
+        rules name (``uses``: the lifetime defences build on each other's promises)."""
+        space = table.SPACE
+        return cls(id=space.case_id(point), site=space.site_of(point), role=space.role(point),
+                   title=space.title(point) or space.case_id(point), duties=space.duties(point), build=build,
+                   requires=requires, checks={duty.id: duty for t in (table, *uses) for duty in t.DUTIES})
 
     @property
     def signature(self) -> str:
-        return duty_table.signature(self.duties)
+        return signature(self.duties)
 
     def header(self) -> dict[str, JSON]:
         return {
@@ -77,6 +90,7 @@ class Probe:
     fix: int
     imports: tuple[str, ...]  # SGLang modules the harness imports once, before forking
     cases: tuple[Case, ...]
+    table: ModuleType  # its fix's probes/duties_N.py: the code mutate changes, the mutants argued equivalent
     warm: Callable[[], None] | None = None
 
 
@@ -198,10 +212,10 @@ def run_case(case: Case, places: Places) -> dict[str, JSON]:
             effects["escaped"] = escaped
         if journal.absent:
             effects["absent"] = list(journal.absent)
-        held = duty_table.judge_duties(case.duties, effects)
+        held = judged(case.duties, case.checks, effects)
     except Exception as exc:  # every failure becomes an outcome; the run itself goes on
         return _result("error", failure=_failure(exc, phase, journal, places))
-    return _result("observed", effects=effects, bug=duty_table.classify(held) == "bug")
+    return _result("observed", effects=effects, bug=classify(held) == "bug")
 
 
 def unmet(case: Case) -> str | None:

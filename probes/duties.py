@@ -9,14 +9,14 @@ cannot pass for evidence.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from types import ModuleType
 
 from . import duties_36988, duties_38935, duties_39500, duties_40645, duties_41023, duties_41402, duties_41404, registry, space
 from .duties_lifetime import CONFIGURATIONS
-from .effects import Duty, Effects
+from .effects import Duty, Effects, classify, judged, signature
+from .fixcode import mutant_key
 
-__all__ = ["CONFIGURATIONS", "Duty", "Effects"]
+__all__ = ["CONFIGURATIONS", "Duty", "Effects", "classify", "mutant_key", "signature"]
 
 _MODULES: dict[int, ModuleType] = {38935: duties_38935, 36988: duties_36988, 41023: duties_41023, 40645: duties_40645,
                                    41402: duties_41402, 41404: duties_41404, 39500: duties_39500}
@@ -50,19 +50,9 @@ assert len(EQUIVALENT) == sum(len(t.EQUIVALENT) for t in TABLES.values()), "two 
 assert len(EXPLAINED) == sum(len(t.EXPLAINED) for t in TABLES.values()), "two tables explain one mutant"
 
 
-def mutant_key(function: str, operator: str, before: str) -> tuple[str, str, str]:
-    """The key of a mutant in EQUIVALENT and EXPLAINED: class and function, operator, statement."""
-    return (".".join(function.split(".")[-2:]), operator, before)
-
-
 def declared(probe: str, case: str) -> tuple[str, ...]:
     """The duties ``case`` of ``probe`` checks; KeyError for a case nobody declared."""
     return CASES[probe][case]
-
-
-def signature(duties: tuple[str, ...]) -> str:
-    """The one-line bug signature of a case: which of its duties failing makes it a bug."""
-    return "a duty failed: " + ", ".join(duties)
 
 
 def judge(probe: str, case: str, effects: Effects) -> dict[str, bool]:
@@ -71,17 +61,5 @@ def judge(probe: str, case: str, effects: Effects) -> dict[str, bool]:
 
 
 def judge_duties(duties: tuple[str, ...], effects: Effects) -> dict[str, bool]:
-    """A duty whose effects are missing or malformed did not hold: effects that cannot show a
-    duty never count as showing it."""
-    results = {}
-    for duty_id in duties:
-        try:
-            results[duty_id] = bool(DUTIES[duty_id].held(effects))
-        except (KeyError, IndexError, TypeError, AttributeError, ValueError):
-            results[duty_id] = False
-    return results
-
-
-def classify(duties: Mapping[str, bool]) -> str:
-    """``bug`` when any duty failed (for a guard case: the regression), else ``clean``."""
-    return "clean" if all(duties.values()) else "bug"
+    """``effects.judged`` by every fix's rows (a duty id names its fix)."""
+    return judged(duties, DUTIES, effects)

@@ -22,6 +22,29 @@ class Duty:
     held: Callable[[Effects], bool]
 
 
+def judged(duties: tuple[str, ...], table: Mapping[str, Duty], effects: Effects) -> dict[str, bool]:
+    """Each of ``duties``, in order, and whether it held in ``effects`` by ``table`` (duty id -> row). A duty
+    whose effects are missing or malformed did not hold: effects that cannot show a duty never count as
+    showing it."""
+    results = {}
+    for duty_id in duties:
+        try:
+            results[duty_id] = bool(table[duty_id].held(effects))
+        except (KeyError, IndexError, TypeError, AttributeError, ValueError):
+            results[duty_id] = False
+    return results
+
+
+def classify(duties: Mapping[str, bool]) -> str:
+    """``bug`` when any duty failed (for a guard case: the regression), else ``clean``."""
+    return "clean" if all(duties.values()) else "bug"
+
+
+def signature(duties: tuple[str, ...]) -> str:
+    """The one-line bug signature of a case: which of its duties failing makes it a bug."""
+    return "a duty failed: " + ", ".join(duties)
+
+
 def rid(effects: Effects) -> str:
     return effects["request"]["rid"]
 

@@ -198,3 +198,8 @@ def touching(fn: ast.FunctionDef, start: int, end: int) -> list[ast.stmt]:
     changes (a compound statement whose header it touches, whole)."""
     wanted = set(range(start, end + 1))
     return [node for node, *_ in walk(fn) if isinstance(node, ast.stmt) and node is not fn and own_lines(node) & wanted]
+
+
+def mutant_key(function: str, operator: str, before: str) -> tuple[str, str, str]:
+    """The key of a mutant in a duty table's EQUIVALENT and EXPLAINED: class and function, operator, statement."""
+    return (".".join(function.split(".")[-2:]), operator, before)

@@ -24,7 +24,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
-from . import tree
+from . import duties_39500, tree
 from .case import Case, Probe
 from .doubles import Double, Journal, strict_subject
 from .lifetime import COMMON, DECODE, IMPORTS, PAGES, PREFILL_MIXIN, RID, SCHEDULER, Scene, Shape, metadata_buffers
@@ -379,12 +379,8 @@ def shape_of(point: dict[str, str]) -> HandoffShape:
 
 
 def _cases() -> tuple[Case, ...]:
-    from . import duties
-
-    space = duties.SPACES["handoff"]
-    return tuple(Case(id=space.case_id(p), site=space.site_of(p), role=space.role(p), title=space.title(p),
-                      duties=space.duties(p), build=lambda journal, shape=shape_of(p): Handoff(journal, shape),
-                      requires=REQUIRES) for p in space.points())
+    return tuple(Case.of(duties_39500, p, lambda journal, shape=shape_of(p): Handoff(journal, shape), REQUIRES)
+                 for p in duties_39500.SPACE.points())
 
 
-PROBE = Probe(id="handoff", fix=39500, imports=IMPORTS, cases=_cases())
+PROBE = Probe(id="handoff", fix=39500, imports=IMPORTS, cases=_cases(), table=duties_39500)

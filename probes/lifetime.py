@@ -1025,15 +1025,14 @@ REQUIRES = (
 )
 
 
-def space_cases(space: Any, shape_of: Callable[[Mapping[str, str]], Shape]) -> tuple[Case, ...]:
-    """Every reachable point of a lifetime probe's case space (``probes/duties_*.py``) as a case: its site
-    is the configuration it runs under, its duties the space's."""
+def space_cases(table: Any, shape_of: Callable[[Mapping[str, str]], Shape], uses: tuple[Any, ...] = ()) -> tuple[Case, ...]:
+    """Every reachable point of a lifetime probe's case space (``table``: its ``probes/duties_N.py``; ``uses``: the
+    other tables whose rows its rules name) as a case: its site is the configuration it runs under, its duties
+    the space's."""
     def requires(shape: Shape) -> tuple[str, ...]:
         publishes = shape.failure in ("metadata-send-fails", "bootstrap-fails")  # run the tree's send_metadata
         return REQUIRES + ((f"{MOONCAKE}.MooncakeKVReceiver.send_metadata",) if publishes else ())
 
-    return tuple(Case(id=space.case_id(point), site=space.site_of(point), role=space.role(point),
-                      title=space.title(point) or space.case_id(point), duties=space.duties(point),
-                      build=lambda journal, shape=shape_of(point): LifetimeScene(journal, shape),
-                      requires=requires(shape_of(point)))
-                 for point in space.points())
+    return tuple(Case.of(table, point, lambda journal, shape=shape_of(point): LifetimeScene(journal, shape),
+                         requires(shape_of(point)), uses)
+                 for point in table.SPACE.points())

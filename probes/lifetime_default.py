@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from . import duties
+from . import duties_40645, duties_41023
 from .case import Probe
 from .lifetime import IMPORTS, Shape, space_cases
 
@@ -23,4 +23,5 @@ def shape_of(point: Mapping[str, str]) -> Shape:
                  in_flight=point["in_flight"] == "yes", acks=point["acks"])
 
 
-PROBE = Probe(id="lifetime-default", fix=41023, imports=IMPORTS, cases=space_cases(duties.SPACES["lifetime-default"], shape_of))
+PROBE = Probe(id="lifetime-default", fix=41023, imports=IMPORTS, table=duties_41023,
+              cases=space_cases(duties_41023, shape_of, uses=(duties_40645,)))

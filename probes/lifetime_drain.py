@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from . import duties
+from . import duties_40645, duties_41023
 from .case import Probe
 from .lifetime import IMPORTS, Shape, space_cases
 
@@ -23,4 +23,5 @@ def shape_of(point: Mapping[str, str]) -> Shape:
                  decode_ranks=2 if point["decode_ranks"] == "two" else 1, acks=point["acks"])
 
 
-PROBE = Probe(id="lifetime-drain", fix=40645, imports=IMPORTS, cases=space_cases(duties.SPACES["lifetime-drain"], shape_of))
+PROBE = Probe(id="lifetime-drain", fix=40645, imports=IMPORTS, table=duties_40645,
+              cases=space_cases(duties_40645, shape_of, uses=(duties_41023,)))

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from . import duties
+from . import duties_40645, duties_41023, duties_41404
 from .case import Probe
 from .lifetime import IMPORTS, Shape, space_cases
 
@@ -25,4 +25,5 @@ def shape_of(point: Mapping[str, str]) -> Shape:
                  failed_write="keeps writing" if point["failed_write"] == "keeps-writing" else "stops")
 
 
-PROBE = Probe(id="lifetime-failures", fix=41404, imports=IMPORTS, cases=space_cases(duties.SPACES["lifetime-failures"], shape_of))
+PROBE = Probe(id="lifetime-failures", fix=41404, imports=IMPORTS, table=duties_41404,
+              cases=space_cases(duties_41404, shape_of, uses=(duties_40645, duties_41023)))

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from . import duties
+from . import duties_40645, duties_41023, duties_41402
 from .case import Probe
 from .lifetime import IMPORTS, Shape, space_cases
 
@@ -24,4 +24,5 @@ def shape_of(point: Mapping[str, str]) -> Shape:
                  stale_ack=point["stale"] == "yes", acks=point["acks"])
 
 
-PROBE = Probe(id="lifetime-peers", fix=41402, imports=IMPORTS, cases=space_cases(duties.SPACES["lifetime-peers"], shape_of))
+PROBE = Probe(id="lifetime-peers", fix=41402, imports=IMPORTS, table=duties_41402,
+              cases=space_cases(duties_41402, shape_of, uses=(duties_40645, duties_41023)))

@@ -1,7 +1,7 @@
 """Mutants of the code a fix changed, patched into the already-imported tree (mutation schemata).
 
 ``diffprobe mutate`` measures how strong the evidence is: change one statement of the functions a
-fix changed (``duties.FIX_CODE``), on the lines the fix's cases actually execute, and run the
+fix changed (its duty table's ``FIX_CODE``), on the lines the fix's cases actually execute, and run the
 cases again. A mutant the cases do not notice is a change of the fix that the evidence would
 still call "fixed". The operators are the classic statement-level ones of mutmut and cosmic-ray,
 written here on the standard ``ast`` (both tools are whole-file, one-process-per-mutant runners
@@ -40,8 +40,8 @@ from typing import Any
 
 from . import tree
 from . import fixcode
+from .fixcode import mutant_key
 from .coverage import expand
-from .duties import EQUIVALENT, FIX_CODE, mutant_key
 
 TELEMETRY = ("logger.", "logging.", "time_stats", "trace_ctx", "metrics_reporter", "metrics_collector")
 OPERATORS = ("delete", "true", "false", "negate", "insert", "flip", "unguard", "return")
@@ -384,7 +384,7 @@ def run(probe: Any, cases: list[Any], run_forked: Callable[[Any], dict[str, Any]
     score on the host. Given ``hunks``, those changes are the mutants instead, each run against the cases
     that held and reached it until what the tree with it reads is settled. Results are raw case results:
     the host judges."""
-    targets, missing = find(FIX_CODE[probe.fix])
+    targets, missing = find(probe.table.FIX_CODE)
     baseline = [run_forked(case) for case in cases]
     # case id -> absolute path of a function of the fix's code -> the lines of it the case ran
     ran = {case.id: {t.path: expand((result.get("lines") or {}).get(display(t.path), ())) for t in targets}
@@ -399,7 +399,7 @@ def run(probe: Any, cases: list[Any], run_forked: Callable[[Any], dict[str, Any]
         reaching = [c for c in cases if any(fixcode.reached(span, ran[c.id].get(path, set())) for span in mutant.spans)]
         entry: dict[str, Any] = {**mutant.header(display if path else str, path), "equivalent": mutant.equivalent,
                                  "unappliable": mutant.unappliable, "reached_by": [c.id for c in reaching], "cases": []}
-        declared = mutant_key(mutant.target, mutant.operator, mutant.before) in EQUIVALENT  # the host says so too
+        declared = mutant_key(mutant.target, mutant.operator, mutant.before) in probe.table.EQUIVALENT  # the host says so too
         if mutant.equivalent is None and mutant.unappliable is None and not declared:
             # A mutant: the cases that told most mutants so far first, until one tells it. A hunk: what the tree
             # with it reads, settled by the first guard it breaks (regression, nothing reads worse), else by the

@@ -16,7 +16,7 @@ from typing import Any
 
 from . import tree
 from .case import Case, Probe
-from . import duties
+from . import duties_36988
 from .effects import names_request
 from .doubles import Double, Journal, KVTransport, output_streamer, read_sources, same_signature, strict_subject
 from .plain import JSON, plain
@@ -439,17 +439,9 @@ class ResultScene:
 
 
 def point_case(point: Mapping[str, str]) -> Case:
-    space = duties.SPACES["prefill-cleanup"]
-    case_id, shape = space.case_id(point), Shape.of(point)
-    return Case(
-        id=case_id,
-        site=space.site_of(point),
-        role=space.role(point),
-        title=space.title(point),
-        duties=space.duties(point),
-        build=lambda journal: ResultScene(journal, case_id, shape),
-        requires=(f"{MIXIN}.process_batch_result_disagg_prefill",),
-    )
+    case_id, shape = duties_36988.SPACE.case_id(point), Shape.of(point)
+    return Case.of(duties_36988, point, lambda journal: ResultScene(journal, case_id, shape),
+                   (f"{MIXIN}.process_batch_result_disagg_prefill",))
 
 
 PROBE = Probe(
@@ -466,7 +458,8 @@ PROBE = Probe(
         "sglang.srt.managers.utils",
         "sglang.srt.managers.scheduler",
     ),
-    cases=tuple(point_case(p) for p in duties.SPACES["prefill-cleanup"].points()),
+    cases=tuple(point_case(p) for p in duties_36988.SPACE.points()),
+    table=duties_36988,
     warm=lambda: read_sources(tree.resolve(SCHEDULER), tree.resolve(f"{PREFILL}.PrefillBootstrapQueue"),
                               tree.resolve("sglang.srt.managers.schedule_batch.Req")),
 )

@@ -147,11 +147,17 @@ def test_one_registry_names_every_probe_for_the_host_the_harness_and_the_duty_ta
         assert f"probes/duties_{entry.fix}.py" in catalog.judge_files() and f"probes/{entry.module}.py" in catalog.probe_files(entry.id)
 
 
-def test_editing_the_registry_or_a_duty_table_moves_the_judge_and_every_probe(copy):
-    """Every probe's cases and the judge read the registry and every table (probes/duties.py composes them): one
-    table's edit moves them all, as the one duties.py did."""
-    for edited in ("registry.py", "duties_41402.py"):
-        before = identities(copy)
-        edit_docstring(copy / "probes" / edited)
-        after = identities(copy)
-        assert {k for k in before if before[k] != after[k]} == set(before), edited  # upstream-tests' too (probes/case.py)
+@pytest.mark.parametrize("edited, moved", [
+    ("registry.py", {"judge", *catalog.PROBES}),
+    ("duties_41402.py", {"judge", "lifetime-peers"}),
+    ("duties_41023.py", {"judge", "lifetime-default", "lifetime-drain", "lifetime-peers", "lifetime-failures"}),
+    ("duties_lifetime.py", {"judge", "lifetime-default", "lifetime-drain", "lifetime-peers", "lifetime-failures", "handoff"}),
+])
+def test_a_duty_table_moves_the_judge_and_only_the_probes_it_judges(copy, edited, moved):
+    """A probe's cases are judged by its own fix's table (probes/case.py holds no other), so one table's edit moves
+    the judge (which composes them all) and the probes that import it; the registry, which the harness reads to
+    find every probe, moves them all."""
+    before = identities(copy)
+    edit_docstring(copy / "probes" / edited)
+    after = identities(copy)
+    assert {k for k in before if before[k] != after[k]} == moved

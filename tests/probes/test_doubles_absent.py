@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from probes import duties
 from probes.case import Case, Places, run_case
 from probes.doubles import Absent, Double, DoubleGap, Journal, strict_subject
 from tests.probes import hand_tree
@@ -93,7 +94,7 @@ class _Scene:
 
 def _case(build) -> Case:
     return Case(id="c", site="prefill-result", role="bug", title="t", duties=("result-returns",),
-                build=build, requires=())
+                build=build, requires=(), checks=duties.DUTIES)
 
 
 def test_a_scripted_failure_escaping_the_tree_is_the_bug_not_inconclusive(tree_module):

@@ -64,7 +64,7 @@ class _Scene:
 
 def _case(send, broken=False) -> Case:
     return Case(id="metadata-send-fails", site="default", role="bug", title="t", duties=("lifetime-failure-handled",),
-                build=lambda journal: _Scene(journal, send, broken), requires=())
+                build=lambda journal: _Scene(journal, send, broken), requires=(), checks=duties.DUTIES)
 
 
 def test_an_injected_reset_escaping_the_trees_send_is_observed_as_its_bug(conn):

@@ -11,7 +11,7 @@ import threading
 import pytest
 from hypothesis import given, strategies as st
 
-from probes import coverage, harness
+from probes import coverage, duties, harness
 from probes.case import Case, Places
 
 GOOD = {"outcome": "observed", "classification": "clean", "effects": {}, "error": None, "missing": None}
@@ -90,7 +90,7 @@ def test_anything_else_is_not_canonical(spans):
 
 def _case(case_id: str = "c") -> Case:
     return Case(id=case_id, site="prefill-door", role="bug", title="t", duties=("door-returns",),
-                build=lambda journal: None, requires=())
+                build=lambda journal: None, requires=(), checks=duties.DUTIES)
 
 
 def _run(monkeypatch, root, body, timeout: float = 10) -> dict:

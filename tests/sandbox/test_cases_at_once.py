@@ -13,7 +13,7 @@ import signal
 import stat
 import time
 
-from probes import harness
+from probes import duties, harness
 from probes.case import Case, Places
 
 GOOD = {"outcome": "observed", "classification": "clean", "effects": {"senders": []}, "error": None, "missing": None}
@@ -22,7 +22,7 @@ PLACES = Places(sglang_root=None, probes_dir=harness.HERE)
 
 def _case(case_id: str) -> Case:
     return Case(id=case_id, site="prefill-door", role="bug", title="t", duties=("door-returns",),
-                build=lambda journal: None, requires=())
+                build=lambda journal: None, requires=(), checks=duties.DUTIES)
 
 
 def _run(monkeypatch, bodies: dict, jobs: int, timeout: float = 10, finished=lambda case: None) -> list[dict]:

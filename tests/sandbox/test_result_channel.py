@@ -10,7 +10,7 @@ import stat
 
 import pytest
 
-from probes import harness
+from probes import duties, harness
 from probes.case import Case, Places
 
 GOOD = {"outcome": "observed", "classification": "clean", "effects": {"senders": []}, "error": None, "missing": None}
@@ -18,7 +18,7 @@ GOOD = {"outcome": "observed", "classification": "clean", "effects": {"senders":
 
 def _case(case_id: str = "c") -> Case:
     return Case(id=case_id, site="prefill-door", role="bug", title="t", duties=("door-returns",),
-                build=lambda journal: None, requires=())
+                build=lambda journal: None, requires=(), checks=duties.DUTIES)
 
 
 def _pipes() -> list[int]:
