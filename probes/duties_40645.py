@@ -11,8 +11,9 @@ Standard library only: the host judges with it too.
 from __future__ import annotations
 
 from . import space
-from .duties_lifetime import (ACKED, ACKS, DEFERRED_CONFIG, GUARD_ABORT, HELD, IN_FLIGHT, ON_ACK, ON_ACK_IDLE, CONN,
-                              MOONCAKE, aborted_after_clear, aborting, acked_after_drain, released_before_timeout, site)
+from .duties_lifetime import (ACKED, ACKS, DEFERRED_CONFIG, GUARD_ABORT, HELD, IN_FLIGHT, OFF, OFF_DUTIES, ON_ACK,
+                              ON_ACK_IDLE, CONN, MOONCAKE, SUFFIXES, aborted_after_clear, aborting, acked_after_drain, on,
+                              on_rules, released_before_timeout, site)
 from .effects import Duty, Effects
 
 
@@ -61,16 +62,16 @@ SPACE = space.Space(
     ),
     unreachable=(space.Unreachable("with nothing sent, prefill has no write to clear the room under",
                                    {"in_flight": ("no",), "clears": ("yes",)}),),
-    bug=({"in_flight": ("yes",), "acks": ("delivered",), "clears": ("no", "yes")}, {"in_flight": ("no",)}),
-    duties_by=(
+    bug=on({"in_flight": ("yes",), "acks": ("delivered",), "clears": ("no", "yes")}, {"in_flight": ("no",)}),
+    duties_by=(*on_rules(
         space.Rule({"in_flight": ("yes",), "acks": ("delivered",), "decode_ranks": ("one",), "clears": ("no", "yes")},
                    (*ACKED, *HELD)),
         space.Rule({"decode_ranks": ("two",)}, ("lifetime-late-abort-acked", *HELD)),
         space.Rule({"acks": ("lost", "late")}, GUARD_ABORT),
         space.Rule({"in_flight": ("no",)}, ON_ACK_IDLE),
         space.Rule({"clears": ("late",)}, ON_ACK),
-    ),
-    aliases={f"{old}{suffix}": f"{new}{suffix}" for suffix in ("", "-with-deferred-release") for old, new in (
+    ), space.Rule(OFF, OFF_DUTIES)),
+    aliases={f"{old}{suffix}": f"{new}{suffix}" for suffix in SUFFIXES for old, new in (
         ("in-flight", "abort-in-flight"), ("in-flight-prefill-clears-before-drain", "prefill-clears-before-drain"),
         ("in-flight-prefill-clears-before-drain-second-rank", "abort-after-room-cleared"),
         ("in-flight-acks-lost", "acks-lost"), ("in-flight-acks-late", "acks-late"),

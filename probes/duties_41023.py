@@ -11,8 +11,9 @@ Standard library only: the host judges with it too.
 from __future__ import annotations
 
 from . import space
-from .duties_lifetime import (ACKS, DEFERRED_CONFIG, GUARD_ABORT, HELD, IN_FLIGHT, ON_ACK_IDLE, CONN, DECODE,
-                              committed, freed_once, no_early_release, not_held_forever, site, timeout_recorded)
+from .duties_lifetime import (ACKS, DEFERRED_CONFIG, GUARD_ABORT, HELD, IN_FLIGHT, OFF, OFF_DUTIES, ON_ACK_IDLE, CONN,
+                              DECODE, SUFFIXES, committed, freed_once, no_early_release, not_held_forever, on, on_rules,
+                              site, timeout_recorded)
 from .effects import Duty, Effects
 
 
@@ -58,14 +59,14 @@ SPACE = space.Space(
     ),
     # with nothing in flight the abort must still stop the request's later chunk (trees without an ABORT message
     # to prefill, 0.5.12 and earlier, let it write into pages decode already gave away): a bug case, not a guard
-    bug=({"failure": ("decode-abort",), "in_flight": ("yes",), "acks": ("delivered",)}, {"in_flight": ("no",)}),
-    duties_by=(
+    bug=on({"failure": ("decode-abort",), "in_flight": ("yes",), "acks": ("delivered",)}, {"in_flight": ("no",)}),
+    duties_by=(*on_rules(
         space.Rule({"failure": ("decode-abort",), "in_flight": ("yes",), "acks": ("delivered",)}, HELD),
         space.Rule({"acks": ("lost", "late")}, GUARD_ABORT),
         space.Rule({"in_flight": ("no",)}, ON_ACK_IDLE),
-        space.Rule({"failure": ("none",)}, ("lifetime-committed",)),
-    ),
-    aliases={f"{old}{suffix}": f"{new}{suffix}" for suffix in ("", "-with-deferred-release") for old, new in (
+    ), space.Rule({**OFF, "failure": ("decode-abort",)}, OFF_DUTIES),
+        space.Rule({"failure": ("none",)}, ("lifetime-committed",))),
+    aliases={f"{old}{suffix}": f"{new}{suffix}" for suffix in SUFFIXES for old, new in (
         ("abort-in-flight-acks-lost", "abort-acks-lost"), ("abort-in-flight-acks-late", "abort-acks-late"),
         ("healthy-transfer-in-flight", "healthy-transfer"))},
     site=site,

@@ -11,7 +11,8 @@ Standard library only: the host judges with it too.
 from __future__ import annotations
 
 from . import space
-from .duties_lifetime import ACKED, ACKS, DEFERRED_CONFIG, GUARD_ABORT, HELD, CONN, MOONCAKE, site
+from .duties_lifetime import (ACKED, ACKS, DEFERRED_CONFIG, GUARD_ABORT, HELD, OFF, OFF_DUTIES, CONN, MOONCAKE, SUFFIXES,
+                              on, on_rules, site)
 from .effects import Duty
 
 
@@ -44,13 +45,13 @@ SPACE = space.Space(
         ), over={"peers": ("one",)}, reads=("generation",)),
         DEFERRED_CONFIG,
     ),
-    bug=({"acks": ("delivered",)},),
-    duties_by=(
+    bug=on({"acks": ("delivered",)}),
+    duties_by=(*on_rules(
         space.Rule({"stale": ("no",), "acks": ("delivered",)}, (*ACKED, *HELD)),
         space.Rule({"stale": ("yes",)}, HELD),
         space.Rule({"acks": ("late", "reset")}, GUARD_ABORT),
-    ),
-    aliases={f"{old}{suffix}": f"{new}{suffix}" for suffix in ("", "-with-deferred-release") for old, new in (
+    ), space.Rule(OFF, OFF_DUTIES)),
+    aliases={f"{old}{suffix}": f"{new}{suffix}" for suffix in SUFFIXES for old, new in (
         ("one-rank", "abort-in-flight"), ("one-rank-stale-ack-of-previous-request", "stale-ack-of-previous-request"),
         ("two-decode-ranks-abort-room-cleared-between", "two-decode-ranks-room-cleared-between"))},
     site=site,

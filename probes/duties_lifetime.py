@@ -14,9 +14,10 @@ from .effects import Effects
 
 
 # The later defences' cases are grouped by the configuration they run under (their site): the tree's
-# defaults, or a defence's option switched on. A defence off by default is in force only where its
-# "with-" configuration is fixed; the host keeps one bug window per configuration (judging.window).
-CONFIGURATIONS = ("default", "with-deferred-release", "with-kv-checksum")
+# defaults, a defence's option switched on, or the deferred release switched off. A defence off by default is
+# in force only where its "with-" configuration is fixed; the host keeps one bug window per configuration
+# (judging.window). Where the deferred release is switched off its cases check only what must hold without it.
+CONFIGURATIONS = ("default", "with-deferred-release", "without-deferred-release", "with-kv-checksum")
 
 
 def subject(effects: Effects) -> str:
@@ -138,14 +139,41 @@ GUARD_ABORT = ("lifetime-not-held-forever", "lifetime-freed-once", "lifetime-tim
 ON_ACK = ("lifetime-released-on-ack", "lifetime-freed-once")
 # with nothing in flight at the abort, the request's chunk, finished after it, must be refused: nothing lands
 ON_ACK_IDLE = ("lifetime-acked-after-drain", "lifetime-released-on-ack", "lifetime-no-foreign-write", "lifetime-freed-once")
+# with the deferred release switched off: an aborted or failed request's pages went back exactly once and by the
+# end, none held forever, no release by the timeout unrecorded (they hold on every tree where the abort frees)
+OFF_DUTIES = GUARD_ABORT
 
-# Every lifetime case runs in the tree's default configuration and with the deferred release switched on
-# (a tree where it is off by default is probed with it on as well); the configuration is the case's site.
+# Every lifetime case runs in the tree's default configuration, with the deferred release switched on (a tree
+# where it is off by default is probed with it on as well) and with it switched off (a tree where it is on by
+# default is probed with it off as well: the code the defences guard with its switch runs both ways); the
+# configuration is the case's site.
 DEFERRED_CONFIG = space.Dimension("config", (
     space.Value("default", "the tree's own defaults: nothing set", label=""),
     space.Value("with-deferred-release", "SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE=true in the ranks' "
                 "environment", says="deferred release switched on"),
+    space.Value("without-deferred-release", "SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE=false in the ranks' "
+                "environment", says="deferred release switched off"),
 ), core=True, reads=("enable_deferred_decode_kv_release", "enable_deferred_kv_release"))
+# The configurations where the deferred release is not switched off: a defence's duties and bug cases are these
+# (the tree's default is one: a tree where it is off by default shows the bug there). Switched off, the defence
+# is off by design: pages go back at once and nothing waits for a drain, so its cases check only what must
+# still hold (``OFF_DUTIES``: nothing leaked or held forever, nothing freed twice, no timeout release unrecorded),
+# as guards, never the defence's own duties.
+SWITCHED_OFF = "without-deferred-release"
+ON: tuple[str, ...] = tuple(v.name for v in DEFERRED_CONFIG.values if v.name != SWITCHED_OFF)
+OFF: Mapping[str, tuple[str, ...]] = {"config": (SWITCHED_OFF,)}
+# what each configuration adds to a case id (aliases keep the ids cases had before the space was generated)
+SUFFIXES = tuple(f"-{v.name}" if v.label is None else "" for v in DEFERRED_CONFIG.values)
+
+
+def on(*patterns: space.Pattern) -> tuple[space.Pattern, ...]:
+    """``patterns`` restricted to the configurations where the deferred release is not switched off."""
+    return tuple({**p, "config": ON} for p in patterns)
+
+
+def on_rules(*rules: space.Rule) -> tuple[space.Rule, ...]:
+    """``rules`` restricted to the configurations where the deferred release is not switched off."""
+    return tuple(space.Rule({**r.when, "config": ON}, r.duties) for r in rules)
 IN_FLIGHT = space.Dimension("in_flight", (
     space.Value("yes", "prefill's write of the request is inside the engine when it happens", label="in-flight",
                 says="while prefill's write is in flight"),

@@ -74,6 +74,7 @@ DEFERRED_ENV = "SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE"
 CONFIGS: dict[str, dict[str, str]] = {
     "default": {},
     "with-deferred-release": {DEFERRED_ENV: "true"},
+    "without-deferred-release": {DEFERRED_ENV: "false"},
 }
 
 

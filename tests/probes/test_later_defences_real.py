@@ -65,6 +65,10 @@ WINDOWS = {
     ("lifetime-default", "abort-in-flight"): ("bug", "clean", "clean"),
     ("lifetime-default", "abort-in-flight-with-deferred-release"): ("clean", "clean", "clean"),
     ("lifetime-default", "healthy-transfer"): ("clean", "clean", "clean"),
+    # switched off, the deferred release is off by design: what must still hold does, on every release
+    ("lifetime-default", "abort-in-flight-without-deferred-release"): ("clean", "clean", "clean"),
+    ("lifetime-drain", "prefill-clears-before-drain-without-deferred-release"): ("clean", "clean", "clean"),
+    ("lifetime-failures", "metadata-send-fails-without-deferred-release"): ("clean", "clean", "clean"),
     ("lifetime-drain", "prefill-clears-before-drain-with-deferred-release"): ("bug", "clean", "clean"),
     ("lifetime-drain", "abort-after-room-cleared-with-deferred-release"): ("bug", "clean", "clean"),
     ("lifetime-drain", "acks-lost"): ("clean", "clean", "clean"),
@@ -99,6 +103,9 @@ def test_what_a_late_write_does_is_observed_in_the_pages(released):
     (rank,) = after["decode"]
     assert not rank["foreign_writes"] and not rank["freed_while_writable"]
     assert after["config"]["decode"][0]["enable_deferred_kv_release"] is True
+    off = released[("0.5.21", "lifetime-default")].case("abort-in-flight-without-deferred-release").effects
+    assert off["config"]["decode"][0]["enable_deferred_kv_release"] is False  # on by default, switched off
+    assert off["config"]["prefill"][0]["enable_deferred_decode_kv_release"] is False
     acks = [m for m in after["wire"] if m["kind"] == "ABORT_ACK"]
     landed = max(e["seq"] for e in rank["events"] if e["event"] == "write lands")
     assert len(acks) == 1 and acks[0]["seq"] > landed
@@ -120,7 +127,8 @@ def test_per_configuration_status(released):
     fixes = {f.fix: f for f in judging.fixes(list(released[(v, p)] for v, p in released if v == "0.5.21"))}
     sites = {fix: {s.site: s.status for s in fs.sites} for fix, fs in fixes.items()}
     assert sites[39500] == {"default": "not fixed", "with-kv-checksum": "fixed"}
-    assert sites[41023] == {"default": "fixed", "with-deferred-release": "fixed"}
+    assert sites[41023] == {"default": "fixed", "with-deferred-release": "fixed", "without-deferred-release": "clean"}
+    assert sites[40645]["without-deferred-release"] == "clean"  # guards only: it never makes a fixed release worse
     assert sites[41402]["default"] == "not fixed"
 
 
