@@ -50,6 +50,14 @@ def no_unwritten_read(e: Effects) -> bool:
     return not _handoff_rank(e)["unwritten_reads"]
 
 
+def beside_accepted(e: Effects) -> bool:
+    """The healthy request batched with the subject ran, read only its own KV, and was not aborted or released."""
+    rank, other = _handoff_rank(e), e["beside"]["rid"]
+    return (any(other in batch["runs"] for batch in e["batches"])
+            and not any(r["rid"] == other for r in rank["unwritten_reads"])
+            and not e["beside"]["request"]["finished"] and not frees(rank, other))
+
+
 def full_accepted(e: Effects) -> bool:
     return (_ran(e) and not _handoff_rank(e)["unwritten_reads"] and not e["request"]["finished"]
             and not frees(_handoff_rank(e), subject(e)))
@@ -70,6 +78,10 @@ DUTIES: tuple[Duty, ...] = (
     Duty("handoff-full-accepted",
          "a full handoff was committed and read, only its own KV, and not aborted or released (a guard)",
          full_accepted),
+    Duty("handoff-beside-accepted",
+         "a full handoff batched with one decode did not read was read, only its own KV, and not aborted or "
+         "released: dropping the caught one keeps the rest of its batch (a guard)",
+         beside_accepted),
 )
 SHORT = ("handoff-no-unwritten-read", "handoff-caught-released")
 UNCOMPARABLE = ("handoff-unverified-declared", "handoff-caught-released")
@@ -98,6 +110,12 @@ SPACE = space.Space(
             space.Value("without", "decode runs with the option, prefill not yet (a rolling restart): prefill sends "
                         "no digest", label="prefill-without-checksum", says="prefill not yet running the checksum"),
         ), over={"config": ("with-kv-checksum",), "transfer": ("full",)}, reads=("expected_kv_checksum",)),
+        space.Dimension("batch", (
+            space.Value("alone", "the subject's is the only handoff decode commits in its step", label=""),
+            space.Value("beside", "another request's full handoff, in the next room from the same prefill, commits in "
+                        "the same decode step and is batched ahead of the subject's",
+                        label="beside-a-full-handoff", says="batched behind another request's full handoff"),
+        ), over={"config": ("with-kv-checksum",), "transfer": ("short",)}, reads=("mismatched", "verified")),
         space.Dimension("config", (
             space.Value("default", "the stock server: the checksum off", label=""),
             space.Value("with-kv-checksum", "--disaggregation-enable-kv-checksum on both sides",
@@ -109,6 +127,7 @@ SPACE = space.Space(
         space.Rule({"transfer": ("short", "partial", "early"), "layout": ("comparable",)}, SHORT),
         space.Rule({"layout": ("incomparable",)}, UNCOMPARABLE),
         space.Rule({"transfer": ("full",)}, ("handoff-full-accepted",)),
+        space.Rule({"batch": ("beside",)}, ("handoff-beside-accepted",)),
     ),
     site=site,
 )
@@ -130,6 +149,7 @@ FIX_CODE: dict[str, tuple[str, ...]] = {
 
 # Mutants no case can tell from the tree, each with why, keyed by (function, operator, statement before):
 # ``EQUIVALENT`` ones behave the same on every input; ``EXPLAINED`` ones do not, and stay survivors.
+_METRICS = "the guard of a metrics-only block: telemetry (mutation.TELEMETRY), which no duty reads"
 EQUIVALENT: dict[tuple[str, str, str], str] = {
     ("SchedulerDisaggregationDecodeMixin._verify_kv_checksums", "delete", "if computer is None:"):
         "without a computer the commit records no expected digest (_commit_transfer_to_req sets it only when "
@@ -150,11 +170,11 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
     ("SchedulerDisaggregationDecodeMixin._handle_kv_checksum_mismatch", "false", "is_in_ci()"):
         "as its deletion: the test suite's switch is off wherever a server runs",
     ("SchedulerDisaggregationDecodeMixin._handle_kv_checksum_mismatch", "delete", "if self.metrics_reporter.enable_metrics:"):
-        "the guard of a metrics-only block: telemetry (mutation.TELEMETRY), which no duty reads",
+        _METRICS,
     ("SchedulerDisaggregationDecodeMixin._handle_kv_checksum_mismatch", "true", "self.metrics_reporter.enable_metrics"):
-        "the guard of a metrics-only block: telemetry (mutation.TELEMETRY), which no duty reads",
+        _METRICS,
     ("SchedulerDisaggregationDecodeMixin._handle_kv_checksum_mismatch", "false", "self.metrics_reporter.enable_metrics"):
-        "the guard of a metrics-only block: telemetry (mutation.TELEMETRY), which no duty reads",
+        _METRICS,
     ("SchedulerDisaggregationDecodeMixin.get_new_prebuilt_batch", "delete", "if batch.is_empty():"):
         "a batch left empty by the verification is handed on instead of None, and its caller "
         "(get_next_disagg_decode_batch_to_run) merges or runs a prebuilt batch only when it is not empty",
@@ -172,8 +192,9 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
 }
 EXPLAINED: dict[tuple[str, str, str], str] = {
     ("SchedulerDisaggregationDecodeMixin._verify_kv_checksums", "return", "verified.append(i)"):
-        "returning after the first request verified leaves the batch's later requests unverified: every handoff case "
-        "admits one request per batch, so no case has a later request to miss",
+        "returning after a request verified leaves the batch's later requests unverified: the cases batch a full handoff "
+        "ahead of a short one (caught where its digest matched), but no request verified without a digest computed (a "
+        "health check, or one whose prefill sent none) ahead of one that mismatches",
     ("SchedulerDisaggregationDecodeMixin.get_new_prebuilt_batch", "delete",
      "self.ngram_embedding_manager.prepare_for_forward(batch, chunked_req=self.chunked_req)"):
         "the n-gram embedding's preparation of the batch: no case runs a model with n-gram embeddings, and they hold "

@@ -15,23 +15,27 @@ prefill and decode KV layouts that the checksum can compare and, with it on, one
 prefill of another TP width: each side digests other bytes). The checksum kernel is a GPU kernel;
 here a digest over the page-ownership model's contents (which request's KV, at which position, in
 which layout) stands in for it, computed over exactly the pages the tree asks for. Guard: a full
-handoff is committed and read, only its own KV.
+handoff is committed and read, only its own KV; batched ahead of a short one that the checksum
+drops (another request's handoff in the next room, committed in the same decode step), it still is.
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from . import duties_39500, tree
 from .case import Case, Probe
 from .doubles import Double, Journal, strict_subject
-from .lifetime import COMMON, DECODE, IMPORTS, PAGES, PREFILL_MIXIN, RID, SCHEDULER, Scene, Shape, metadata_buffers
+from .lifetime import COMMON, DECODE, IMPORTS, PAGES, PREFILL_MIXIN, RID, ROOM, SCHEDULER, Scene, Shape, metadata_buffers
 from .pages import PagePool
 from .plain import JSON
 
 EARLIER_TENANT = "req-X"  # whose KV the reserved pages held before
+BESIDE = "req-C"  # a healthy request whose full handoff commits beside the subject's, in its own room, batched ahead of it
+ROWS = {RID: 1, BESIDE: 2}  # each request's row of req_to_token, on both sides
 PROMPT = PAGES  # decode reserved one page per token of a 4-token prompt (page size 1)
 OUTPUT_TOKEN = 7
 ROW = 2 * PROMPT  # a request's row in req_to_token spans its context, longer than its prompt (slots past it unset)
@@ -46,7 +50,9 @@ class HandoffShape:
     reports success while its write is still in flight (it lands after decode admitted the request);
     ``layout``: whether prefill's KV layout is one decode's checksum can compare with;
     ``prefill_checksum``: with the option on, whether prefill runs with it too (off: a prefill not yet
-    restarted with it, while decode is)."""
+    restarted with it, while decode is); ``beside``: another request's full handoff (``BESIDE``, in the
+    next room, from the same prefill) is committed in the same decode step and batched ahead of the
+    subject's, so that the batch's verification tells the two apart."""
 
     config: str = "default"
     prefill_checksum: bool = True
@@ -54,6 +60,7 @@ class HandoffShape:
     lands: int | None = None
     early: bool = False
     layout: str = "comparable"
+    beside: bool = False
 
 
 class Digest:
@@ -61,8 +68,8 @@ class Digest:
     request's KV, at which position) and of the layout the side digests, so that the same KV compares
     equal across prefill and decode only when the layouts agree."""
 
-    def __init__(self, pool: PagePool, layout: list[int], journal: Journal, name: str) -> None:
-        self.pool, self.layout, self.journal, self.name = pool, layout, journal, name
+    def __init__(self, pool: Callable[[], PagePool], layout: list[int], journal: Journal, name: str) -> None:
+        self.pool, self.layout, self.journal, self.name = pool, layout, journal, name  # pool: the side's pool, when asked
         self.computed: list[dict[str, JSON]] = []
 
     def compute(self, page_indices: Any, state_indices: Any = None, *args: Any, **kwargs: Any) -> int:
@@ -72,7 +79,7 @@ class Digest:
         if shape is not None:
             page_indices = shape(page_indices, 1)
         pages = [int(p) for p in page_indices.tolist()]
-        held = self.pool.holds(pages)
+        held = self.pool().holds(pages)
         value = int.from_bytes(hashlib.sha256(repr((self.layout, held)).encode()).digest()[:7], "big") | 1
         if self.journal.live:
             self.computed.append({"side": self.name, "pages": pages, "holds": [list(h) if h else None for h in held]})
@@ -89,9 +96,14 @@ class HandoffScene(Scene):
         self.digests: list[Digest] = []
         super().__init__(journal, Shape(config=shape.config))
         decode = self.decode[0]
+        self.rids = [BESIDE, RID] if shape.beside else [RID]  # in the order decode preallocated them
+        self.rooms = {RID: ROOM, BESIDE: ROOM + 1}
+        # room for every request's reservation (the digest reads the rank's pool when it computes)
+        decode.pool = PagePool(PAGES * len(self.rids), self.clock)
         self._earlier_tenant(decode.pool)
-        self.prefill_pool = PagePool(PAGES, self.clock)
-        self.prefill_req = self._prefill_request()
+        self.prefill_pool = PagePool(PAGES * len(self.rids), self.clock)
+        self.prefill_pages: dict[str, list[int]] = {}
+        self.prefill_reqs = {rid: self._prefill_request(rid) for rid in self.rids}
 
     # --- configuration ---------------------------------------------------------------------------
 
@@ -140,7 +152,7 @@ class HandoffScene(Scene):
     def _prefill_checksum_on(self) -> bool:
         return self._checksum_on() and self.handoff.prefill_checksum
 
-    def _digest(self, pool: PagePool, layout: list[int], side: str) -> Digest | None:
+    def _digest(self, pool: Callable[[], PagePool], layout: list[int], side: str) -> Digest | None:
         if not (self._checksum_on() if side == "decode" else self._prefill_checksum_on()):
             return None
         digest = Digest(pool, layout, self.journal, side)
@@ -152,8 +164,7 @@ class HandoffScene(Scene):
 
     def decode_scheduler_state(self, rank: Any) -> dict[str, Any]:
         journal, torch = self.journal, tree.torch()
-        pool = rank.pool
-        self.decode_row = torch.zeros((4, ROW), dtype=torch.int64)
+        self.decode_row = torch.zeros((4, ROW), dtype=torch.int64)  # rows: ROWS
         kv_manager = strict_subject(tree.resolve(f"{COMMON}.CommonKVManager"), journal, "decode0.prealloc_kv_manager")
         import random
 
@@ -162,7 +173,7 @@ class HandoffScene(Scene):
                 journal, "decode0.prealloc_queue", queue=[], retracted_queue=[], kv_manager=kv_manager,
                 kv_checksum_signature=self._signature(LAYOUTS["comparable"]),
                 kv_checksum_mismatch_injector=random.Random(0)),
-            "kv_checksum_computer": self._digest(pool, LAYOUTS["comparable"], "decode"),
+            "kv_checksum_computer": self._digest(lambda: rank.pool, LAYOUTS["comparable"], "decode"),
             "req_to_token_pool": Double(journal, "decode0.req_to_token_pool", req_to_token=self.decode_row),
             "token_to_kv_pool_allocator": Double(journal, "decode0.token_to_kv_pool_allocator", page_size=1,
                                                  get_kvcache=lambda: Double(journal, "decode0.kv_pool")),
@@ -181,22 +192,28 @@ class HandoffScene(Scene):
 
     def _earlier_tenant(self, pool: PagePool) -> None:
         """The pages decode reserves were another request's before: its KV is still in them."""
-        pages = pool.alloc(EARLIER_TENANT, PAGES)
+        pages = pool.alloc(EARLIER_TENANT, len(pool.free_list))
         pool.land(pool.begin(EARLIER_TENANT, -1, pages))
         pool.free(EARLIER_TENANT, pages, "finished")
 
-    def _prefill_request(self) -> Any:
-        """The request on prefill after its forward: ``sent`` tokens of KV in its row (its own, positions 0..)."""
+    def _sent(self, rid: str) -> int:
+        return self.handoff.sent if rid == RID else PROMPT
+
+    def _prefill_request(self, rid: str) -> Any:
+        """The request on prefill after its forward: ``sent`` tokens of KV in its row (its own, positions 0..);
+        the request beside it, its whole prompt."""
         torch = tree.torch()
-        pages = self.prefill_pool.alloc(RID, self.handoff.sent)
-        self.prefill_pool.land(self.prefill_pool.begin(RID, -1, pages))
-        req = tree.make_req(RID, self.handoff.sent, "PREFILL")
-        tree.give_kv(req, self.handoff.sent)
-        req.metadata_buffer_index = 3
+        sent = self._sent(rid)
+        pages = self.prefill_pool.alloc(rid, sent)
+        self.prefill_pool.land(self.prefill_pool.begin(rid, -1, pages))
+        req = tree.make_req(rid, sent, "PREFILL", self.rooms[rid])
+        tree.give_kv(req, sent, ROWS[rid])
+        req.metadata_buffer_index = 3 + self.rids.index(rid)
         req.output_ids = [OUTPUT_TOKEN]
-        self.prefill_row = torch.zeros((4, ROW), dtype=torch.int64)
-        self.prefill_row[1, : len(pages)] = torch.tensor(pages)
-        self.prefill_pages = pages
+        if not hasattr(self, "prefill_row"):
+            self.prefill_row = torch.zeros((4, ROW), dtype=torch.int64)
+        self.prefill_row[ROWS[rid], : len(pages)] = torch.tensor(pages)
+        self.prefill_pages[rid] = pages
         return req
 
     # --- prefill: the last chunk ------------------------------------------------------------------
@@ -209,7 +226,7 @@ class HandoffScene(Scene):
         self.prefill_metadata = metadata_buffers(kv_checksum_enabled=self._prefill_checksum_on())
         scheduler = strict_subject(
             tree.resolve(SCHEDULER), journal, "prefill0.scheduler",
-            kv_checksum_computer=self._digest(self.prefill_pool, LAYOUTS[self.handoff.layout], "prefill"),
+            kv_checksum_computer=self._digest(lambda: self.prefill_pool, LAYOUTS[self.handoff.layout], "prefill"),
             token_to_kv_pool_allocator=Double(journal, "prefill0.token_to_kv_pool_allocator", page_size=1,
                                               get_kvcache=lambda: Double(journal, "prefill0.kv_pool")),
             req_to_token_pool=Double(journal, "prefill0.req_to_token_pool", req_to_token=self.prefill_row),
@@ -219,23 +236,25 @@ class HandoffScene(Scene):
                                                                                         "prefill")),
             _send_kv_chunk=self._chunk_to_sender,
         )
-        self._chunk: dict[str, Any] | None = None
-        if hasattr(tree.resolve(PREFILL_MIXIN), "_send_kv_chunk"):
-            # as the scheduler sends a finished request's last chunk: no end given, the tree's own
-            # send path takes it from the request's extend range
-            if hasattr(self.prefill_req, "set_extend_range"):
-                self.prefill_req.set_extend_range(0, self.handoff.sent)
-            elif hasattr(self.prefill_req, "extend_end"):  # later trees keep only the range's end
-                self.prefill_req.extend_end = self.handoff.sent
-            scheduler.send_kv_chunk(self.prefill_req, last_chunk=True)
-        else:  # the tree sends straight from send_kv_chunk: nothing of it digests or checks the chunk
-            self._chunk_to_sender(self.prefill_req, last_chunk=True, end_idx=self.handoff.sent)
-        if self._chunk is None:  # the tree's send path handed nothing to the sender
-            self.note("prefill sends nothing")
-            return
-        self.note("prefill sends its last chunk", pages=self._chunk["num_kv_tokens"])
-        prefill.manager.add_transfer_request(**{
-            k: v for k, v in self._chunk.items() if tree.accepts(prefill.manager.add_transfer_request, k)})
+        for rid in self.rids:
+            req = self.prefill_reqs[rid]
+            self._chunk: dict[str, Any] | None = None
+            if hasattr(tree.resolve(PREFILL_MIXIN), "_send_kv_chunk"):
+                # as the scheduler sends a finished request's last chunk: no end given, the tree's own
+                # send path takes it from the request's extend range
+                if hasattr(req, "set_extend_range"):
+                    req.set_extend_range(0, self._sent(rid))
+                elif hasattr(req, "extend_end"):  # later trees keep only the range's end
+                    req.extend_end = self._sent(rid)
+                scheduler.send_kv_chunk(req, last_chunk=True)
+            else:  # the tree sends straight from send_kv_chunk: nothing of it digests or checks the chunk
+                self._chunk_to_sender(req, last_chunk=True, end_idx=self._sent(rid))
+            if self._chunk is None:  # the tree's send path handed nothing to the sender
+                self.note("prefill sends nothing", rid=rid)
+                continue
+            self.note("prefill sends its last chunk", rid=rid, pages=self._chunk["num_kv_tokens"])
+            prefill.manager.add_transfer_request(**{
+                k: v for k, v in self._chunk.items() if tree.accepts(prefill.manager.add_transfer_request, k)})
 
     def _chunk_to_sender(self, req: Any, last_chunk: bool = False, end_idx: Any = None, **kwargs: Any) -> None:
         """What the sender is handed: the request's metadata row (as the tree's send path fills it on
@@ -243,17 +262,23 @@ class HandoffScene(Scene):
         import numpy as np
 
         self.prefill_metadata.set_buf(req)
-        count = int(end_idx if end_idx is not None else self.handoff.sent)
-        self._chunk = {"bootstrap_room": tree.BOOTSTRAP_ROOM,
-                       "kv_indices": np.array(self.prefill_pages[:count], dtype=np.int32),
-                       "index_slice": slice(0, count), "is_last_chunk": True, "is_last": True, "aux_index": 3,
-                       "state_indices": None, "num_kv_tokens": count}
+        count = int(end_idx if end_idx is not None else self._sent(req.rid))
+        self._chunk = {"bootstrap_room": self.rooms[req.rid],
+                       "kv_indices": np.array(self.prefill_pages[req.rid][:count], dtype=np.int32),
+                       "index_slice": slice(0, count), "is_last_chunk": True, "is_last": True,
+                       "aux_index": req.metadata_buffer_index, "state_indices": None, "num_kv_tokens": count}
 
     # --- the engine, for this probe: what lands of the sent pages, and when ---------------------------
 
     def write(self, prefill: Any, decode: Any, pages: list[int], sources: list[int] | None = None) -> int:
-        held = self.prefill_pool.holds(self.prefill_pages[: len(pages)])
-        transfer = decode.pool.begin(RID, prefill.rank, pages, [h for h in held if h is not None])
+        """The write into decode's ``pages`` (whose owner says which request's they are): the request beside
+        the subject always lands whole; the subject's as the case says."""
+        rid = decode.pool.owner.get(pages[0], RID) if pages else RID
+        held = self.prefill_pool.holds(self.prefill_pages[rid][: len(pages)])
+        transfer = decode.pool.begin(rid, prefill.rank, pages, [h for h in held if h is not None])
+        if rid != RID:
+            decode.pool.land(transfer)
+            return 0
         if self.handoff.early:
             self.late.append(transfer)  # reported done; lands after decode admitted the request
             return 0
@@ -261,11 +286,13 @@ class HandoffScene(Scene):
         return 0
 
     def aux(self, decode: Any, index: int) -> None:
-        """The aux transfer: prefill's metadata row lands in decode's (what RDMA copies, byte for byte)."""
+        """The aux transfer: the prefill metadata row of the request whose decode row is ``index`` lands in
+        it (what RDMA copies, byte for byte)."""
         torch = tree.torch()
+        rid = next(r.rid for r in decode.requests.values() if r.metadata_index == index)
         for name, value in vars(self.prefill_metadata).items():
             if isinstance(value, torch.Tensor) and value.dim() >= 1 and value.shape[0] == 16:
-                getattr(decode.metadata, name)[index] = value[self.prefill_req.metadata_buffer_index]
+                getattr(decode.metadata, name)[index] = value[self.prefill_reqs[rid].metadata_buffer_index]
 
     # --- decode: the batch that runs -----------------------------------------------------------------
 
@@ -298,14 +325,15 @@ class HandoffScene(Scene):
             self.batches.append({"runs": [], "unprepared": [r.rid for r in batch.reqs]})
             return
         for req in batch.reqs:
-            decode.pool.read(req.rid, [int(p) for p in self.decode_row[1, : len(req.origin_input_ids)].tolist()])
+            decode.pool.read(req.rid, [int(p) for p in self.decode_row[ROWS[req.rid], : len(req.origin_input_ids)].tolist()])
         self.batches.append({"runs": [r.rid for r in batch.reqs]})
 
     def admit_decode(self) -> None:
         decode = self.decode[0]
-        decode.admit(RID)
         torch = tree.torch()
-        self.decode_row[1, :PROMPT] = torch.tensor(decode.requests[RID].pages)
+        for rid in self.rids:
+            decode.admit(rid, self.rooms[rid], ROWS[rid])
+            self.decode_row[ROWS[rid], :PROMPT] = torch.tensor(decode.requests[rid].pages)
 
     def decode_step(self) -> None:
         """The decode event loop: the transfer queue hands over what completed, then the batch is built."""
@@ -334,6 +362,8 @@ class HandoffScene(Scene):
         out.update({
             "handoff": {"sent": self.handoff.sent, "lands": self.handoff.lands, "early": self.handoff.early,
                         "layout": self.handoff.layout, "reserved": PROMPT},
+            "beside": ({"rid": BESIDE, "request": tree.request_state(decode.requests[BESIDE].req)}
+                       if self.handoff.beside else None),
             "checksum": {"option": self.option, "on": self._checksum_on(),
                          "digests": [c for d in self.digests for c in d.computed]},
             "batches": list(self.batches),
@@ -344,9 +374,10 @@ class HandoffScene(Scene):
 
 def script(scene: HandoffScene) -> None:
     scene.admit_decode()
-    for p in scene.prefill:
-        p.bootstrap(RID)
-    scene.note("bootstrapped", rid=RID)
+    for rid in scene.rids:
+        for p in scene.prefill:
+            p.bootstrap(rid, scene.rooms[rid])
+        scene.note("bootstrapped", rid=rid)
     scene.send()
     scene.prefill[0].work()
     scene.deliver("status")
@@ -375,7 +406,8 @@ def shape_of(point: dict[str, str]) -> HandoffShape:
     transfer = point["transfer"]
     return HandoffShape(config=point["config"], prefill_checksum=point["prefill"] != "without",
                         sent=1 if transfer == "short" else PROMPT,
-                        lands=2 if transfer == "partial" else None, early=transfer == "early", layout=point["layout"])
+                        lands=2 if transfer == "partial" else None, early=transfer == "early", layout=point["layout"],
+                        beside=point["batch"] == "beside")
 
 
 def _cases() -> tuple[Case, ...]:

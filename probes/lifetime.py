@@ -417,9 +417,9 @@ class PrefillRank(Rank):
                                 ("enable_deferred_decode_kv_release",))
         self.start(self.manager.start_prefill_thread)
 
-    def bootstrap(self, rid: str) -> None:
+    def bootstrap(self, rid: str, room: int = ROOM) -> None:
         """Every decode rank's preallocation for ``rid`` reached this rank: its destinations are
-        known and the room waits for input; the scheduler holds a KV sender for it."""
+        known and its room (``room``) waits for input; the scheduler holds a KV sender for it."""
         import numpy as np
 
         conn = tree.module(MOONCAKE)
@@ -429,7 +429,7 @@ class PrefillRank(Rank):
             ip, port = d.endpoint
             request = d.requests[rid]
             infos[session_of(d.rank)] = _dataclass(
-                conn.TransferInfo, room=ROOM, endpoint=ip, dst_port=port, mooncake_session_id=session_of(d.rank),
+                conn.TransferInfo, room=room, endpoint=ip, dst_port=port, mooncake_session_id=session_of(d.rank),
                 dst_kv_indices=np.array(request.pages, dtype=np.int32), dst_aux_index=request.metadata_index,
                 dst_state_indices=[], required_dst_info_num=len(scene.decode), is_dummy=False)
             self.manager.decode_kv_args_table[session_of(d.rank)] = _dataclass(
@@ -437,12 +437,12 @@ class PrefillRank(Rank):
                 mooncake_session_id=session_of(d.rank), dst_kv_ptrs=[0x30000], dst_aux_ptrs=[0x40000],
                 dst_state_data_ptrs=[], dst_tp_rank=d.rank, dst_attn_tp_size=1, dst_kv_item_len=64,
                 dst_state_item_lens=[], dst_state_dim_per_tensor=[], dst_kv_layer_ids=[0], dst_state_layer_ids=[])
-        self.manager.transfer_infos[ROOM] = infos
+        self.manager.transfer_infos[room] = infos
         poll = tree.kv_poll()
-        self.manager.update_status(ROOM, poll.Bootstrapping)
-        self.manager.update_status(ROOM, poll.WaitingForInput)
+        self.manager.update_status(room, poll.Bootstrapping)
+        self.manager.update_status(room, poll.WaitingForInput)
         self.senders[rid] = strict_subject(
-            conn.MooncakeKVSender, journal, f"{self.name}.kv_sender.{rid}", kv_mgr=self.manager, bootstrap_room=ROOM,
+            conn.MooncakeKVSender, journal, f"{self.name}.kv_sender.{rid}", kv_mgr=self.manager, bootstrap_room=room,
             conclude_state=None, init_time=0, aux_index=0, trace_ctx=_trace_null())
 
     def _queue(self) -> Double:
@@ -584,9 +584,9 @@ class DecodeRank(Rank):
                                      ("enable_deferred_kv_release", "deferred_kv_release_timeout")))
         self.start(self.manager.start_decode_thread)
 
-    def admit(self, rid: str) -> None:
-        """``rid`` was preallocated here and waits for its KV: its pages, metadata row, KV receiver
-        (bootstrapped with every prefill rank) and transfer-queue entry."""
+    def admit(self, rid: str, room: int = ROOM, row: int = 1) -> None:
+        """``rid`` was preallocated here and waits for its KV in ``room``: its pages, metadata row, KV
+        receiver (bootstrapped with every prefill rank) and transfer-queue entry; ``row``: its row of req_to_token."""
         journal, scene = self.scene.journal, self.scene
         decode, conn = tree.module(DECODE), tree.module(MOONCAKE)
         request = Request(rid=rid, pages=self.pool.alloc(rid, PAGES), metadata_index=3 + len(self.requests))
@@ -594,15 +594,15 @@ class DecodeRank(Rank):
         # what the receiver's constructor registers on its manager (the constructor itself, which opens
         # connections to the bootstrap server, is not run)
         bootstrap_addr = f"{tree.BOOTSTRAP_HOST}:{tree.BOOTSTRAP_PORT}"
-        self.manager.required_prefill_response_num_table[ROOM] = len(scene.prefill)
-        self.manager.addr_to_rooms_tracker[bootstrap_addr].add(ROOM)
-        self.manager.prefill_response_tracker.setdefault(ROOM, set())
-        self.manager.update_status(ROOM, poll.Bootstrapping)
-        self.manager.update_status(ROOM, poll.WaitingForInput)
+        self.manager.required_prefill_response_num_table[room] = len(scene.prefill)
+        self.manager.addr_to_rooms_tracker[bootstrap_addr].add(room)
+        self.manager.prefill_response_tracker.setdefault(room, set())
+        self.manager.update_status(room, poll.Bootstrapping)
+        self.manager.update_status(room, poll.WaitingForInput)
         infos = [{"rank_ip": p.endpoint[0], "rank_port": p.endpoint[1], "is_dummy": False} for p in scene.prefill]
         request.receiver = strict_subject(
             conn.MooncakeKVReceiver, journal, f"{self.name}.kv_receiver.{rid}",
-            kv_mgr=self.manager, bootstrap_room=ROOM, conclude_state=None, abort_notified=False,
+            kv_mgr=self.manager, bootstrap_room=room, conclude_state=None, abort_notified=False,
             bootstrap_infos=infos if scene.reached is None or scene.reached else None, init_time=0,
             bootstrap_addr=bootstrap_addr, session_id=session_of(self.rank), required_dst_info_num=len(scene.decode),
             _abort_generation=None, require_staging=False,
@@ -611,10 +611,10 @@ class DecodeRank(Rank):
             invalidate_cached_bootstrap_infos=journal.method(f"{self.name}.kv_receiver.{rid}",
                                                              "invalidate_cached_bootstrap_infos"),
         )
-        request.req = tree.make_req(rid, PAGES, "DECODE")
+        request.req = tree.make_req(rid, PAGES, "DECODE", room)
         if getattr(request.req, "vocab_size", 0) is None:  # the model's vocabulary, which the request learns from it
             request.req.vocab_size = 32000
-        tree.give_kv(request.req, PAGES)
+        tree.give_kv(request.req, PAGES, row)
         request.req.metadata_buffer_index = request.metadata_index
         if hasattr(self.metadata, "bootstrap_room"):  # the row's room: what later trees' metadata gate reads
             self.metadata.bootstrap_room[request.metadata_index, 0] = 0

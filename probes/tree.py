@@ -276,8 +276,8 @@ def worker_results(logits: Any, next_token_ids: list[int]) -> dict[str, Any]:
     return answers
 
 
-def make_req(rid: str, prompt_len: int, mode_name: str) -> Any:
-    """A real ``Req`` with a PD bootstrap address, as the tokenizer would hand it over."""
+def make_req(rid: str, prompt_len: int, mode_name: str, room: int = BOOTSTRAP_ROOM) -> Any:
+    """A real ``Req`` with a PD bootstrap address (its bootstrap room ``room``), as the tokenizer would hand it over."""
     req_cls = resolve("sglang.srt.managers.schedule_batch.Req")
     sampling = resolve("sglang.srt.sampling.sampling_params.SamplingParams")
     modes = resolve("sglang.srt.disaggregation.utils.DisaggregationMode")
@@ -288,7 +288,7 @@ def make_req(rid: str, prompt_len: int, mode_name: str) -> Any:
         "sampling_params": sampling(max_new_tokens=8),
         "bootstrap_host": BOOTSTRAP_HOST,
         "bootstrap_port": BOOTSTRAP_PORT,
-        "bootstrap_room": BOOTSTRAP_ROOM,
+        "bootstrap_room": room,
         "disagg_mode": getattr(modes, mode_name),
     }
     accepted = inspect.signature(req_cls).parameters
@@ -369,10 +369,10 @@ def holds_mamba(req: Any) -> bool:
     return getattr(holder, "mamba_pool_idx", None) is not None
 
 
-def give_kv(req: Any, length: int) -> None:
-    """The request holds a KV row of ``length`` tokens, as after its prefill forward."""
+def give_kv(req: Any, length: int, row: int = 1) -> None:
+    """The request holds a KV row of ``length`` tokens (row ``row`` of req_to_token), as after its prefill forward."""
     holder = _kv_holder(req)
-    holder.req_pool_idx = 1
+    holder.req_pool_idx = row
     record = _kv_record_cls(req)
     if record is not None:
         fields = inspect.signature(record).parameters

@@ -74,6 +74,11 @@ REASONS: dict[tuple[str, str, str], str] = {
     (f"{_D}._verify_kv_checksums", "", "mismatch_prob > 0"): _INJECTED,
     (f"{_D}._verify_kv_checksums", "", "prealloc_queue.kv_checksum_mismatch_injector.random() < mismatch_prob"):
         _INJECTED,
+    (f"{_D}._verify_kv_checksums", "", "kv_manager.should_verify_kv_checksum(_bootstrap_addr(req))"):
+        "a backend's hook, never false in the trees that call it (0.5.23): its one definition, BaseKVManager's in "
+        "disaggregation/base/conn.py, returns True for every peer, and no KV manager of the tree (Common, Mooncake, "
+        "Nixl, Mori, Ascend, Fake) overrides it, so no manager the tree builds answers False; a prefill layout decode "
+        "cannot compare is told apart by the layout signature, which the cases vary (incomparable-layout)",
     (f"{_D}._handle_kv_checksum_mismatch", "", "is_in_ci()"):
         "true only in upstream's CI, where a mismatch raises to fail the test run; a deployment never runs it",
     (f"{_D}._handle_kv_checksum_mismatch", "", "envs.SGLANG_TEST_DISAGG_KV_CHECKSUM_MISMATCH_PROB.get() == 0"):
