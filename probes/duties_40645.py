@@ -25,6 +25,19 @@ def late_abort_acked(e: Effects) -> bool:
     return bool(aborted_after_clear(e)) and acked_after_drain(e, aborted_after_clear(e))
 
 
+# Where the request's last chunk is when the abort reaches prefill, beside in flight or not sent: the transfer worker
+# takes a chunk of an aborted (or already cleared) room and skips it, acknowledging what it never wrote; an ABORT
+# for a room that already succeeded is acknowledged at once (nothing can write any more)
+CHUNK = (
+    space.Value("queued", "the request's last chunk waits in prefill's transfer queue (add_transfer_request ran), not "
+                "yet taken by the worker, when the abort arrives; the worker takes it after", label="abort-with-chunk-queued",
+                says="with prefill's last chunk queued, not yet taken by its transfer worker"),
+    space.Value("landed", "prefill's worker wrote the last chunk and marked the room Success before the abort arrives; "
+                "the success status is still on its way to decode", label="abort-after-transfer-succeeded",
+                says="after prefill's write landed and the room succeeded"),
+)
+
+
 DUTIES: tuple[Duty, ...] = (
     Duty("lifetime-acked-after-drain",
          "every aborting decode rank got exactly one acknowledgement from each prefill rank, sent after its "
@@ -42,7 +55,7 @@ DUTIES: tuple[Duty, ...] = (
 SPACE = space.Space(
     probe="lifetime-drain",
     dimensions=(
-        space.Dimension(IN_FLIGHT.name, IN_FLIGHT.values, core=True, reads=IN_FLIGHT.reads),
+        space.Dimension(IN_FLIGHT.name, (*IN_FLIGHT.values, *CHUNK), core=True, reads=(*IN_FLIGHT.reads, "request_status")),
         space.Dimension("clears", (
             space.Value("no", "the prefill scheduler concludes the failed sender after the write drained", label=""),
             space.Value("yes", "the prefill scheduler polls Failed and concludes the sender (clearing the room) while the "
@@ -61,14 +74,17 @@ SPACE = space.Space(
         DEFERRED_CONFIG,
     ),
     unreachable=(space.Unreachable("with nothing sent, prefill has no write to clear the room under",
-                                   {"in_flight": ("no",), "clears": ("yes",)}),),
-    bug=on({"in_flight": ("yes",), "acks": ("delivered",), "clears": ("no", "yes")}, {"in_flight": ("no",)}),
+                                   {"in_flight": ("no",), "clears": ("yes",)}),
+                 space.Unreachable("a room whose transfer succeeded is never marked Failed (an ABORT for it finds it "
+                                   "concluded): the scheduler concludes its sender as a success, never clearing it as "
+                                   "a failed one", {"in_flight": ("landed",), "clears": ("yes", "late")})),
+    bug=on({"in_flight": ("yes",), "acks": ("delivered",), "clears": ("no", "yes")}, {"in_flight": ("no", "queued", "landed")}),
     duties_by=(*on_rules(
         space.Rule({"in_flight": ("yes",), "acks": ("delivered",), "decode_ranks": ("one",), "clears": ("no", "yes")},
                    (*ACKED, *HELD)),
         space.Rule({"decode_ranks": ("two",)}, ("lifetime-late-abort-acked", *HELD)),
         space.Rule({"acks": ("lost", "late")}, GUARD_ABORT),
-        space.Rule({"in_flight": ("no",)}, ON_ACK_IDLE),
+        space.Rule({"in_flight": ("no", "queued", "landed")}, ON_ACK_IDLE),
         space.Rule({"clears": ("late",)}, ON_ACK),
     ), space.Rule(OFF, OFF_DUTIES)),
     aliases={f"{old}{suffix}": f"{new}{suffix}" for suffix in SUFFIXES for old, new in (

@@ -864,7 +864,11 @@ class Shape:
     ``keeps writing`` (the engine reported failure while the write still runs; it lands later).
     ``late_conclusion``: the prefill scheduler concludes the failed sender only after decode's release
     timeout (busy with a long batch), so only the worker's and the ABORT handler's own acknowledgements
-    can release the pages in time.
+    can release the pages in time. ``chunk`` (a decode abort with nothing in flight): ``queued`` (the
+    request's last chunk waits in prefill's transfer queue, not yet taken by the worker, when the abort
+    arrives: the worker takes it after, or after the scheduler cleared the room with ``clears``) or
+    ``landed`` (prefill's write landed and the room succeeded before the abort; the success status is
+    still on its way to decode), else ``""`` (nothing sent yet).
     """
 
     config: str = "default"
@@ -877,6 +881,7 @@ class Shape:
     stale_ack: bool = False
     failed_write: str = "stops"
     late_conclusion: bool = False
+    chunk: str = ""
 
 
 def script(scene: Scene) -> None:
@@ -961,6 +966,14 @@ def script(scene: Scene) -> None:
             p.send_last_chunk()
         scene.holds[(0, 0)] = aborts
         for p in scene.prefill:
+            p.work()
+    elif shape.chunk:
+        for p in scene.prefill:  # the last chunk is queued; with "landed" the worker writes it before the abort
+            p.send_last_chunk()
+            if shape.chunk == "landed":
+                p.work()
+        aborts()
+        for p in scene.prefill:  # the worker takes what is queued only now: a chunk of an aborted room writes nothing
             p.work()
     else:
         aborts()

@@ -4,8 +4,9 @@ The prefill scheduler concludes a failed sender (``clear``) as soon as it polls 
 while the transfer worker is still inside the engine's write; before the fix that dropped the
 acknowledgement target, so decode waited out its timeout and released anyway. An ABORT that
 reaches prefill after the room was cleared, a write still outstanding, was never acknowledged.
-Guards: lost and late acknowledgements never hold the pages forever nor free them twice; an abort
-with nothing in flight releases on the acknowledgement.
+An abort whose chunk is still queued for the transfer worker (taken after the room failed, or after
+the scheduler cleared it) or whose transfer already succeeded is acknowledged once and releases on it,
+nothing written. Guards: lost and late acknowledgements never hold the pages forever nor free them twice.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from .lifetime import IMPORTS, Shape, space_cases
 
 def shape_of(point: Mapping[str, str]) -> Shape:
     return Shape(config=point["config"], in_flight=point["in_flight"] == "yes", clears=point["clears"] == "yes",
+                 chunk={"queued": "queued", "landed": "landed"}.get(point["in_flight"], ""),
                  late_conclusion=point["clears"] == "late",
                  decode_ranks=2 if point["decode_ranks"] == "two" else 1, acks=point["acks"])
 
