@@ -13,6 +13,7 @@ build, declared in :data:`REASONS` with its exact text).
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Callable, Iterable
 from typing import Literal
 
@@ -90,16 +91,108 @@ REASONS: dict[tuple[str, str, str], str] = {
     (f"{_P}.process_batch_result_disagg_prefill", "req.inflight_middle_chunks <= 0 / req.grammar is not None / is_aborted(req)",
      "self._retire_aborted_prefill_result(req)"): _HOLDS,
 }
+# Decode-side host (HiCache) receive: a request staged into host memory instead of decode's device pages. Its
+# conditions are explained only where the stored tree shows no backend supports it (``PREMISES``, checked below):
+# a tree with a backend that does gets no reason, and its cases must build the state.
+_Q = "sglang.srt.disaggregation.decode.DecodeTransferQueue"
+_HOST = ("decode-side host receive: no transfer backend of this tree supports host KV destinations (every "
+         "supports_host_destination its backends define is False), so its decode refuses "
+         "--disaggregation-decode-host-receive-threshold below 1 at start-up (\"Transfer backend does not support "
+         "decode host KV destinations\") and never stages a request to host memory: enable_host_receive and "
+         "host_staged are never true in a server that runs")
+_FAILED = "poll == KVPoll.Failed"
+_FAILED_OR_RESTORE = "poll == KVPoll.Failed or hicache_restore_status == HiCacheRestoreResult.FAILED"
+_HOST_STAGED = "self.enable_host_receive and decode_req.host_staged"
+REASONS.update({
+    (f"{_Q}.pop_transferred", _FAILED, "requires_host_drain"): _HOST,
+    (f"{_Q}.pop_transferred", _FAILED_OR_RESTORE, "requires_host_drain"): _HOST,
+    **{(f"{_Q}._defer_release", "", text): _HOST for text in (
+        "self.enable_host_receive", "decode_req.host_staged", "self._is_host_destination(decode_req)")},
+    **{(f"{_Q}.resolve_deferred_releases", "", text): _HOST for text in (
+        "self.enable_host_receive", "req.host_staged", "decode_req.host_staged", "self._is_host_destination(decode_req)")},
+    (f"{_Q}.resolve_deferred_releases", _HOST_STAGED, "next(host_ready)"): _HOST,
+})
 HANDED_ON = "its value is handed on, not tested (`x or y` gives y whatever its truth): it decides nothing here"
+_PACKAGE = "sglang.srt.disaggregation"
 
 
-def listed(qualified: str, path: str, fn: ast.FunctionDef, names: tuple[str, ...]) -> list[Condition]:
+def _modules(module: ast.AST) -> list[str]:
+    """The modules of the disaggregation package ``module`` imports from (absolute names)."""
+    return [n.module for n in ast.walk(module) if isinstance(n, ast.ImportFrom) and n.level == 0 and n.module
+            and (n.module == _PACKAGE or n.module.startswith(_PACKAGE + "."))]
+
+
+@functools.lru_cache(maxsize=256)
+def _host_module(text: str) -> tuple[bool, tuple[str, ...]]:
+    """Of one module's source: whether every ``supports_host_destination`` it defines (an attribute, or a property
+    or method) is the constant False, and the modules of the package it imports from. SyntaxError: not shown."""
+    module = ast.parse(text)
+    for node in ast.walk(module):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == "supports_host_destination":
+            returns = [r.value for r in ast.walk(node) if isinstance(r, ast.Return)]
+            if not returns or not all(isinstance(v, ast.Constant) and v.value is False for v in returns):
+                return False, ()
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None and any(
+                (t.id if isinstance(t, ast.Name) else t.attr if isinstance(t, ast.Attribute) else None)
+                == "supports_host_destination" for t in (node.targets if isinstance(node, ast.Assign) else [node.target])):
+            if not (isinstance(node.value, ast.Constant) and node.value.value is False):
+                return False, ()
+    return True, tuple(_modules(module))
+
+
+def no_host_destinations(read: Callable[[str], str | None]) -> bool:
+    """The premise of ``_HOST``, read from the stored tree: every transfer backend its ``get_kv_class`` imports, and
+    every module of the disaggregation package those import in turn, defines ``supports_host_destination`` (if at
+    all) as the constant False (an attribute or a property returning it). Unreadable or unparsable: not shown."""
+    def text_of(name: str) -> str | None:
+        base = name.replace(".", "/")
+        return next((t for rel in (f"{base}.py", f"{base}/__init__.py") if (t := read(rel)) is not None), None)
+
+    try:
+        utils = text_of(f"{_PACKAGE}.utils")
+        chooser = [n for n in ast.parse(utils).body if isinstance(n, ast.FunctionDef) and n.name == "get_kv_class"] \
+            if utils is not None else []
+        if not chooser:
+            return False
+        todo, seen = _modules(chooser[-1]), set()
+        while todo:
+            name = todo.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            text = text_of(name)
+            if text is None:
+                continue
+            only_false, imported = _host_module(text)
+            if not only_false:
+                return False
+            todo += imported
+    except (SyntaxError, ValueError, RecursionError):
+        return False
+    return bool(seen)
+
+
+# Reasons that hold only where the stored tree shows their premise (reason -> its check over the tree's files).
+PREMISES: dict[str, Callable[[Callable[[str], str | None]], bool]] = {_HOST: no_host_destinations}
+
+
+def listed(qualified: str, path: str, fn: ast.FunctionDef, names: tuple[str, ...],
+           read: Callable[[str], str | None] | None = None) -> list[Condition]:
     """The atomic conditions of the fix's code in ``fn`` (its statements' own parts and those of every statement
     enclosing one: they decide whether it runs), in source order. A condition needs no reason to go both ways
     when it is a literal, or a value handed on that nobody tests here (the last operand of ``x = a or b``; a
-    comparison, or anything a ``return`` hands back, decides and needs both)."""
+    comparison, or anything a ``return`` hands back, decides and needs both). A reason with a premise
+    (``PREMISES``) explains only where ``read`` (the stored tree's files) shows it."""
     parents = {id(node): parent for node, parent, *_ in fixcode.walk(fn) if parent is not None}
     found: dict[tuple[int, int, int, int], Condition] = {}
+    shown: dict[str, bool] = {}
+
+    def premised(reason: str | None) -> str | None:
+        if reason is None or reason not in PREMISES:
+            return reason
+        if reason not in shown:
+            shown[reason] = read is not None and PREMISES[reason](read)
+        return reason if shown[reason] else None
     for stmt in fixcode.deciding(fn, names):
         around = " / ".join(ast.unparse(n.test) for n in reversed(list(_enclosing(stmt, parents, fn))))
         for node, kind in conditions.classify(stmt):
@@ -109,7 +202,7 @@ def listed(qualified: str, path: str, fn: ast.FunctionDef, names: tuple[str, ...
             elif kind == conditions.VALUE and not isinstance(node, ast.Compare) and not isinstance(stmt, ast.Return):
                 reason = HANDED_ON
             else:
-                reason = REASONS.get((qualified, around, text))
+                reason = premised(REASONS.get((qualified, around, text)))
             found.setdefault(conditions.position(node), Condition(
                 at=conditions.key(path, node), kind=kind, text=text[:TEXT], reason=reason,
                 equivalent=_equivalent(qualified, node, parents.get(id(node)))))
@@ -186,7 +279,7 @@ def of_change(qualified: str, names: tuple[str, ...], read: Callable[[str], str 
     segment = "".join(text.splitlines(keepends=True)[node.lineno - 1 : node.end_lineno])
     start = node.lineno + segment[: segment.index(old)].count("\n")
     lines = range(start, start + new.rstrip("\n").count("\n") + 1)
-    named = [c.model_copy(update={"at": f"{label}: {c.at}"}) for c in listed(qualified, path, fn, names)
+    named = [c.model_copy(update={"at": f"{label}: {c.at}"}) for c in listed(qualified, path, fn, names, read)
              if int(c.at.split(":")[-2]) in lines]
     wanted = [{"at": f"{label}: {conditions.key(path, atom)}", "position": list(conditions.position(atom)), "kind": kind}
               for atom, kind in conditions.atoms(fixcode.deciding(fn, names)) if not constant(atom) and atom.lineno in lines]

@@ -74,7 +74,7 @@ def measure(fix: int, read: Callable[[str], str | None], cases: Iterable[Case]) 
         name, node = found
         spans = [fixcode.span(s) for s in fixcode.statements(node, names)]
         functions.append(FixFunction(function=qualified, file=name, statements=spans, not_covered=[],
-                                     conditions=conditions.listed(qualified, name, node, names)))
+                                     conditions=conditions.listed(qualified, name, node, names, read)))
     return judged(FixCoverage(fix=fix, functions=functions), cases)
 
 

@@ -112,3 +112,39 @@ def test_a_change_is_read_with_its_conditions_as_the_harness_makes_it(tree_root)
     assert all(c.at.startswith(f"hunk h: {UTILS}:") for c in found) and [w["at"] for w in wanted] == [c.at for c in found]
     assert conditions.of_change("sglang.srt.disaggregation.utils.is_unadmitted_reject", (), read, "absent", "x", "h") == ([], [])
     assert conditions.of_change("sglang.srt.disaggregation.utils.absent", (), read, "a", "b", "h") == ([], [])
+
+
+def test_a_reason_with_a_premise_explains_only_where_the_stored_tree_shows_it(tmp_path, monkeypatch):
+    """Decode-side host receive is explained only while no backend get_kv_class imports (nor a package module they
+    import) defines supports_host_destination as anything but False: a tree with one that does gets no reason."""
+    decode = "sglang/srt/disaggregation/decode.py"
+    qualified = "sglang.srt.disaggregation.decode.DecodeTransferQueue.resolve_deferred_releases"
+    monkeypatch.setitem(duties.FIX_CODE, 41023, {qualified: ()})
+    files = {
+        decode: "class DecodeTransferQueue:\n    def resolve_deferred_releases(self):\n"
+                "        if self.enable_host_receive:\n            return 1\n",
+        UTILS: "def get_kv_class(backend):\n    from sglang.srt.disaggregation.mooncake import Manager\n    return Manager\n",
+        "sglang/srt/disaggregation/mooncake/__init__.py": "from sglang.srt.disaggregation.mooncake.conn import Manager\n",
+        "sglang/srt/disaggregation/mooncake/conn.py": "from sglang.srt.disaggregation.base.conn import Base\n"
+                                                      "class Manager(Base):\n    pass\n",
+        "sglang/srt/disaggregation/base/conn.py": "class Base:\n    supports_host_destination: bool = False\n",
+    }
+
+    def measured(**changed: str):
+        root = tmp_path / str(len(list(tmp_path.iterdir())))
+        for rel, text in {**files, **changed}.items():
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            (root / rel).write_text(text)
+        [fn] = fixcode.measure(41023, materials.reader(root), []).functions
+        return [(c.text, c.reason) for c in fn.conditions]
+
+    assert measured() == [("self.enable_host_receive", conditions._HOST)]
+    supported = "class Base:\n    @property\n    def supports_host_destination(self):\n        return self.host\n"
+    assert measured(**{"sglang/srt/disaggregation/base/conn.py": supported}) == [("self.enable_host_receive", None)]
+    assert measured(**{"sglang/srt/disaggregation/mooncake/conn.py": files["sglang/srt/disaggregation/mooncake/conn.py"]
+                       + "    supports_host_destination = True\n"}) == [("self.enable_host_receive", None)]
+    assert measured(**{UTILS: "def get_kv_class(backend):\n    return None\n"}) == [("self.enable_host_receive", None)]
+    from probes import fixcode as read_code
+
+    path, fn = read_code.locate(materials.reader(tmp_path / "0"), qualified)
+    assert conditions.listed(qualified, path, fn, ())[0].reason is None  # nothing read: the premise is not shown
