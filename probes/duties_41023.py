@@ -52,23 +52,50 @@ SPACE = space.Space(
             space.Value("decode-abort", "a client abort reaches decode's scheduler (its abort_request)", label="abort",
                         says="a client abort at decode"),
             space.Value("none", "a healthy transfer", label="healthy-transfer", says="a healthy transfer, committed to decode"),
+            space.Value("bootstrap-fails", "decode never learned its prefill ranks (the tree's send_metadata with no "
+                        "bootstrap infos fails the room): no prefill rank knows its pages, so decode notifies nobody",
+                        label="bootstrap-fails", says="decode never learning its prefill ranks (nobody to notify)"),
         ), core=True, reads=("abort_notified",)),
         space.Dimension(IN_FLIGHT.name, IN_FLIGHT.values, over={"failure": ("decode-abort",)}, reads=IN_FLIGHT.reads),
         space.Dimension(ACKS.name, ACKS.values, over={"failure": ("decode-abort",)}, reads=ACKS.reads),
+        space.Dimension("stale", (
+            space.Value("no", "no acknowledgement of another request is on the wire", label=""),
+            space.Value("yes", "the room's previous request was aborted and released at the timeout; its "
+                        "acknowledgement, held back on the wire, arrives while this request's write is in flight",
+                        label="stale-ack-of-previous-request",
+                        says="the previous request's late acknowledgement (an older generation) arriving mid-transfer"),
+        ), over={"failure": ("decode-abort",)}, reads=("generation",)),
+        space.Dimension("publish", (
+            space.Value("all", "decode's destinations reached every prefill rank", label=""),
+            space.Value("partial", "two prefill ranks: the tree's send_metadata reached rank 0, its send to rank 1 "
+                        "failed (a connection reset), then the client's abort reaches decode while rank 0 writes",
+                        label="after-partial-publish",
+                        says="after decode's metadata reached only one of two prefill ranks"),
+        ), over={"failure": ("decode-abort",)}, reads=("init_time", "_deferred_abort_ack_tracker")),
         DEFERRED_CONFIG,
     ),
     # with nothing in flight the abort must still stop the request's later chunk (trees without an ABORT message
     # to prefill, 0.5.12 and earlier, let it write into pages decode already gave away): a bug case, not a guard
-    bug=on({"failure": ("decode-abort",), "in_flight": ("yes",), "acks": ("delivered",)}, {"in_flight": ("no",)}),
+    # a stale acknowledgement is #41402's to refuse (lifetime-peers: an earlier generation releases 0.5.21's pages):
+    # here a guard, driving the generation check of the room's acknowledgements both ways. Switched off, a client
+    # abort after a partial publish must still free the pages: trees that let decode's failed send escape (0.5.10 to
+    # 0.5.16) leak them in every configuration, so it stays a bug case there
+    bug=(*on({"failure": ("decode-abort",), "in_flight": ("yes",), "acks": ("delivered",), "stale": ("no",)},
+             {"in_flight": ("no",)}), {**OFF, "publish": ("partial",)}),
     duties_by=(*on_rules(
-        space.Rule({"failure": ("decode-abort",), "in_flight": ("yes",), "acks": ("delivered",)}, HELD),
+        space.Rule({"failure": ("decode-abort",), "in_flight": ("yes",), "acks": ("delivered",), "stale": ("no",)}, HELD),
         space.Rule({"acks": ("lost", "late")}, GUARD_ABORT),
+        space.Rule({"stale": ("yes",)}, GUARD_ABORT),
         space.Rule({"in_flight": ("no",)}, ON_ACK_IDLE),
     ), space.Rule({**OFF, "failure": ("decode-abort",)}, OFF_DUTIES),
-        space.Rule({"failure": ("none",)}, ("lifetime-committed",))),
+        space.Rule({"failure": ("none",)}, ("lifetime-committed",)),
+        # nothing could write its pages: they go back at once, in every configuration (a guard)
+        space.Rule({"failure": ("bootstrap-fails",)}, ("lifetime-released-at-once", *GUARD_ABORT))),
     aliases={f"{old}{suffix}": f"{new}{suffix}" for suffix in SUFFIXES for old, new in (
         ("abort-in-flight-acks-lost", "abort-acks-lost"), ("abort-in-flight-acks-late", "abort-acks-late"),
-        ("healthy-transfer-in-flight", "healthy-transfer"))},
+        ("healthy-transfer-in-flight", "healthy-transfer"), ("bootstrap-fails-in-flight", "bootstrap-fails"),
+        ("abort-in-flight-stale-ack-of-previous-request", "abort-stale-ack-of-previous-request"),
+        ("abort-in-flight-after-partial-publish", "abort-after-partial-publish"))},
     site=site,
 )
 

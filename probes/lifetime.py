@@ -868,7 +868,10 @@ class Shape:
     request's last chunk waits in prefill's transfer queue, not yet taken by the worker, when the abort
     arrives: the worker takes it after, or after the scheduler cleared the room with ``clears``) or
     ``landed`` (prefill's write landed and the room succeeded before the abort; the success status is
-    still on its way to decode), else ``""`` (nothing sent yet).
+    still on its way to decode), else ``""`` (nothing sent yet). ``publish``: decode's destinations
+    reached ``all`` prefill ranks, or (``partial``) only rank 0: decode's send to rank 1 failed (a
+    connection reset) before the failure (a ``decode-abort``: the client's abort reaches decode after
+    that, while rank 0's write is in flight).
     """
 
     config: str = "default"
@@ -882,6 +885,7 @@ class Shape:
     failed_write: str = "stops"
     late_conclusion: bool = False
     chunk: str = ""
+    publish: str = "all"
 
 
 def script(scene: Scene) -> None:
@@ -902,7 +906,13 @@ def script(scene: Scene) -> None:
         for p in scene.prefill:
             p.poll_and_clear(EARLIER)
         scene.reuse = True
-    scene.start_request(RID, reached={"metadata-send-fails": 1, "bootstrap-fails": 0}.get(shape.failure))
+    scene.start_request(RID, reached=1 if shape.publish == "partial" else
+                        {"metadata-send-fails": 1, "bootstrap-fails": 0}.get(shape.failure))
+    if shape.publish == "partial":  # decode's send of its destinations to prefill rank 1 fails; rank 0 took them
+        scene.wire.resets[tcp(prefill_endpoint(1))] = None
+        for d in scene.decode:
+            d.publish(RID)
+        scene.note("decode's metadata send to prefill rank 1 failed")
     if shape.acks == "reset":  # each drain acknowledgement's send fails at prefill: it never leaves
         for d in scene.decode:
             scene.wire.resets[tcp(d.endpoint)] = b"ABORT_ACK"
@@ -1044,7 +1054,8 @@ def space_cases(table: Any, shape_of: Callable[[Mapping[str, str]], Shape], uses
     other tables whose rows its rules name) as a case: its site is the configuration it runs under, its duties
     the space's."""
     def requires(shape: Shape) -> tuple[str, ...]:
-        publishes = shape.failure in ("metadata-send-fails", "bootstrap-fails")  # run the tree's send_metadata
+        # run the tree's send_metadata
+        publishes = shape.failure in ("metadata-send-fails", "bootstrap-fails") or shape.publish == "partial"
         return REQUIRES + ((f"{MOONCAKE}.MooncakeKVReceiver.send_metadata",) if publishes else ())
 
     return tuple(Case.of(table, point, lambda journal, shape=shape_of(point): LifetimeScene(journal, shape),

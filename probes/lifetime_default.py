@@ -19,8 +19,10 @@ from .lifetime import IMPORTS, Shape, space_cases
 
 
 def shape_of(point: Mapping[str, str]) -> Shape:
-    return Shape(config=point["config"], failure="none" if point["failure"] == "none" else "decode-abort",
-                 in_flight=point["in_flight"] == "yes", acks=point["acks"])
+    partial = point["publish"] == "partial"
+    return Shape(config=point["config"], failure=point["failure"], in_flight=point["in_flight"] == "yes",
+                 acks=point["acks"], stale_ack=point["stale"] == "yes", publish=point["publish"],
+                 prefill_ranks=2 if partial else 1)
 
 
 PROBE = Probe(id="lifetime-default", fix=41023, imports=IMPORTS, table=duties_41023,
