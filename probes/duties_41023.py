@@ -55,7 +55,12 @@ SPACE = space.Space(
             space.Value("bootstrap-fails", "decode never learned its prefill ranks (the tree's send_metadata with no "
                         "bootstrap infos fails the room): no prefill rank knows its pages, so decode notifies nobody",
                         label="bootstrap-fails", says="decode never learning its prefill ranks (nobody to notify)"),
-        ), core=True, reads=("abort_notified",)),
+            space.Value("peer-bootstrap-fails", "two decode ranks hold the room; rank 1 never learned its prefill ranks "
+                        "(notifies nobody) while rank 0 published to them: their polls and holds are all-reduced over "
+                        "both ranks as in the server, so rank 1 holds for its peer with nothing of its own to await",
+                        label="peer-bootstrap-fails",
+                        says="one of two decode ranks never learning its prefill ranks (it holds only for its peer)"),
+        ), core=True, reads=("abort_notified", "all_reduce_flags")),
         space.Dimension(IN_FLIGHT.name, IN_FLIGHT.values, over={"failure": ("decode-abort",)}, reads=IN_FLIGHT.reads),
         space.Dimension(ACKS.name, ACKS.values, over={"failure": ("decode-abort",)}, reads=ACKS.reads),
         space.Dimension("stale", (
@@ -90,10 +95,11 @@ SPACE = space.Space(
     ), space.Rule({**OFF, "failure": ("decode-abort",)}, OFF_DUTIES),
         space.Rule({"failure": ("none",)}, ("lifetime-committed",)),
         # nothing could write its pages: they go back at once, in every configuration (a guard)
-        space.Rule({"failure": ("bootstrap-fails",)}, ("lifetime-released-at-once", *GUARD_ABORT))),
+        space.Rule({"failure": ("bootstrap-fails", "peer-bootstrap-fails")}, ("lifetime-released-at-once", *GUARD_ABORT))),
     aliases={f"{old}{suffix}": f"{new}{suffix}" for suffix in SUFFIXES for old, new in (
         ("abort-in-flight-acks-lost", "abort-acks-lost"), ("abort-in-flight-acks-late", "abort-acks-late"),
         ("healthy-transfer-in-flight", "healthy-transfer"), ("bootstrap-fails-in-flight", "bootstrap-fails"),
+        ("peer-bootstrap-fails-in-flight", "peer-bootstrap-fails"),
         ("abort-in-flight-stale-ack-of-previous-request", "abort-stale-ack-of-previous-request"),
         ("abort-in-flight-after-partial-publish", "abort-after-partial-publish"))},
     site=site,

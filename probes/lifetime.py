@@ -244,6 +244,112 @@ def single_rank_reduce(modules: list[Any], journal: Journal) -> None:
                                                       lambda flags, group=None, op=None: list(flags))
 
 
+class Group:
+    """The decode ranks' process group as the tree's all-reduces see it, for a case whose ranks must agree as the
+    server's do (one rank holding pages for another): a decode step of every rank runs at once, each rank in its
+    own thread but one at a time, in rank order (deterministic); a rank's all-reduce waits until every rank has
+    reached it, and each gets the reduction of every rank's values. Ranks that reach different all-reduces (a
+    server would hang) stop the case as a gap."""
+
+    def __init__(self, journal: Journal) -> None:
+        self.journal = journal
+        self.cond = threading.Condition()
+        self.local = threading.local()
+        self.state: dict[int, str] = {}  # rank -> "ready" | "waiting" | "done"
+        self.deposits: dict[int, tuple[list[int], str]] = {}
+        self.results: dict[int, list[int] | None] = {}
+        self.errors: dict[int, BaseException] = {}
+        self.turn: int | None = None
+
+    def run(self, steps: list[Callable[[], None]]) -> None:
+        self.state, self.deposits, self.results, self.errors = {r: "ready" for r in range(len(steps))}, {}, {}, {}
+        self.turn = 0
+        threads = [threading.Thread(target=self._body, args=(r, step), daemon=True) for r, step in enumerate(steps)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        for rank in sorted(self.errors):
+            raise self.errors[rank]
+
+    def _body(self, rank: int, step: Callable[[], None]) -> None:
+        self.local.rank = rank
+        with self.cond:
+            self.cond.wait_for(lambda: self.turn == rank)
+        try:
+            step()
+        except BaseException as exc:  # handed to the scene's thread, which raises it as the step's own
+            self.errors[rank] = exc
+        with self.cond:
+            self.state[rank] = "done"
+            self._pass()
+
+    def _pass(self) -> None:
+        """The rank that ran stopped (at an all-reduce, or done): the next ready rank runs; when every rank
+        waits, the reduction is made and they go on in rank order."""
+        ready = [r for r in sorted(self.state) if self.state[r] == "ready"]
+        waiting = [r for r in sorted(self.state) if self.state[r] == "waiting"]
+        if ready:
+            self.turn = ready[0]
+        elif waiting:
+            values = [self.deposits[r] for r in waiting]
+            agreed = len(waiting) == len(self.state) and len({(len(v), op) for v, op in values}) == 1
+            reduced = None
+            if agreed:
+                how = {"MAX": max, "MIN": min, "SUM": sum}[values[0][1]]
+                reduced = [how(column) for column in zip(*(v for v, _ in values))]
+            for r in waiting:
+                self.results[r] = None if reduced is None else list(reduced)
+                self.state[r] = "ready"
+            self.deposits = {}
+            self.turn = waiting[0]
+        else:
+            self.turn = None
+        self.cond.notify_all()
+
+    def all_reduce(self, flags: list[int], op: Any) -> list[int]:
+        """``flags`` reduced by ``op`` over every decode rank (this thread's rank's own values where no group step
+        runs: a call outside ``run``)."""
+        rank = getattr(self.local, "rank", None)
+        name = next((n for n in ("MAX", "MIN", "SUM") if n in str(getattr(op, "name", op)).upper()), None)
+        if rank is None:
+            return list(flags)
+        if name is None:
+            raise self.journal.gap(f"an all-reduce by {op!r}")
+        with self.cond:
+            self.deposits[rank] = ([int(f) for f in flags], name)
+            self.state[rank] = "waiting"
+            self._pass()
+            self.cond.wait_for(lambda: self.turn == rank)
+            result = self.results.pop(rank)
+        if result is None:
+            raise self.journal.gap("decode ranks that reached different all-reduces (a server would hang there)")
+        return result
+
+
+def group_reduce(modules: list[Any], journal: Journal, ranks: Group) -> None:
+    """The tree's reducers (as ``single_rank_reduce`` finds them) answering over the decode ``ranks``:
+    ``all_reduce_flags`` by its op (empty flags, as the tree's own, reduce nothing), ``_all_reduce_polls`` and
+    an inline ``poll_and_all_reduce`` by MIN (no rank commits ahead of its peers)."""
+    utils = modules[0]
+
+    def flags_reduce(flags: list[int], group: Any = None, op: Any = None) -> list[int]:
+        return list(flags) if not flags else ranks.all_reduce(list(flags), op)
+
+    if not hasattr(utils, "_all_reduce_polls") and not hasattr(utils, "all_reduce_flags"):
+        for module_ in modules:
+            if hasattr(module_, "poll_and_all_reduce"):
+                module_.poll_and_all_reduce = journal.method(
+                    "collective", "poll_and_all_reduce",
+                    lambda pollers, group, *a, **k: ranks.all_reduce([int(p.poll()) for p in pollers], "MIN"))
+    for module_ in modules:
+        if hasattr(module_, "_all_reduce_polls"):
+            module_._all_reduce_polls = journal.method("collective", "_all_reduce_polls",
+                                                       lambda polls, group: ranks.all_reduce(list(polls), "MIN"))
+        if hasattr(module_, "all_reduce_flags"):
+            module_.all_reduce_flags = journal.method("collective", "all_reduce_flags", flags_reduce)
+
+
 def clocked_time(clock: Clock) -> SimpleNamespace:
     """The ``time`` a module of the tree sees: the case's logical clock."""
     import time as real
@@ -425,7 +531,7 @@ class PrefillRank(Rank):
         conn = tree.module(MOONCAKE)
         scene, journal = self.scene, self.scene.journal
         infos = {}
-        for d in scene.decode:
+        for d in (d for d in scene.decode if d.rank not in scene.unlearned):  # a rank that never learned us never published
             ip, port = d.endpoint
             request = d.requests[rid]
             infos[session_of(d.rank)] = _dataclass(
@@ -603,7 +709,8 @@ class DecodeRank(Rank):
         request.receiver = strict_subject(
             conn.MooncakeKVReceiver, journal, f"{self.name}.kv_receiver.{rid}",
             kv_mgr=self.manager, bootstrap_room=room, conclude_state=None, abort_notified=False,
-            bootstrap_infos=infos if scene.reached is None or scene.reached else None, init_time=0,
+            bootstrap_infos=infos if (scene.reached is None or scene.reached) and self.rank not in scene.unlearned else None,
+            init_time=0,
             bootstrap_addr=bootstrap_addr, session_id=session_of(self.rank), required_dst_info_num=len(scene.decode),
             _abort_generation=None, require_staging=False,
             _connect_to_bootstrap_server=lambda info: (
@@ -730,7 +837,12 @@ class Scene:
         for mod in (decode_mod, conn, common):
             if hasattr(mod, "time"):
                 mod.time = time_
-        single_rank_reduce([utils, decode_mod], journal)
+        # a case whose decode ranks must agree reduces over them (Group); the others reduce each rank's own
+        self.group = Group(journal) if shape.group else None
+        if self.group is not None:
+            group_reduce([utils, decode_mod], journal, self.group)
+        else:
+            single_rank_reduce([utils, decode_mod], journal)
         self.keep_flag = keep_flag()
         decode_mod.release_kv_cache = self._release
         self.decode = [DecodeRank(self, d) for d in range(shape.decode_ranks)]
@@ -740,6 +852,7 @@ class Scene:
         self.late: list[Transfer] = []  # writes reported failed that are still landing
         self.active = RID  # the request whose KV the prefill ranks write
         self.reached: int | None = None  # how many prefill ranks took the request's metadata (None: all)
+        self.unlearned: set[int] = set()  # decode ranks that never learned their prefill ranks
         self.reuse = True  # free pages go to the next request as soon as a decode step sees them
 
     def start_request(self, rid: str, reached: int | None = None) -> None:
@@ -747,6 +860,7 @@ class Scene:
         (on the first ``reached`` only: the others never took its metadata; 0: decode never learned
         its prefill ranks)."""
         self.active, self.reached = rid, reached
+        self.unlearned = {1} if self.shape.failure == "peer-bootstrap-fails" else set()  # decode ranks without prefill ranks
         for d in self.decode:
             d.admit(rid)
         for p in self.prefill[: len(self.prefill) if reached is None else reached]:
@@ -814,7 +928,9 @@ class Scene:
             self.note("late messages delivered", count=len(held))
 
     def decode_steps(self) -> None:
-        for d in self.decode:
+        if self.group is not None:
+            self.group.run([d.step for d in self.decode])
+        for d in self.decode if self.group is None else ():
             d.step()
         self.note("decode steps")
 
@@ -871,7 +987,10 @@ class Shape:
     still on its way to decode), else ``""`` (nothing sent yet). ``publish``: decode's destinations
     reached ``all`` prefill ranks, or (``partial``) only rank 0: decode's send to rank 1 failed (a
     connection reset) before the failure (a ``decode-abort``: the client's abort reaches decode after
-    that, while rank 0's write is in flight).
+    that, while rank 0's write is in flight). ``peer-bootstrap-fails``: of two decode ranks, rank 1 never
+    learned its prefill ranks while rank 0 published to them (no prefill rank knows rank 1's pages;
+    nothing is written). ``group``: the decode ranks' all-reduces reduce over every rank, as the
+    server's (``Group``), not each rank's own values.
     """
 
     config: str = "default"
@@ -886,6 +1005,7 @@ class Shape:
     late_conclusion: bool = False
     chunk: str = ""
     publish: str = "all"
+    group: bool = False
 
 
 def script(scene: Scene) -> None:
@@ -962,6 +1082,12 @@ def script(scene: Scene) -> None:
             d.publish(RID)
         scene.note("decode could not learn its prefill ranks")
         scene.decode_steps()
+    elif shape.failure == "peer-bootstrap-fails":
+        for d in scene.decode:
+            d.publish(RID)
+        scene.note("decode rank 1 could not learn its prefill ranks")
+        scene.decode_steps()
+        scene.deliver("ABORT")
     elif shape.failure == "prefill-failure":
         scene.failing[(0, 0)] = shape.failed_write
         for p in scene.prefill:
@@ -1055,7 +1181,7 @@ def space_cases(table: Any, shape_of: Callable[[Mapping[str, str]], Shape], uses
     the space's."""
     def requires(shape: Shape) -> tuple[str, ...]:
         # run the tree's send_metadata
-        publishes = shape.failure in ("metadata-send-fails", "bootstrap-fails") or shape.publish == "partial"
+        publishes = shape.failure in ("metadata-send-fails", "bootstrap-fails", "peer-bootstrap-fails") or shape.publish == "partial"
         return REQUIRES + ((f"{MOONCAKE}.MooncakeKVReceiver.send_metadata",) if publishes else ())
 
     return tuple(Case.of(table, point, lambda journal, shape=shape_of(point): LifetimeScene(journal, shape),

@@ -19,10 +19,10 @@ from .lifetime import IMPORTS, Shape, space_cases
 
 
 def shape_of(point: Mapping[str, str]) -> Shape:
-    partial = point["publish"] == "partial"
+    partial, peer = point["publish"] == "partial", point["failure"] == "peer-bootstrap-fails"
     return Shape(config=point["config"], failure=point["failure"], in_flight=point["in_flight"] == "yes",
                  acks=point["acks"], stale_ack=point["stale"] == "yes", publish=point["publish"],
-                 prefill_ranks=2 if partial else 1)
+                 prefill_ranks=2 if partial else 1, decode_ranks=2 if peer else 1, group=peer)
 
 
 PROBE = Probe(id="lifetime-default", fix=41023, imports=IMPORTS, table=duties_41023,
