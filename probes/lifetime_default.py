@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from . import duties_40645, duties_41023
+from . import duties_40645, duties_41023, duties_41404
 from .case import Probe
 from .lifetime import IMPORTS, Shape, space_cases
 
@@ -26,4 +26,4 @@ def shape_of(point: Mapping[str, str]) -> Shape:
 
 
 PROBE = Probe(id="lifetime-default", fix=41023, imports=IMPORTS, table=duties_41023,
-              cases=space_cases(duties_41023, shape_of, uses=(duties_40645,)))
+              cases=space_cases(duties_41023, shape_of, uses=(duties_40645, duties_41404)))
