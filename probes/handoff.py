@@ -115,11 +115,8 @@ class HandoffScene(Scene):
             return "off"
         if not tree.accepts(tree.resolve("sglang.srt.server_args.ServerArgs"), CHECKSUM):
             return "absent"
-        context = tree.module("sglang.srt.runtime_context")
-        server_args = tree.resolve("sglang.srt.server_args.ServerArgs")
-        if hasattr(context, "reset_context"):
-            context.reset_context()
-        context.publish(server_args(model_path="dummy", **{CHECKSUM: True}), role="scheduler")
+        if tree.publish_config(**{CHECKSUM: True}) is None:  # the option, but no context the tree reads it from
+            raise tree.Missing("sglang.srt.runtime_context.publish")
         return "on"
 
     def _checksum_on(self) -> bool:

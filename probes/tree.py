@@ -74,15 +74,32 @@ def publish_defaults() -> None:
     """Install default server configuration where the tree reads it from a runtime context.
 
     Newer trees read knobs (decode allocation policy, radix-cache switch) through
-    ``get_disagg()`` / ``get_memory()``; the defaults are what a stock server would publish.
-    """
+    ``get_disagg()`` / ``get_memory()``, and the server arguments through ``get_server_args()``;
+    the defaults are what a stock server would publish."""
+    publish_config()
+
+
+def publish_config(**options: Any) -> str | None:
+    """Publish the stock server configuration with ``options`` set, as the tree's own start-up
+    installs it in its runtime context, and name the way it was installed (None: the tree has no
+    runtime context holding server arguments, and reads none from one).
+
+    The era is read from the context module itself: ``publish(server_args, role=...)`` where it has
+    it (0.5.17 on); before that, the context's own ``set_server_args`` slot, which the scheduler
+    fills through ``set_global_server_args_for_scheduler`` and which ``get_server_args()`` and, on
+    the main branch between 0.5.16 and 0.5.17, the config namespaces (``get_disagg()``...) read."""
     context = _runtime_context()
-    if not hasattr(context, "publish"):
-        return
-    server_args = resolve("sglang.srt.server_args.ServerArgs")
+    publish, process = getattr(context, "publish", None), getattr(context, "get_context", None)
+    if publish is None and not (process is not None and hasattr(process(), "set_server_args")):
+        return None
+    server_args = resolve("sglang.srt.server_args.ServerArgs")(model_path="dummy", **options)
     if hasattr(context, "reset_context"):
         context.reset_context()
-    context.publish(server_args(model_path="dummy"), role="scheduler")
+    if publish is not None:
+        publish(server_args, role="scheduler")
+        return f"{context.__name__}.publish"
+    process().set_server_args(server_args)
+    return f"{context.__name__}.get_context().set_server_args"
 
 
 def _runtime_context() -> Any:
