@@ -76,7 +76,8 @@ DUTIES: tuple[Duty, ...] = (
          "that it admitted it unverified",
          declared_unverified),
     Duty("handoff-full-accepted",
-         "a full handoff was committed and read, only its own KV, and not aborted or released (a guard)",
+         "a full handoff was committed and read, only its own KV (with the prefix decode's cache held for it), and "
+         "not aborted or released (a guard)",
          full_accepted),
     Duty("handoff-beside-accepted",
          "a full handoff batched with one decode did not read was read, only its own KV, and not aborted or "
@@ -116,6 +117,14 @@ SPACE = space.Space(
                         "the same decode step and is batched ahead of the subject's",
                         label="beside-a-full-handoff", says="batched behind another request's full handoff"),
         ), over={"config": ("with-kv-checksum",), "transfer": ("short",)}, reads=("mismatched", "verified")),
+        space.Dimension("decode_cache", (
+            space.Value("miss", "decode's prefix cache holds nothing of the prompt", label=""),
+            space.Value("prefix-hit", "decode's prefix cache (--disaggregation-decode-enable-radix-cache) holds the "
+                        "prompt's first 2 tokens, the KV prefill computed and sent for an earlier request with that "
+                        "prefix (prefill's own prefix cache kept the same): decode reserves, and prefill sends, only the "
+                        "other 2", label="decode-prefix-hit", says="decode holding the prompt's first 2 tokens in its "
+                        "prefix cache"),
+        ), over={"transfer": ("full",)}, reads=("cache_protected_len", "disagg_decode_prefix_len")),
         space.Dimension("config", (
             space.Value("default", "the stock server: the checksum off", label=""),
             space.Value("with-kv-checksum", "--disaggregation-enable-kv-checksum on both sides",

@@ -33,9 +33,12 @@ from .lifetime import COMMON, DECODE, IMPORTS, PAGES, PREFILL_MIXIN, RID, ROOM, 
 from .pages import PagePool
 from .plain import JSON
 
+CACHED = 2  # tokens of the prompt a decode prefix-cache hit holds (page size 1: pages)
 EARLIER_TENANT = "req-X"  # whose KV the reserved pages held before
 BESIDE = "req-C"  # a healthy request whose full handoff commits beside the subject's, in its own room, batched ahead of it
 ROWS = {RID: 1, BESIDE: 2}  # each request's row of req_to_token, on both sides
+PREFIX = "req-P"  # an earlier request whose prompt began as the subject's: its KV, as prefill computed and sent it
+CACHE = "prefix-cache"  # what holds the pages of a cached prefix on either side
 PROMPT = PAGES  # decode reserved one page per token of a 4-token prompt (page size 1)
 OUTPUT_TOKEN = 7
 ROW = 2 * PROMPT  # a request's row in req_to_token spans its context, longer than its prompt (slots past it unset)
@@ -52,7 +55,9 @@ class HandoffShape:
     ``prefill_checksum``: with the option on, whether prefill runs with it too (off: a prefill not yet
     restarted with it, while decode is); ``beside``: another request's full handoff (``BESIDE``, in the
     next room, from the same prefill) is committed in the same decode step and batched ahead of the
-    subject's, so that the batch's verification tells the two apart."""
+    subject's, so that the batch's verification tells the two apart; ``cached``: tokens of the subject's
+    prompt decode's prefix cache held (``PREFIX``'s KV, as prefill computed and sent it; prefill's own
+    prefix cache kept the same), so decode reserved and prefill sends only the rest."""
 
     config: str = "default"
     prefill_checksum: bool = True
@@ -61,6 +66,7 @@ class HandoffShape:
     early: bool = False
     layout: str = "comparable"
     beside: bool = False
+    cached: int = 0
 
 
 class Digest:
@@ -102,6 +108,7 @@ class HandoffScene(Scene):
         decode.pool = PagePool(PAGES * len(self.rids), self.clock)
         self._earlier_tenant(decode.pool)
         self.prefill_pool = PagePool(PAGES * len(self.rids), self.clock)
+        self.decode_prefix = self._cached_prefix(decode.pool)
         self.prefill_pages: dict[str, list[int]] = {}
         self.prefill_reqs = {rid: self._prefill_request(rid) for rid in self.rids}
 
@@ -193,20 +200,39 @@ class HandoffScene(Scene):
         pool.land(pool.begin(EARLIER_TENANT, -1, pages))
         pool.free(EARLIER_TENANT, pages, "finished")
 
+    def _cached_prefix(self, pool: PagePool) -> list[int]:
+        """The pages of the subject's prompt prefix a side's prefix cache holds: ``PREFIX``'s KV at positions
+        0.. (the same KV on both sides: prefill computed it once, sent it, and both caches kept it)."""
+        if not self.handoff.cached:
+            return []
+        pages = pool.alloc(CACHE, self.handoff.cached)
+        pool.land(pool.begin(CACHE, -1, pages, [(PREFIX, i) for i in range(len(pages))]))
+        return pages
+
     def _sent(self, rid: str) -> int:
         return self.handoff.sent if rid == RID else PROMPT
+
+    def _prefix(self, rid: str) -> int:
+        """Tokens of ``rid``'s prompt decode's prefix cache held: prefill sends only what follows them."""
+        return self.handoff.cached if rid == RID else 0
 
     def _prefill_request(self, rid: str) -> Any:
         """The request on prefill after its forward: ``sent`` tokens of KV in its row (its own, positions 0..);
         the request beside it, its whole prompt."""
         torch = tree.torch()
-        sent = self._sent(rid)
-        pages = self.prefill_pool.alloc(rid, sent)
-        self.prefill_pool.land(self.prefill_pool.begin(rid, -1, pages))
+        sent, prefix = self._sent(rid), self._prefix(rid)
+        cached = self._cached_prefix(self.prefill_pool) if prefix else []
+        own = self.prefill_pool.alloc(rid, sent - prefix)
+        self.prefill_pool.land(self.prefill_pool.begin(rid, -1, own, [(rid, i) for i in range(prefix, sent)]))
+        pages = cached + own
         req = tree.make_req(rid, sent, "PREFILL", self.rooms[rid])
         tree.give_kv(req, sent, ROWS[rid])
         req.metadata_buffer_index = 3 + self.rids.index(rid)
         req.output_ids = [OUTPUT_TOKEN]
+        if prefix:  # as the prefill bootstrap queue's finalize_bootstrap sets them from decode's prefix length
+            if not hasattr(req, "disagg_decode_prefix_len"):
+                raise tree.Missing("sglang.srt.managers.schedule_batch.Req.disagg_decode_prefix_len")
+            req.start_send_idx = req.disagg_decode_prefix_len = prefix
         if not hasattr(self, "prefill_row"):
             self.prefill_row = torch.zeros((4, ROW), dtype=torch.int64)
         self.prefill_row[ROWS[rid], : len(pages)] = torch.tensor(pages)
@@ -260,10 +286,11 @@ class HandoffScene(Scene):
 
         self.prefill_metadata.set_buf(req)
         count = int(end_idx if end_idx is not None else self._sent(req.rid))
+        start = self._prefix(req.rid)  # from the request's start_send_idx: what decode did not hold
         self._chunk = {"bootstrap_room": self.rooms[req.rid],
-                       "kv_indices": np.array(self.prefill_pages[req.rid][:count], dtype=np.int32),
-                       "index_slice": slice(0, count), "is_last_chunk": True, "is_last": True,
-                       "aux_index": req.metadata_buffer_index, "state_indices": None, "num_kv_tokens": count}
+                       "kv_indices": np.array(self.prefill_pages[req.rid][start:count], dtype=np.int32),
+                       "index_slice": slice(0, count - start), "is_last_chunk": True, "is_last": True,
+                       "aux_index": req.metadata_buffer_index, "state_indices": None, "num_kv_tokens": count - start}
 
     # --- the engine, for this probe: what lands of the sent pages, and when ---------------------------
 
@@ -271,7 +298,8 @@ class HandoffScene(Scene):
         """The write into decode's ``pages`` (whose owner says which request's they are): the request beside
         the subject always lands whole; the subject's as the case says."""
         rid = decode.pool.owner.get(pages[0], RID) if pages else RID
-        held = self.prefill_pool.holds(self.prefill_pages[rid][: len(pages)])
+        start = self._prefix(rid)
+        held = self.prefill_pool.holds(self.prefill_pages[rid][start : start + len(pages)])
         transfer = decode.pool.begin(rid, prefill.rank, pages, [h for h in held if h is not None])
         if rid != RID:
             decode.pool.land(transfer)
@@ -322,15 +350,23 @@ class HandoffScene(Scene):
             self.batches.append({"runs": [], "unprepared": [r.rid for r in batch.reqs]})
             return
         for req in batch.reqs:
-            decode.pool.read(req.rid, [int(p) for p in self.decode_row[ROWS[req.rid], : len(req.origin_input_ids)].tolist()])
+            matched = {page: (PREFIX, i) for i, page in enumerate(self.decode_prefix)} if req.rid == RID else {}
+            decode.pool.read(req.rid, [int(p) for p in self.decode_row[ROWS[req.rid], : len(req.origin_input_ids)].tolist()],
+                             matched)
         self.batches.append({"runs": [r.rid for r in batch.reqs]})
 
     def admit_decode(self) -> None:
         decode = self.decode[0]
         torch = tree.torch()
         for rid in self.rids:
-            decode.admit(rid, self.rooms[rid], ROWS[rid])
-            self.decode_row[ROWS[rid], :PROMPT] = torch.tensor(decode.requests[rid].pages)
+            prefix = self.decode_prefix if rid == RID else []
+            decode.admit(rid, self.rooms[rid], ROWS[rid], PROMPT - len(prefix))
+            self.decode_row[ROWS[rid], :PROMPT] = torch.tensor(prefix + decode.requests[rid].pages)
+            if prefix:  # as decode's preallocation sets it on a prefix match: the tree cache owns [0, here)
+                kv = getattr(decode.requests[rid].req, "kv", None)
+                if not hasattr(kv, "cache_protected_len"):
+                    raise tree.Missing("sglang.srt.managers.schedule_batch.Req.kv.cache_protected_len")
+                kv.cache_protected_len = len(prefix)
 
     def decode_step(self) -> None:
         """The decode event loop: the transfer queue hands over what completed, then the batch is built."""
@@ -358,7 +394,8 @@ class HandoffScene(Scene):
         out = super().effects()
         out.update({
             "handoff": {"sent": self.handoff.sent, "lands": self.handoff.lands, "early": self.handoff.early,
-                        "layout": self.handoff.layout, "reserved": PROMPT},
+                        "layout": self.handoff.layout, "reserved": PROMPT - self.handoff.cached,
+                        "cached": self.handoff.cached},
             "beside": ({"rid": BESIDE, "request": tree.request_state(decode.requests[BESIDE].req)}
                        if self.handoff.beside else None),
             "checksum": {"option": self.option, "on": self._checksum_on(),
@@ -404,7 +441,7 @@ def shape_of(point: dict[str, str]) -> HandoffShape:
     return HandoffShape(config=point["config"], prefill_checksum=point["prefill"] != "without",
                         sent=1 if transfer == "short" else PROMPT,
                         lands=2 if transfer == "partial" else None, early=transfer == "early", layout=point["layout"],
-                        beside=point["batch"] == "beside")
+                        beside=point["batch"] == "beside", cached=CACHED if point["decode_cache"] == "prefix-hit" else 0)
 
 
 def _cases() -> tuple[Case, ...]:

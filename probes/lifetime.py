@@ -690,12 +690,13 @@ class DecodeRank(Rank):
                                      ("enable_deferred_kv_release", "deferred_kv_release_timeout")))
         self.start(self.manager.start_decode_thread)
 
-    def admit(self, rid: str, room: int = ROOM, row: int = 1) -> None:
+    def admit(self, rid: str, room: int = ROOM, row: int = 1, reserve: int = PAGES) -> None:
         """``rid`` was preallocated here and waits for its KV in ``room``: its pages, metadata row, KV
-        receiver (bootstrapped with every prefill rank) and transfer-queue entry; ``row``: its row of req_to_token."""
+        receiver (bootstrapped with every prefill rank) and transfer-queue entry; ``row``: its row of req_to_token;
+        ``reserve``: the pages reserved for the KV prefill sends (fewer than its prompt's past a prefix decode held)."""
         journal, scene = self.scene.journal, self.scene
         decode, conn = tree.module(DECODE), tree.module(MOONCAKE)
-        request = Request(rid=rid, pages=self.pool.alloc(rid, PAGES), metadata_index=3 + len(self.requests))
+        request = Request(rid=rid, pages=self.pool.alloc(rid, reserve), metadata_index=3 + len(self.requests))
         poll = tree.kv_poll()
         # what the receiver's constructor registers on its manager (the constructor itself, which opens
         # connections to the bootstrap server, is not run)

@@ -143,13 +143,20 @@ class PagePool:
 
     # --- reads --------------------------------------------------------------------------------
 
-    def read(self, rid: str, pages: list[int]) -> None:
-        """``rid``'s attention reads ``pages``: every page no write of ``rid`` reached is observed."""
+    def read(self, rid: str, pages: list[int], matched: dict[int, tuple[str, int]] | None = None) -> None:
+        """``rid``'s attention reads ``pages``: every page no write of ``rid`` reached is observed.
+        ``matched``: pages of ``rid``'s prefix that the prefix cache matched for it, each with the KV (request,
+        position) the cache keeps there; such a page is read as its own while it still holds that KV."""
         for index, page in enumerate(pages):
             written = self.content.get(page)
-            if written is None or written["rid"] != rid:
-                self.unwritten_reads.append({"t": self.clock.now, "rid": rid, "page": page, "index": index,
-                                             "holds": None if written is None else written["rid"]})
+            kept = (matched or {}).get(page)
+            if kept is not None:
+                if written is not None and (written["rid"], written["position"]) == tuple(kept):
+                    continue
+            elif written is not None and written["rid"] == rid:
+                continue
+            self.unwritten_reads.append({"t": self.clock.now, "rid": rid, "page": page, "index": index,
+                                         "holds": None if written is None else written["rid"]})
         self._event("read", rid=rid, pages=list(pages))
 
     def holds(self, pages: list[int]) -> list[tuple[str, int] | None]:
