@@ -11,7 +11,7 @@ Standard library only: the host judges with it too.
 from __future__ import annotations
 
 from . import space
-from .duties_lifetime import (ACKS, DEFERRED_CONFIG, GUARD_ABORT, HELD, IN_FLIGHT, OFF, OFF_DUTIES, ON_ACK_IDLE, CONN,
+from .duties_lifetime import (ACKS, DEFERRED_CONFIG, GUARD_ABORT, HELD, IN_FLIGHT, OFF, OFF_DUTIES, ON, ON_ACK_IDLE, CONN,
                               DECODE, SUFFIXES, committed, freed_once, no_early_release, not_held_forever, on, on_rules,
                               site, timeout_recorded)
 from .effects import Duty, Effects
@@ -76,17 +76,16 @@ SPACE = space.Space(
                         "failed (a connection reset), then the client's abort reaches decode while rank 0 writes",
                         label="after-partial-publish",
                         says="after decode's metadata reached only one of two prefill ranks"),
-        ), over={"failure": ("decode-abort",)}, reads=("init_time", "_deferred_abort_ack_tracker")),
+        # switched off nothing is held, so nothing tells a partial publish apart: varied where the release is on
+        ), over={"failure": ("decode-abort",), "config": ON}, reads=("init_time", "_deferred_abort_ack_tracker")),
         DEFERRED_CONFIG,
     ),
     # with nothing in flight the abort must still stop the request's later chunk (trees without an ABORT message
     # to prefill, 0.5.12 and earlier, let it write into pages decode already gave away): a bug case, not a guard
     # a stale acknowledgement is #41402's to refuse (lifetime-peers: an earlier generation releases 0.5.21's pages):
-    # here a guard, driving the generation check of the room's acknowledgements both ways. Switched off, a client
-    # abort after a partial publish must still free the pages: trees that let decode's failed send escape (0.5.10 to
-    # 0.5.16) leak them in every configuration, so it stays a bug case there
-    bug=(*on({"failure": ("decode-abort",), "in_flight": ("yes",), "acks": ("delivered",), "stale": ("no",)},
-             {"in_flight": ("no",)}), {**OFF, "publish": ("partial",)}),
+    # here a guard, driving the generation check of the room's acknowledgements both ways
+    bug=on({"failure": ("decode-abort",), "in_flight": ("yes",), "acks": ("delivered",), "stale": ("no",)},
+           {"in_flight": ("no",)}),
     duties_by=(*on_rules(
         space.Rule({"failure": ("decode-abort",), "in_flight": ("yes",), "acks": ("delivered",), "stale": ("no",)}, HELD),
         space.Rule({"acks": ("lost", "late")}, GUARD_ABORT),

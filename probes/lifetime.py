@@ -279,7 +279,8 @@ class Group:
         try:
             step()
         except BaseException as exc:  # handed to the scene's thread, which raises it as the step's own
-            self.errors[rank] = exc
+            if not (isinstance(exc, Stop) and self.errors):  # not the stop another rank's error caused
+                self.errors[rank] = exc
         with self.cond:
             self.state[rank] = "done"
             self._pass()
@@ -294,8 +295,8 @@ class Group:
         elif waiting:
             values = [self.deposits[r] for r in waiting]
             agreed = len(waiting) == len(self.state) and len({(len(v), op) for v, op in values}) == 1
-            reduced = None
-            if agreed:
+            reduced: list[int] | None = None
+            if agreed and not self.errors:  # after a rank's step raised, the others stop at their all-reduce
                 how = {"MAX": max, "MIN": min, "SUM": sum}[values[0][1]]
                 reduced = [how(column) for column in zip(*(v for v, _ in values))]
             for r in waiting:
@@ -322,6 +323,8 @@ class Group:
             self._pass()
             self.cond.wait_for(lambda: self.turn == rank)
             result = self.results.pop(rank)
+        if self.errors:
+            raise Stop()
         if result is None:
             raise self.journal.gap("decode ranks that reached different all-reduces (a server would hang there)")
         return result
