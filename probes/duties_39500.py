@@ -116,7 +116,11 @@ SPACE = space.Space(
             space.Value("beside", "another request's full handoff, in the next room from the same prefill, commits in "
                         "the same decode step and is batched ahead of the subject's",
                         label="beside-a-full-handoff", says="batched behind another request's full handoff"),
-        ), over={"config": ("with-kv-checksum",), "transfer": ("short",)}, reads=("mismatched", "verified")),
+            space.Value("beside-health-check", "a health check's full handoff (its rid as the tree prefixes one: prefill "
+                        "digests it as 0, decode admits it without computing), in the next room from the same prefill, "
+                        "commits in the same decode step and is batched ahead of the subject's",
+                        label="beside-a-health-check", says="batched behind a health check's handoff"),
+        ), over={"config": ("with-kv-checksum",), "transfer": ("short",)}, reads=("mismatched", "verified", "is_health_check_req")),
         space.Dimension("decode_cache", (
             space.Value("miss", "decode's prefix cache holds nothing of the prompt", label=""),
             space.Value("prefix-hit", "decode's prefix cache (--disaggregation-decode-enable-radix-cache) holds the "
@@ -136,7 +140,7 @@ SPACE = space.Space(
         space.Rule({"transfer": ("short", "partial", "early"), "layout": ("comparable",)}, SHORT),
         space.Rule({"layout": ("incomparable",)}, UNCOMPARABLE),
         space.Rule({"transfer": ("full",)}, ("handoff-full-accepted",)),
-        space.Rule({"batch": ("beside",)}, ("handoff-beside-accepted",)),
+        space.Rule({"batch": ("beside", "beside-health-check")}, ("handoff-beside-accepted",)),
     ),
     site=site,
 )
@@ -202,8 +206,8 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
 EXPLAINED: dict[tuple[str, str, str], str] = {
     ("SchedulerDisaggregationDecodeMixin._verify_kv_checksums", "return", "verified.append(i)"):
         "returning after a request verified leaves the batch's later requests unverified: the cases batch a full handoff "
-        "ahead of a short one (caught where its digest matched), but no request verified without a digest computed (a "
-        "health check, or one whose prefill sent none) ahead of one that mismatches",
+        "and a health check ahead of a short one (caught after either), but no request whose prefill sent no digest "
+        "ahead of one that mismatches (a second prefill instance, without the option, in the same decode batch)",
     ("SchedulerDisaggregationDecodeMixin.get_new_prebuilt_batch", "delete",
      "self.ngram_embedding_manager.prepare_for_forward(batch, chunked_req=self.chunked_req)"):
         "the n-gram embedding's preparation of the batch: no case runs a model with n-gram embeddings, and they hold "

@@ -16,7 +16,8 @@ prefill of another TP width: each side digests other bytes). The checksum kernel
 here a digest over the page-ownership model's contents (which request's KV, at which position, in
 which layout) stands in for it, computed over exactly the pages the tree asks for. Guard: a full
 handoff is committed and read, only its own KV; batched ahead of a short one that the checksum
-drops (another request's handoff in the next room, committed in the same decode step), it still is.
+drops (another request's handoff, or a health check's, in the next room, committed in the same
+decode step), it still is.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from .plain import JSON
 CACHED = 2  # tokens of the prompt a decode prefix-cache hit holds (page size 1: pages)
 EARLIER_TENANT = "req-X"  # whose KV the reserved pages held before
 BESIDE = "req-C"  # a healthy request whose full handoff commits beside the subject's, in its own room, batched ahead of it
-ROWS = {RID: 1, BESIDE: 2}  # each request's row of req_to_token, on both sides
+HEALTH_CHECK = "sglang.srt.constants.HEALTH_CHECK_RID_PREFIX"  # how the tree names its health checks' requests
 PREFIX = "req-P"  # an earlier request whose prompt began as the subject's: its KV, as prefill computed and sent it
 CACHE = "prefix-cache"  # what holds the pages of a cached prefix on either side
 PROMPT = PAGES  # decode reserved one page per token of a 4-token prompt (page size 1)
@@ -53,9 +54,10 @@ class HandoffShape:
     reports success while its write is still in flight (it lands after decode admitted the request);
     ``layout``: whether prefill's KV layout is one decode's checksum can compare with;
     ``prefill_checksum``: with the option on, whether prefill runs with it too (off: a prefill not yet
-    restarted with it, while decode is); ``beside``: another request's full handoff (``BESIDE``, in the
-    next room, from the same prefill) is committed in the same decode step and batched ahead of the
-    subject's, so that the batch's verification tells the two apart; ``cached``: tokens of the subject's
+    restarted with it, while decode is); ``beside``: another request's full handoff (``full``: ``BESIDE``;
+    ``health-check``: a health check's, its rid as the tree prefixes one; in the next room, from the same
+    prefill) is committed in the same decode step and batched ahead of the subject's, so that the batch's
+    verification tells the two apart ("": none); ``cached``: tokens of the subject's
     prompt decode's prefix cache held (``PREFIX``'s KV, as prefill computed and sent it; prefill's own
     prefix cache kept the same), so decode reserved and prefill sends only the rest."""
 
@@ -65,7 +67,7 @@ class HandoffShape:
     lands: int | None = None
     early: bool = False
     layout: str = "comparable"
-    beside: bool = False
+    beside: str = ""
     cached: int = 0
 
 
@@ -102,8 +104,10 @@ class HandoffScene(Scene):
         self.digests: list[Digest] = []
         super().__init__(journal, Shape(config=shape.config))
         decode = self.decode[0]
-        self.rids = [BESIDE, RID] if shape.beside else [RID]  # in the order decode preallocated them
-        self.rooms = {RID: ROOM, BESIDE: ROOM + 1}
+        self.beside = self._beside_rid(shape.beside)
+        self.rids = [self.beside, RID] if self.beside else [RID]  # in the order decode preallocated them
+        self.rooms = {RID: ROOM, self.beside: ROOM + 1}
+        self.rows = {RID: 1, self.beside: 2}  # each request's row of req_to_token, on both sides
         # room for every request's reservation (the digest reads the rank's pool when it computes)
         decode.pool = PagePool(PAGES * len(self.rids), self.clock)
         self._earlier_tenant(decode.pool)
@@ -111,6 +115,12 @@ class HandoffScene(Scene):
         self.decode_prefix = self._cached_prefix(decode.pool)
         self.prefill_pages: dict[str, list[int]] = {}
         self.prefill_reqs = {rid: self._prefill_request(rid) for rid in self.rids}
+
+    @staticmethod
+    def _beside_rid(kind: str) -> str:
+        if kind == "health-check":
+            return f"{tree.resolve(HEALTH_CHECK)}_req-C"
+        return BESIDE if kind else ""
 
     # --- configuration ---------------------------------------------------------------------------
 
@@ -168,7 +178,7 @@ class HandoffScene(Scene):
 
     def decode_scheduler_state(self, rank: Any) -> dict[str, Any]:
         journal, torch = self.journal, tree.torch()
-        self.decode_row = torch.zeros((4, ROW), dtype=torch.int64)  # rows: ROWS
+        self.decode_row = torch.zeros((4, ROW), dtype=torch.int64)  # rows: self.rows
         kv_manager = strict_subject(tree.resolve(f"{COMMON}.CommonKVManager"), journal, "decode0.prealloc_kv_manager")
         import random
 
@@ -226,7 +236,7 @@ class HandoffScene(Scene):
         self.prefill_pool.land(self.prefill_pool.begin(rid, -1, own, [(rid, i) for i in range(prefix, sent)]))
         pages = cached + own
         req = tree.make_req(rid, sent, "PREFILL", self.rooms[rid])
-        tree.give_kv(req, sent, ROWS[rid])
+        tree.give_kv(req, sent, self.rows[rid])
         req.metadata_buffer_index = 3 + self.rids.index(rid)
         req.output_ids = [OUTPUT_TOKEN]
         if prefix:  # as the prefill bootstrap queue's finalize_bootstrap sets them from decode's prefix length
@@ -235,7 +245,7 @@ class HandoffScene(Scene):
             req.start_send_idx = req.disagg_decode_prefix_len = prefix
         if not hasattr(self, "prefill_row"):
             self.prefill_row = torch.zeros((4, ROW), dtype=torch.int64)
-        self.prefill_row[ROWS[rid], : len(pages)] = torch.tensor(pages)
+        self.prefill_row[self.rows[rid], : len(pages)] = torch.tensor(pages)
         self.prefill_pages[rid] = pages
         return req
 
@@ -351,7 +361,7 @@ class HandoffScene(Scene):
             return
         for req in batch.reqs:
             matched = {page: (PREFIX, i) for i, page in enumerate(self.decode_prefix)} if req.rid == RID else {}
-            decode.pool.read(req.rid, [int(p) for p in self.decode_row[ROWS[req.rid], : len(req.origin_input_ids)].tolist()],
+            decode.pool.read(req.rid, [int(p) for p in self.decode_row[self.rows[req.rid], : len(req.origin_input_ids)].tolist()],
                              matched)
         self.batches.append({"runs": [r.rid for r in batch.reqs]})
 
@@ -360,8 +370,8 @@ class HandoffScene(Scene):
         torch = tree.torch()
         for rid in self.rids:
             prefix = self.decode_prefix if rid == RID else []
-            decode.admit(rid, self.rooms[rid], ROWS[rid], PROMPT - len(prefix))
-            self.decode_row[ROWS[rid], :PROMPT] = torch.tensor(prefix + decode.requests[rid].pages)
+            decode.admit(rid, self.rooms[rid], self.rows[rid], PROMPT - len(prefix))
+            self.decode_row[self.rows[rid], :PROMPT] = torch.tensor(prefix + decode.requests[rid].pages)
             if prefix:  # as decode's preallocation sets it on a prefix match: the tree cache owns [0, here)
                 kv = getattr(decode.requests[rid].req, "kv", None)
                 if not hasattr(kv, "cache_protected_len"):
@@ -396,8 +406,8 @@ class HandoffScene(Scene):
             "handoff": {"sent": self.handoff.sent, "lands": self.handoff.lands, "early": self.handoff.early,
                         "layout": self.handoff.layout, "reserved": PROMPT - self.handoff.cached,
                         "cached": self.handoff.cached},
-            "beside": ({"rid": BESIDE, "request": tree.request_state(decode.requests[BESIDE].req)}
-                       if self.handoff.beside else None),
+            "beside": ({"rid": self.beside, "request": tree.request_state(decode.requests[self.beside].req)}
+                       if self.beside else None),
             "checksum": {"option": self.option, "on": self._checksum_on(),
                          "digests": [c for d in self.digests for c in d.computed]},
             "batches": list(self.batches),
@@ -441,7 +451,7 @@ def shape_of(point: dict[str, str]) -> HandoffShape:
     return HandoffShape(config=point["config"], prefill_checksum=point["prefill"] != "without",
                         sent=1 if transfer == "short" else PROMPT,
                         lands=2 if transfer == "partial" else None, early=transfer == "early", layout=point["layout"],
-                        beside=point["batch"] == "beside", cached=CACHED if point["decode_cache"] == "prefix-hit" else 0)
+                        beside={"beside": "full", "beside-health-check": "health-check"}.get(point["batch"], ""), cached=CACHED if point["decode_cache"] == "prefix-hit" else 0)
 
 
 def _cases() -> tuple[Case, ...]:
