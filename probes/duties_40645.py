@@ -71,6 +71,13 @@ SPACE = space.Space(
                         "arriving after the clear"),
         ), over={"in_flight": ("yes",), "clears": ("yes",)}, reads=("room_active",)),
         space.Dimension(ACKS.name, ACKS.values, over={"in_flight": ("yes",), "clears": ("no",)}, reads=ACKS.reads),
+        space.Dimension("bootstrap", (
+            space.Value("handed", "the room's destinations are handed to the prefill rank as its bootstrap thread "
+                        "records them", label=""),
+            space.Value("published", "decode's receivers send their destinations (the tree's send_metadata) and "
+                        "each prefill rank's bootstrap thread takes them in, the ABORT later reaching the same loop",
+                        label="destinations-over-the-wire", says="decode's destinations reaching prefill over the wire"),
+        ), over={"in_flight": ("yes",), "clears": ("no",)}, reads=("room",)),
         DEFERRED_CONFIG,
     ),
     unreachable=(space.Unreachable("with nothing sent, prefill has no write to clear the room under",
@@ -93,7 +100,8 @@ SPACE = space.Space(
         ("in-flight-acks-lost", "acks-lost"), ("in-flight-acks-late", "acks-late"),
         ("nothing-in-flight", "abort-nothing-in-flight"),
         ("in-flight-prefill-concludes-late", "prefill-concludes-late"),
-        ("nothing-in-flight-prefill-concludes-late", "nothing-in-flight-prefill-concludes-late"))},
+        ("nothing-in-flight-prefill-concludes-late", "nothing-in-flight-prefill-concludes-late"),
+        ("in-flight-destinations-over-the-wire", "abort-in-flight-destinations-over-the-wire"))},
     site=site,
 )
 

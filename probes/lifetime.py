@@ -526,9 +526,11 @@ class PrefillRank(Rank):
                                 ("enable_deferred_decode_kv_release",))
         self.start(self.manager.start_prefill_thread)
 
-    def bootstrap(self, rid: str, room: int = ROOM) -> None:
+    def bootstrap(self, rid: str, room: int = ROOM, published: bool = False) -> None:
         """Every decode rank's preallocation for ``rid`` reached this rank: its destinations are
-        known and its room (``room``) waits for input; the scheduler holds a KV sender for it."""
+        known and its room (``room``) waits for input; the scheduler holds a KV sender for it. With
+        ``published`` the destinations are left to decode's own metadata messages, which this rank's
+        bootstrap thread takes in (``DecodeRank.publish``): the room only starts bootstrapping here."""
         import numpy as np
 
         conn = tree.module(MOONCAKE)
@@ -546,10 +548,11 @@ class PrefillRank(Rank):
                 mooncake_session_id=session_of(d.rank), dst_kv_ptrs=[0x30000], dst_aux_ptrs=[0x40000],
                 dst_state_data_ptrs=[], dst_tp_rank=d.rank, dst_attn_tp_size=1, dst_kv_item_len=64,
                 dst_state_item_lens=[], dst_state_dim_per_tensor=[], dst_kv_layer_ids=[0], dst_state_layer_ids=[])
-        self.manager.transfer_infos[room] = infos
         poll = tree.kv_poll()
         self.manager.update_status(room, poll.Bootstrapping)
-        self.manager.update_status(room, poll.WaitingForInput)
+        if not published:
+            self.manager.transfer_infos[room] = infos
+            self.manager.update_status(room, poll.WaitingForInput)
         self.senders[rid] = strict_subject(
             conn.MooncakeKVSender, journal, f"{self.name}.kv_sender.{rid}", kv_mgr=self.manager, bootstrap_room=room,
             conclude_state=None, init_time=0, aux_index=0, trace_ctx=_trace_null())
@@ -733,9 +736,10 @@ class DecodeRank(Rank):
                                            metadata_buffer_index=request.metadata_index))
         self.requests[rid] = request
 
-    def publish(self, rid: str) -> None:
+    def publish(self, rid: str, deliver: bool = False) -> None:
         """The receiver sends its destinations to its prefill ranks: the tree's ``send_metadata`` (the
-        prefill ranks reached took them in the scene's bootstrap; a send that fails, fails in the tree)."""
+        prefill ranks reached took them in the scene's bootstrap; a send that fails, fails in the tree).
+        ``deliver``: each message goes through its prefill rank's own bootstrap thread instead."""
         import numpy as np
 
         request = self.requests[rid]
@@ -749,8 +753,11 @@ class DecodeRank(Rank):
         finally:  # also when a failed send escapes the tree's send_metadata: what went out is its metadata
             for message in self.scene.wire.log[first:]:
                 message["kind"] = "metadata"
-                if message["fate"] == "pending":
+                if message["fate"] == "pending" and not deliver:
                     message["fate"] = "taken by the prefill rank's bootstrap"
+        for message in self.scene.wire.log[first:] if deliver else ():
+            if message["fate"] == "pending":
+                self.scene.wire.deliver(message)
 
     def metadata_written(self, index: int) -> None:
         """The aux transfer landed: the metadata row names the room (what the decode metadata gate reads,
@@ -859,16 +866,19 @@ class Scene:
         self.unlearned: set[int] = set()  # decode ranks that never learned their prefill ranks
         self.reuse = True  # free pages go to the next request as soon as a decode step sees them
 
-    def start_request(self, rid: str, reached: int | None = None) -> None:
+    def start_request(self, rid: str, reached: int | None = None, published: bool = False) -> None:
         """``rid`` takes the room: preallocated on every decode rank, bootstrapped on every prefill rank
         (on the first ``reached`` only: the others never took its metadata; 0: decode never learned
-        its prefill ranks)."""
+        its prefill ranks); ``published``: its destinations reach the prefill ranks as decode's own
+        metadata messages, through their bootstrap threads."""
         self.active, self.reached = rid, reached
         self.unlearned = {1} if self.shape.failure == "peer-bootstrap-fails" else set()  # decode ranks without prefill ranks
         for d in self.decode:
             d.admit(rid)
         for p in self.prefill[: len(self.prefill) if reached is None else reached]:
-            p.bootstrap(rid)
+            p.bootstrap(rid, published=published)
+        for d in self.decode if published else ():
+            d.publish(rid, deliver=True)
         self.note("bootstrapped", rid=rid)
 
     def _release(self, req: Any, tree_cache: Any = None, *args: Any, **flags: Any) -> None:
@@ -988,7 +998,9 @@ class Shape:
     request's last chunk waits in prefill's transfer queue, not yet taken by the worker, when the abort
     arrives: the worker takes it after, or after the scheduler cleared the room with ``clears``) or
     ``landed`` (prefill's write landed and the room succeeded before the abort; the success status is
-    still on its way to decode), else ``""`` (nothing sent yet). ``publish``: decode's destinations
+    still on its way to decode), else ``""`` (nothing sent yet). ``wire_bootstrap``: decode's destinations
+    reach prefill as its receiver's own metadata messages (``send_metadata``), taken in by each prefill
+    rank's bootstrap thread, instead of being handed to prefill by the scene. ``publish``: decode's destinations
     reached ``all`` prefill ranks, or (``partial``) only rank 0: decode's send to rank 1 failed (a
     connection reset) before the failure (a ``decode-abort``: the client's abort reaches decode after
     that, while rank 0's write is in flight). ``peer-bootstrap-fails``: of two decode ranks, rank 1 never
@@ -1010,6 +1022,7 @@ class Shape:
     chunk: str = ""
     publish: str = "all"
     group: bool = False
+    wire_bootstrap: bool = False
 
 
 def script(scene: Scene) -> None:
@@ -1031,7 +1044,8 @@ def script(scene: Scene) -> None:
             p.poll_and_clear(EARLIER)
         scene.reuse = True
     scene.start_request(RID, reached=1 if shape.publish == "partial" else
-                        {"metadata-send-fails": 1, "bootstrap-fails": 0}.get(shape.failure))
+                        {"metadata-send-fails": 1, "bootstrap-fails": 0}.get(shape.failure),
+                        published=shape.wire_bootstrap)
     if shape.publish == "partial":  # decode's send of its destinations to prefill rank 1 fails; rank 0 took them
         scene.wire.resets[tcp(prefill_endpoint(1))] = None
         for d in scene.decode:
@@ -1185,7 +1199,8 @@ def space_cases(table: Any, shape_of: Callable[[Mapping[str, str]], Shape], uses
     the space's."""
     def requires(shape: Shape) -> tuple[str, ...]:
         # run the tree's send_metadata
-        publishes = shape.failure in ("metadata-send-fails", "bootstrap-fails", "peer-bootstrap-fails") or shape.publish == "partial"
+        publishes = (shape.failure in ("metadata-send-fails", "bootstrap-fails", "peer-bootstrap-fails")
+                     or shape.publish == "partial" or shape.wire_bootstrap)
         return REQUIRES + ((f"{MOONCAKE}.MooncakeKVReceiver.send_metadata",) if publishes else ())
 
     return tuple(Case.of(table, point, lambda journal, shape=shape_of(point): LifetimeScene(journal, shape),

@@ -66,6 +66,7 @@ class Condition(BaseModel):
 # reason, and the same text elsewhere in the function is not excused by it either.
 _D = "sglang.srt.disaggregation.decode.SchedulerDisaggregationDecodeMixin"
 _P = "sglang.srt.disaggregation.prefill.SchedulerDisaggregationPrefillMixin"
+_C, _M = "sglang.srt.disaggregation.common.conn", "sglang.srt.disaggregation.mooncake.conn"
 _INJECTED = ("a test-only fault injection (SGLANG_TEST_DISAGG_KV_CHECKSUM_MISMATCH_PROB, read by upstream's CI): no "
              "deployment sets it, and the duties are about real mismatches, which the cases build")
 _HOLDS = ("only a request not aborted at its final result reaches this test (is_aborted was false above), and such a "
@@ -90,6 +91,21 @@ REASONS: dict[tuple[str, str, str], str] = {
      "self._retire_aborted_prefill_result(req)"): _HOLDS,
     (f"{_P}.process_batch_result_disagg_prefill", "req.inflight_middle_chunks <= 0 / req.grammar is not None / is_aborted(req)",
      "self._retire_aborted_prefill_result(req)"): _HOLDS,
+    # #40645 (0.5.21): the sender's clear() and the prefill bootstrap thread
+    (f"{_C}.CommonKVSender.clear", "", "hasattr(self.kv_mgr, '_deferred_ack_targets')"):
+        "never false on the tree's own objects: every KV sender is a CommonKVSender subclass (Mooncake, Ascend, NIXL, "
+        "Mori) built on its backend's KV manager in PREFILL mode, and CommonKVManager.__init__, which each of those "
+        "managers calls, sets _deferred_ack_targets there unconditionally; only a manager from outside the tree lacks it",
+    (f"{_C}.CommonKVSender.clear", "hasattr(self.kv_mgr, '_deferred_ack_targets')",
+     "hasattr(self.kv_mgr, '_staging_outstanding')"):
+        "false only on the Mori backend's manager (Mooncake, Ascend and NIXL set _staging_outstanding in PREFILL mode; "
+        "Mori never does), and mori/conn.py imports the ROCm `mori` library at import, which is not on PyPI and no CPU "
+        "environment can build: no probe can make a Mori sender",
+    (f"{_M}.MooncakeKVManager.start_prefill_thread", "", "self._stopped"):
+        "the bootstrap thread's own loop test: it turns true only once teardown() discards the manager in a P<->D role "
+        "switch (--enable-pd-role-switch), stopping its transfer workers and closing its engine registrations and "
+        "sockets, and then the thread returns without reading another message; every message a case delivers reaches "
+        "a live manager, and no acknowledgement, registration or release is decided by this test",
 }
 # Decode-side host (HiCache) receive: a request staged into host memory instead of decode's device pages. Its
 # conditions are explained only where the stored tree shows no backend supports it (``PREMISES``, checked below):
