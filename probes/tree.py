@@ -92,9 +92,10 @@ def publish_config(**options: Any) -> str | None:
     publish, process = getattr(context, "publish", None), getattr(context, "get_context", None)
     if publish is None and not (process is not None and hasattr(process(), "set_server_args")):
         return None
-    server_args = resolve("sglang.srt.server_args.ServerArgs")(model_path="dummy", **options)
+    cls = resolve("sglang.srt.server_args.ServerArgs")
     if hasattr(context, "reset_context"):
         context.reset_context()
+    server_args = cls(model_path="dummy", **options)  # built on the fresh context, as before this helper
     if publish is not None:
         publish(server_args, role="scheduler")
         return f"{context.__name__}.publish"
