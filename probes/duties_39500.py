@@ -129,6 +129,12 @@ SPACE = space.Space(
                         "other 2", label="decode-prefix-hit", says="decode holding the prompt's first 2 tokens in its "
                         "prefix cache"),
         ), over={"transfer": ("full",)}, reads=("cache_protected_len", "disagg_decode_prefix_len")),
+        space.Dimension("chunks", (
+            space.Value("one", "prefill sends the prompt's KV with its last chunk", label=""),
+            space.Value("two", "chunked prefill sends the prompt's first 2 tokens as a chunk of their own (not the last: "
+                        "no digest, no metadata), then the rest with the last chunk", label="two-chunks",
+                        says="sent in two chunks"),
+        ), over={"transfer": ("full",)}, reads=("last_chunk",)),
         space.Dimension("config", (
             space.Value("default", "the stock server: the checksum off", label=""),
             space.Value("with-kv-checksum", "--disaggregation-enable-kv-checksum on both sides",

@@ -34,6 +34,7 @@ from .lifetime import COMMON, DECODE, IMPORTS, PAGES, PREFILL_MIXIN, RID, ROOM, 
 from .pages import PagePool
 from .plain import JSON
 
+FIRST_CHUNK = 2  # where chunked prefill ends the chunk before the last (tokens)
 CACHED = 2  # tokens of the prompt a decode prefix-cache hit holds (page size 1: pages)
 EARLIER_TENANT = "req-X"  # whose KV the reserved pages held before
 BESIDE = "req-C"  # a healthy request whose full handoff commits beside the subject's, in its own room, batched ahead of it
@@ -59,7 +60,8 @@ class HandoffShape:
     prefill) is committed in the same decode step and batched ahead of the subject's, so that the batch's
     verification tells the two apart ("": none); ``cached``: tokens of the subject's
     prompt decode's prefix cache held (``PREFIX``'s KV, as prefill computed and sent it; prefill's own
-    prefix cache kept the same), so decode reserved and prefill sends only the rest."""
+    prefix cache kept the same), so decode reserved and prefill sends only the rest; ``first_chunk``: chunked
+    prefill sent the subject's prompt up to this token as a chunk of its own before the last one (0: one chunk)."""
 
     config: str = "default"
     prefill_checksum: bool = True
@@ -69,6 +71,7 @@ class HandoffShape:
     layout: str = "comparable"
     beside: str = ""
     cached: int = 0
+    first_chunk: int = 0
 
 
 class Digest:
@@ -269,37 +272,56 @@ class HandoffScene(Scene):
                                                                                         "prefill")),
             _send_kv_chunk=self._chunk_to_sender,
         )
+        split = hasattr(tree.resolve(PREFILL_MIXIN), "_send_kv_chunk")
+        self.sent_upto = {rid: self._prefix(rid) for rid in self.rids}  # what the tree's start_send_idx tracks
         for rid in self.rids:
             req = self.prefill_reqs[rid]
-            self._chunk: dict[str, Any] | None = None
-            if hasattr(tree.resolve(PREFILL_MIXIN), "_send_kv_chunk"):
+            first = self.handoff.first_chunk if rid == RID else 0
+            if first:  # chunked prefill: the chunk before the last, as the scheduler sends one (its end given)
+                self._chunk = None
+                if split:
+                    scheduler.send_kv_chunk(req, last_chunk=False, end_idx=first)
+                else:
+                    self._chunk_to_sender(req, last_chunk=False, end_idx=first)
+                self._hand_on(prefill, rid, "prefill sends a chunk")
+            self._chunk = None
+            if split:
                 # as the scheduler sends a finished request's last chunk: no end given, the tree's own
                 # send path takes it from the request's extend range
                 if hasattr(req, "set_extend_range"):
-                    req.set_extend_range(0, self._sent(rid))
+                    req.set_extend_range(first, self._sent(rid))
                 elif hasattr(req, "extend_end"):  # later trees keep only the range's end
                     req.extend_end = self._sent(rid)
                 scheduler.send_kv_chunk(req, last_chunk=True)
             else:  # the tree sends straight from send_kv_chunk: nothing of it digests or checks the chunk
                 self._chunk_to_sender(req, last_chunk=True, end_idx=self._sent(rid))
-            if self._chunk is None:  # the tree's send path handed nothing to the sender
-                self.note("prefill sends nothing", rid=rid)
-                continue
-            self.note("prefill sends its last chunk", rid=rid, pages=self._chunk["num_kv_tokens"])
-            prefill.manager.add_transfer_request(**{
-                k: v for k, v in self._chunk.items() if tree.accepts(prefill.manager.add_transfer_request, k)})
+            self._hand_on(prefill, rid, "prefill sends its last chunk")
+
+    def _hand_on(self, prefill: Any, rid: str, step: str) -> None:
+        """What the tree's send path handed the sender goes to the prefill KV manager's transfer queue."""
+        if self._chunk is None:  # the tree's send path handed nothing to the sender
+            self.note("prefill sends nothing", rid=rid)
+            return
+        self.note(step, rid=rid, pages=self._chunk["num_kv_tokens"])
+        prefill.manager.add_transfer_request(**{
+            k: v for k, v in self._chunk.items() if tree.accepts(prefill.manager.add_transfer_request, k)})
 
     def _chunk_to_sender(self, req: Any, last_chunk: bool = False, end_idx: Any = None, **kwargs: Any) -> None:
-        """What the sender is handed: the request's metadata row (as the tree's send path fills it on
-        the last chunk) and its KV pages up to ``end_idx``."""
+        """What the sender is handed: with the last chunk, the request's metadata row (as the tree's send path
+        fills it); the KV pages from where the previous chunk ended (or the prefix decode held) up to
+        ``end_idx``, placed past what was sent before."""
         import numpy as np
 
-        self.prefill_metadata.set_buf(req)
+        if last_chunk:
+            self.prefill_metadata.set_buf(req)
         count = int(end_idx if end_idx is not None else self._sent(req.rid))
-        start = self._prefix(req.rid)  # from the request's start_send_idx: what decode did not hold
+        start, base = self.sent_upto[req.rid], self._prefix(req.rid)
+        self.sent_upto[req.rid] = count
+        if hasattr(req, "start_send_idx"):  # as the tree's send path moves it past what it sent
+            req.start_send_idx = count
         self._chunk = {"bootstrap_room": self.rooms[req.rid],
                        "kv_indices": np.array(self.prefill_pages[req.rid][start:count], dtype=np.int32),
-                       "index_slice": slice(0, count - start), "is_last_chunk": True, "is_last": True,
+                       "index_slice": slice(start - base, count - base), "is_last_chunk": last_chunk, "is_last": last_chunk,
                        "aux_index": req.metadata_buffer_index, "state_indices": None, "num_kv_tokens": count - start}
 
     # --- the engine, for this probe: what lands of the sent pages, and when ---------------------------
@@ -308,8 +330,8 @@ class HandoffScene(Scene):
         """The write into decode's ``pages`` (whose owner says which request's they are): the request beside
         the subject always lands whole; the subject's as the case says."""
         rid = decode.pool.owner.get(pages[0], RID) if pages else RID
-        start = self._prefix(rid)
-        held = self.prefill_pool.holds(self.prefill_pages[rid][start : start + len(pages)])
+        row = [int(p) for p in self.decode_row[self.rows[rid], :PROMPT].tolist()]
+        held = self.prefill_pool.holds([self.prefill_pages[rid][row.index(p)] for p in pages])  # by position
         transfer = decode.pool.begin(rid, prefill.rank, pages, [h for h in held if h is not None])
         if rid != RID:
             decode.pool.land(transfer)
@@ -451,7 +473,8 @@ def shape_of(point: dict[str, str]) -> HandoffShape:
     return HandoffShape(config=point["config"], prefill_checksum=point["prefill"] != "without",
                         sent=1 if transfer == "short" else PROMPT,
                         lands=2 if transfer == "partial" else None, early=transfer == "early", layout=point["layout"],
-                        beside={"beside": "full", "beside-health-check": "health-check"}.get(point["batch"], ""), cached=CACHED if point["decode_cache"] == "prefix-hit" else 0)
+                        beside={"beside": "full", "beside-health-check": "health-check"}.get(point["batch"], ""), cached=CACHED if point["decode_cache"] == "prefix-hit" else 0,
+                        first_chunk=FIRST_CHUNK if point["chunks"] == "two" else 0)
 
 
 def _cases() -> tuple[Case, ...]:
