@@ -123,8 +123,18 @@ FIX_CODE: dict[str, tuple[str, ...]] = {
 EQUIVALENT: dict[tuple[str, str, str], str] = {
 
 }
+_ONE_HELD = ("returning while the first entry is still held skips the entries after it: every case holds one request "
+             "per decode rank at a time, so no case has a later entry to skip")
+_STALE = ("an acknowledgement of the room's earlier generation is then taken for this one's (the stale case releases "
+          "early): refusing it is #41402's duty, which lifetime-peers checks; here the stale case is a guard, as 0.5.21 "
+          "(where #41023 is in) has no generations")
+_HOST = ("a host destination: no transfer backend of 0.5.21-0.5.23 supports host KV destinations (runner/judge/"
+         "conditions.py no_host_destinations), so it is false in every server these trees run")
 EXPLAINED: dict[tuple[str, str, str], str] = {
     ("DecodeTransferQueue.resolve_deferred_releases", "return", "still_held.append((decode_req, deadline, idx, required_acks))"):
-        "returning while the first entry is still held skips the entries after it: every case holds one request per "
-        "decode rank at a time, so no case has a later entry to skip",
+        _ONE_HELD,
+    ("DecodeTransferQueue.resolve_deferred_releases", "return", "still_held.append(entry)"): _ONE_HELD,
+    ("CommonKVManager.register_deferred_abort_room", "delete", "self._deferred_abort_generation += 1"): _STALE,
+    ("CommonKVManager.note_abort_ack", "true", "state.generation == generation"): _STALE,
+    ("DecodeTransferQueue._defer_release", "false", "self._is_host_destination(decode_req)"): _HOST,
 }
