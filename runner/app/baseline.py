@@ -5,7 +5,9 @@ chosen from the tree's bytes, since a baseline that is not the tree's true base 
 (a real vendor fork reads 70 hunks against its true base, over a thousand against a neighbour):
 - a git source whose history carries upstream's release tags: the nearest such tag by ancestry,
   taken only if the tagged tree agrees with that release on PyPI file by file (tags are the
-  repository's word: a fork can tag its own commit ``v0.5.21``);
+  repository's word: a fork can tag its own commit ``v0.5.21``), and unless the release the tree
+  declares shares more identical files with it (upstream tags its releases on release branches, so
+  from a commit of its main line the nearest tag by ancestry can be thousands of commits back);
 - else the release sharing the most identical files with the tree, climbing from the version the
   tree declares (``sglang/version.py``, read from the stored bytes, never run; a wheel's version is
   in the generated ``_version.py`` it imports; a local segment such as ``+vendor.3`` is dropped), or
@@ -18,6 +20,7 @@ compared has no baseline (its review would be the whole tree).
 from __future__ import annotations
 
 import ast
+import dataclasses
 import os
 import re
 import stat
@@ -51,6 +54,8 @@ class Baseline:
     unavailable: str | None = None
     how: str | None = None  # how it was chosen, in words (the record's line says it)
     unvouched: frozenset[str] = frozenset()  # the baseline tree's modules its release lacks: read as the tree's own
+    same: int = 0  # files identical in the tree and the baseline
+    tag: str | None = None  # the release tag chosen by ancestry
 
 
 def declared_version(root: Path) -> str | None:
@@ -94,11 +99,17 @@ def of(tree: sources.Tree, against: str | None, opts: pipeline.Options, source: 
     if release and tree.identity.kind == "pypi" and tree.identity.version == release:
         return Baseline(f"pypi:{specs.PACKAGE}=={release}", "declared", declared, tree, how="by the version it declares")
     refused = None
+    start = release if release and _RELEASE.fullmatch(release) else None
     if tree.identity.kind == "git":
         chosen, refused = _by_ancestry(tree, declared, opts, source or tree.identity.source)
         if chosen is not None:
-            return chosen
-    start = release if release and _RELEASE.fullmatch(release) else None
+            if start is None or chosen.tag == f"v{start}":
+                return chosen
+            nearer = _by_shared_files(tree, declared, start, opts, None)
+            if nearer.text is None or nearer.same <= chosen.same:
+                return chosen
+            return dataclasses.replace(nearer, how=f"{nearer.how} (nearer in bytes than the nearest release tag by "
+                                                   f"ancestry, {chosen.tag}: {chosen.same} files identical)")
     return _by_shared_files(tree, declared, start, opts, refused)
 
 
@@ -135,7 +146,8 @@ def _by_ancestry(tree: sources.Tree, declared: str | None, opts: pipeline.Option
     how = (f"by ancestry: tag {tag}, {count} commit(s) before it; its tree agrees with pypi:{specs.PACKAGE}=={version} "
            f"({same} files identical" + (f"; {len(unvouched)} module(s) only in the tag read as the tree's own" if unvouched else "")
            + ")")
-    return Baseline(text, "ancestry", declared, tagged, how=how, unvouched=unvouched), ""
+    shared = sum(1 for p, d in pypi.file_digests(tree.root).items() if files.get(p) == d)
+    return Baseline(text, "ancestry", declared, tagged, how=how, unvouched=unvouched, same=shared, tag=tag), ""
 
 
 def nearest(mine: dict[str, str], releases: list[str], start: str, digests: Callable[[str], dict[str, str] | None],
@@ -183,7 +195,7 @@ def _by_shared_files(tree: sources.Tree, declared: str | None, start: str | None
     mine = pypi.file_digests(tree.root)
     if start is not None and (theirs := digests(start)) is not None and all(theirs.get(p) == d for p, d in mine.items()):
         return Baseline(f"pypi:{specs.PACKAGE}=={start}", "declared", declared, pipeline.resolve(f"pypi:{specs.PACKAGE}=={start}", opts),
-                        how="by the version it declares")
+                        how="by the version it declares", same=len(mine))
     pinned = sorted(opts.pinned_sha256, key=pypi.version_key)
     try:
         listed = [v for v in pypi.listed(opts.cache) if _RELEASE.fullmatch(v)]
@@ -203,7 +215,7 @@ def _by_shared_files(tree: sources.Tree, declared: str | None, start: str | None
     chosen = "declared" if version == start else "shared"
     how = (f"by the version it declares, {same} of {len(mine)} files identical" if chosen == "declared" else
            f"by shared files: {same} of {len(mine)} identical" + (f", though it declares {declared}" if declared else "") + why)
-    return Baseline(text, chosen, declared, pipeline.resolve(text, opts), how=how)
+    return Baseline(text, chosen, declared, pipeline.resolve(text, opts), how=how, same=same)
 
 
 def departures_of(source: str, tree: sources.Tree, baseline: Baseline, receipts: list[Receipt]) -> Departures:
