@@ -158,7 +158,8 @@ DEFERRED_CONFIG = space.Dimension("config", (
 # (the tree's default is one: a tree where it is off by default shows the bug there). Switched off, the defence
 # is off by design: pages go back at once and nothing waits for a drain, so its cases check only what must
 # still hold (``OFF_DUTIES``: nothing leaked or held forever, nothing freed twice, no timeout release unrecorded),
-# as guards, never the defence's own duties.
+# as guards, never the defence's own duties; what the tree must still do without it (an abort stops a chunk not
+# yet written; decode's own failed send is handled) is a bug case where trees before it fail in every configuration.
 SWITCHED_OFF = "without-deferred-release"
 ON: tuple[str, ...] = tuple(v.name for v in DEFERRED_CONFIG.values if v.name != SWITCHED_OFF)
 OFF: Mapping[str, tuple[str, ...]] = {"config": (SWITCHED_OFF,)}

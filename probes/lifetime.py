@@ -495,6 +495,22 @@ class Rank:
             pass
 
 
+class RoomStatus(dict):
+    """A prefill manager's ``request_status``: a dict. A step the case holds for the next test of a room's
+    presence in it runs just before that test answers: another thread of the rank (the ABORT handler) running
+    while the transfer worker, having taken and counted a chunk, is about to check its room."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hold: Callable[[], None] | None = None
+
+    def __contains__(self, key: object) -> bool:
+        hold, self.hold = self.hold, None
+        if hold is not None:
+            hold()
+        return super().__contains__(key)
+
+
 class PrefillRank(Rank):
     """One prefill rank: its KV manager, and a KV sender per request."""
 
@@ -507,9 +523,10 @@ class PrefillRank(Rank):
         self.queue_items: list[Any] = []
         self.senders: dict[str, Any] = {}
         self.concluded: set[str] = set()
+        self.status = RoomStatus()
         self.manager = strict_subject(
             tree.resolve(MANAGER), journal, f"{self.name}.kv_manager",
-            **self.manager_state(),
+            **{**self.manager_state(), "request_status": self.status},
             disaggregation_mode=modes.PREFILL, transfer_infos={}, decode_kv_args_table={},
             req_to_decode_prefix_len={},
             session_lock=threading.Lock(), failed_sessions=set(), session_failures=defaultdict(int),
@@ -996,7 +1013,8 @@ class Shape:
     timeout (busy with a long batch), so only the worker's and the ABORT handler's own acknowledgements
     can release the pages in time. ``chunk`` (a decode abort with nothing in flight): ``queued`` (the
     request's last chunk waits in prefill's transfer queue, not yet taken by the worker, when the abort
-    arrives: the worker takes it after, or after the scheduler cleared the room with ``clears``) or
+    arrives: the worker takes it after, or after the scheduler cleared the room with ``clears``), ``taken``
+    (the abort arrives as the worker, having taken the chunk, first tests its room in ``request_status``) or
     ``landed`` (prefill's write landed and the room succeeded before the abort; the success status is
     still on its way to decode), else ``""`` (nothing sent yet). ``wire_bootstrap``: decode's destinations
     reach prefill as its receiver's own metadata messages (``send_metadata``), taken in by each prefill
@@ -1126,7 +1144,10 @@ def script(scene: Scene) -> None:
             p.send_last_chunk()
             if shape.chunk == "landed":
                 p.work()
-        aborts()
+        if shape.chunk == "taken":  # the abort arrives as rank 0's worker, the chunk taken and counted, checks its room
+            scene.prefill[0].status.hold = aborts
+        else:
+            aborts()
         for p in scene.prefill:  # the worker takes what is queued only now: a chunk of an aborted room writes nothing
             p.work()
     else:

@@ -20,7 +20,7 @@ from .lifetime import IMPORTS, Shape, space_cases
 
 def shape_of(point: Mapping[str, str]) -> Shape:
     return Shape(config=point["config"], in_flight=point["in_flight"] == "yes", clears=point["clears"] == "yes",
-                 chunk={"queued": "queued", "landed": "landed"}.get(point["in_flight"], ""),
+                 chunk={"queued": "queued", "taken": "taken", "landed": "landed"}.get(point["in_flight"], ""),
                  wire_bootstrap=point["bootstrap"] == "published",
                  late_conclusion=point["clears"] == "late",
                  decode_ranks=2 if point["decode_ranks"] == "two" else 1, acks=point["acks"])

@@ -73,6 +73,8 @@ WINDOWS = {
     ("lifetime-drain", "abort-after-room-cleared-with-deferred-release"): ("bug", "clean", "clean"),
     ("lifetime-drain", "acks-lost"): ("clean", "clean", "clean"),
     ("lifetime-drain", "abort-in-flight-destinations-over-the-wire"): ("bug", "clean", "clean"),  # via the tree's bootstrap
+    # the room cleared while the worker, its chunk counted, checks it: 0.5.20's clear() drops the acknowledgement
+    ("lifetime-drain", "abort-as-chunk-taken-prefill-clears-before-drain-with-deferred-release"): ("bug", "clean", "clean"),
     # the worker skips a chunk of a room cleared before it took it: acknowledged once, nothing written
     ("lifetime-drain", "abort-with-chunk-queued-prefill-clears-before-drain-with-deferred-release"): ("clean", "clean", "clean"),
     ("lifetime-peers", "two-decode-ranks-abort-with-deferred-release"): ("bug", "clean", "clean"),
@@ -131,7 +133,8 @@ def test_per_configuration_status(released):
     sites = {fix: {s.site: s.status for s in fs.sites} for fix, fs in fixes.items()}
     assert sites[39500] == {"default": "not fixed", "with-kv-checksum": "fixed"}
     assert sites[41023] == {"default": "fixed", "with-deferred-release": "fixed", "without-deferred-release": "clean"}
-    assert sites[40645]["without-deferred-release"] == "clean"  # guards only: it never makes a fixed release worse
+    # switched off, only what must still hold: an abort still stops a chunk not yet written (bug cases, clean here)
+    assert sites[40645]["without-deferred-release"] == "fixed"
     assert sites[41402]["default"] == "not fixed"
 
 
