@@ -129,12 +129,18 @@ _STALE = ("an acknowledgement of the room's earlier generation is then taken for
           "early): refusing it is #41402's duty, which lifetime-peers checks; here the stale case is a guard, as 0.5.21 "
           "(where #41023 is in) has no generations")
 _HOST = ("a host destination: no transfer backend of 0.5.21-0.5.23 supports host KV destinations (runner/judge/"
-         "conditions.py no_host_destinations), so it is false in every server these trees run")
+         "conditions.py no_host_destinations), so no request is ever host-staged and the test is false in every server "
+         "these trees run, whatever enable_host_receive is")
 EXPLAINED: dict[tuple[str, str, str], str] = {
     ("DecodeTransferQueue.resolve_deferred_releases", "return", "still_held.append((decode_req, deadline, idx, required_acks))"):
         _ONE_HELD,
     ("DecodeTransferQueue.resolve_deferred_releases", "return", "still_held.append(entry)"): _ONE_HELD,
+    ("DecodeTransferQueue.resolve_deferred_releases", "return",
+     "still_held.append((decode_req, start_time, deadline, idx, required_acks))"): _ONE_HELD,
     ("CommonKVManager.register_deferred_abort_room", "delete", "self._deferred_abort_generation += 1"): _STALE,
     ("CommonKVManager.note_abort_ack", "true", "state.generation == generation"): _STALE,
     ("DecodeTransferQueue._defer_release", "false", "self._is_host_destination(decode_req)"): _HOST,
+    **{("DecodeTransferQueue._defer_release", operator, text): _HOST for operator in ("true", "false", "negate")
+       for text in ("self.enable_host_receive and decode_req.host_staged", "self.enable_host_receive",
+                    "decode_req.host_staged")},
 }
