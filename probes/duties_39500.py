@@ -120,6 +120,10 @@ SPACE = space.Space(
                         "digests it as 0, decode admits it without computing), in the next room from the same prefill, "
                         "commits in the same decode step and is batched ahead of the subject's",
                         label="beside-a-health-check", says="batched behind a health check's handoff"),
+            space.Value("beside-unverified", "another request's full handoff from a prefill instance not yet running the "
+                        "option (a rolling restart: it sends no digest), in the next room, commits in the same decode "
+                        "step and is batched ahead of the subject's", label="beside-an-unverified-handoff",
+                        says="batched behind a handoff its prefill sent no digest for"),
         ), over={"config": ("with-kv-checksum",), "transfer": ("short",)}, reads=("mismatched", "verified", "is_health_check_req")),
         space.Dimension("decode_cache", (
             space.Value("miss", "decode's prefix cache holds nothing of the prompt", label=""),
@@ -128,7 +132,7 @@ SPACE = space.Space(
                         "prefix (prefill's own prefix cache kept the same): decode reserves, and prefill sends, only the "
                         "other 2", label="decode-prefix-hit", says="decode holding the prompt's first 2 tokens in its "
                         "prefix cache"),
-        ), over={"transfer": ("full",)}, reads=("cache_protected_len", "disagg_decode_prefix_len")),
+        ), over={"transfer": ("full", "early")}, reads=("cache_protected_len", "disagg_decode_prefix_len")),
         space.Dimension("chunks", (
             space.Value("one", "prefill sends the prompt's KV with its last chunk", label=""),
             space.Value("two", "chunked prefill sends the prompt's first 2 tokens as a chunk of their own (not the last: "
@@ -146,7 +150,7 @@ SPACE = space.Space(
         space.Rule({"transfer": ("short", "partial", "early"), "layout": ("comparable",)}, SHORT),
         space.Rule({"layout": ("incomparable",)}, UNCOMPARABLE),
         space.Rule({"transfer": ("full",)}, ("handoff-full-accepted",)),
-        space.Rule({"batch": ("beside", "beside-health-check")}, ("handoff-beside-accepted",)),
+        space.Rule({"batch": ("beside", "beside-health-check", "beside-unverified")}, ("handoff-beside-accepted",)),
     ),
     site=site,
 )
@@ -169,7 +173,48 @@ FIX_CODE: dict[str, tuple[str, ...]] = {
 # Mutants no case can tell from the tree, each with why, keyed by (function, operator, statement before):
 # ``EQUIVALENT`` ones behave the same on every input; ``EXPLAINED`` ones do not, and stay survivors.
 _METRICS = "the guard of a metrics-only block: telemetry (mutation.TELEMETRY), which no duty reads"
+_NO_COMPUTER = ("as the deletion of its guard: without a computer every expected digest is the default 0, verified "
+                "without computing")
+_CI = "is_in_ci() is off wherever a server runs: a condition joined to it, or its test suite's own switch, changes nothing"
+_INJECTION = ("SGLANG_TEST_DISAGG_KV_CHECKSUM_MISMATCH_PROB is upstream CI's fault injection, 0 wherever a server runs: "
+              "with it 0 the injection never fires, however its test is changed")
 EQUIVALENT: dict[tuple[str, str, str], str] = {
+    ("SchedulerDisaggregationDecodeMixin._verify_kv_checksums", "insert:batch.reqs", "computer is None"): _NO_COMPUTER,
+    ("SchedulerDisaggregationDecodeMixin._verify_kv_checksums", "false",
+     "not kv_manager.should_verify_kv_checksum(_bootstrap_addr(req))"):
+        "should_verify_kv_checksum answers True for every peer in the trees that call it (conditions.REASONS)",
+    ("SchedulerDisaggregationDecodeMixin._verify_kv_checksums", "delete",
+     "if mismatch_prob > 0 and prealloc_queue.kv_checksum_mismatch_injector.random() < mismatch_prob:"): _INJECTION,
+    ("SchedulerDisaggregationDecodeMixin._verify_kv_checksums", "false",
+     "mismatch_prob > 0 and prealloc_queue.kv_checksum_mismatch_injector.random() < mismatch_prob"): _INJECTION,
+    ("SchedulerDisaggregationDecodeMixin._verify_kv_checksums", "true", "mismatch_prob > 0"): _INJECTION,
+    ("SchedulerDisaggregationDecodeMixin._verify_kv_checksums", "false", "mismatch_prob > 0"): _INJECTION,
+    ("SchedulerDisaggregationDecodeMixin._verify_kv_checksums", "negate", "mismatch_prob > 0"): _INJECTION,
+    ("SchedulerDisaggregationDecodeMixin._verify_kv_checksums", "true",
+     "prealloc_queue.kv_checksum_mismatch_injector.random() < mismatch_prob"): _INJECTION,
+    ("SchedulerDisaggregationDecodeMixin._verify_kv_checksums", "false",
+     "prealloc_queue.kv_checksum_mismatch_injector.random() < mismatch_prob"): _INJECTION,
+    ("SchedulerDisaggregationDecodeMixin._verify_kv_checksums", "negate",
+     "prealloc_queue.kv_checksum_mismatch_injector.random() < mismatch_prob"): _INJECTION,
+    ("SchedulerDisaggregationDecodeMixin._verify_kv_checksums", "delete", "if not any(mismatched):"):
+        "with no request mismatched the loop below handles none and the filter keeps every request, in order",
+    ("SchedulerDisaggregationDecodeMixin._verify_kv_checksums", "false", "not any(mismatched)"):
+        "as its deletion: with none mismatched the filter keeps every request, in order",
+    ("SchedulerDisaggregationDecodeMixin._handle_kv_checksum_mismatch", "insert:req.return_logprob", "is_in_ci()"): _CI,
+    ("SchedulerDisaggregationDecodeMixin._handle_kv_checksum_mismatch", "insert:req.return_logprob",
+     "is_in_ci() and envs.SGLANG_TEST_DISAGG_KV_CHECKSUM_MISMATCH_PROB.get() == 0"): _CI,
+    ("SchedulerDisaggregationDecodeMixin._handle_kv_checksum_mismatch", "delete",
+     "if is_in_ci() and envs.SGLANG_TEST_DISAGG_KV_CHECKSUM_MISMATCH_PROB.get() == 0:"): _CI,
+    ("SchedulerDisaggregationDecodeMixin._handle_kv_checksum_mismatch", "false",
+     "is_in_ci() and envs.SGLANG_TEST_DISAGG_KV_CHECKSUM_MISMATCH_PROB.get() == 0"): _CI,
+    ("SchedulerDisaggregationDecodeMixin._handle_kv_checksum_mismatch", "true",
+     "envs.SGLANG_TEST_DISAGG_KV_CHECKSUM_MISMATCH_PROB.get() == 0"): _CI,
+    ("SchedulerDisaggregationDecodeMixin._handle_kv_checksum_mismatch", "false",
+     "envs.SGLANG_TEST_DISAGG_KV_CHECKSUM_MISMATCH_PROB.get() == 0"): _CI,
+    ("SchedulerDisaggregationDecodeMixin._handle_kv_checksum_mismatch", "negate",
+     "envs.SGLANG_TEST_DISAGG_KV_CHECKSUM_MISMATCH_PROB.get() == 0"): _CI,
+    ("SchedulerDisaggregationDecodeMixin._handle_kv_checksum_mismatch", "negate", "self.metrics_reporter.enable_metrics"):
+        _METRICS,
     ("SchedulerDisaggregationDecodeMixin._verify_kv_checksums", "delete", "if computer is None:"):
         "without a computer the commit records no expected digest (_commit_transfer_to_req sets it only when "
         "kv_checksum_computer is set), so each request carries Req's default 0 and the expected == 0 check verifies it",
@@ -210,10 +255,17 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
         "every last-chunk call gives no end (the scheduler's calls), so the end is computed either way",
 }
 EXPLAINED: dict[tuple[str, str, str], str] = {
-    ("SchedulerDisaggregationDecodeMixin._verify_kv_checksums", "return", "verified.append(i)"):
-        "returning after a request verified leaves the batch's later requests unverified: the cases batch a full handoff "
-        "and a health check ahead of a short one (caught after either), but no request whose prefill sent no digest "
-        "ahead of one that mismatches (a second prefill instance, without the option, in the same decode batch)",
+    ("SchedulerDisaggregationDecodeMixin._verify_kv_checksums", "delete", "req.expected_kv_checksum = 0"):
+        "without it a request verified once is verified again when a retraction brings it back, after decode wrote its "
+        "own tokens into its last page: no handoff case retracts a request (retraction and restore are not built)",
+    ("SchedulerDisaggregationDecodeMixin._verify_kv_checksums", "delete",
+     "mismatched = all_reduce_flags(mismatched, self.attn_tp_cpu_group, dist.ReduceOp.MAX)"):
+        "the drop set agreed across decode attention-TP ranks: the handoff probe runs one decode rank, whose reduction "
+        "is its own flags",
+    ("DecodeTransferQueue._commit_transfer_to_req", "true", "self._kv_checksum_comparable(signature)"):
+        "comparing a digest from a prefill of another layout aborts a healthy handoff: the incomparable cases are short "
+        "handoffs only, since the option's first releases require matching layouts (PR #39500), so no guard asks that a "
+        "full one from another layout be accepted",
     ("SchedulerDisaggregationDecodeMixin.get_new_prebuilt_batch", "delete",
      "self.ngram_embedding_manager.prepare_for_forward(batch, chunked_req=self.chunked_req)"):
         "the n-gram embedding's preparation of the batch: no case runs a model with n-gram embeddings, and they hold "

@@ -56,8 +56,8 @@ class HandoffShape:
     ``layout``: whether prefill's KV layout is one decode's checksum can compare with;
     ``prefill_checksum``: with the option on, whether prefill runs with it too (off: a prefill not yet
     restarted with it, while decode is); ``beside``: another request's full handoff (``full``: ``BESIDE``;
-    ``health-check``: a health check's, its rid as the tree prefixes one; in the next room, from the same
-    prefill) is committed in the same decode step and batched ahead of the subject's, so that the batch's
+    ``health-check``: a health check's, its rid as the tree prefixes one; ``unverified``: ``BESIDE``'s, sent
+    by a prefill instance not yet running the option; in the next room) is committed in the same decode step and batched ahead of the subject's, so that the batch's
     verification tells the two apart ("": none); ``cached``: tokens of the subject's
     prompt decode's prefix cache held (``PREFIX``'s KV, as prefill computed and sent it; prefill's own
     prefix cache kept the same), so decode reserved and prefill sends only the rest; ``first_chunk``: chunked
@@ -260,27 +260,36 @@ class HandoffScene(Scene):
         journal = self.journal
         prefill = self.prefill[0]
         self.prefill_metadata = metadata_buffers(kv_checksum_enabled=self._prefill_checksum_on())
-        scheduler = strict_subject(
-            tree.resolve(SCHEDULER), journal, "prefill0.scheduler",
-            kv_checksum_computer=self._digest(lambda: self.prefill_pool, LAYOUTS[self.handoff.layout], "prefill"),
-            token_to_kv_pool_allocator=Double(journal, "prefill0.token_to_kv_pool_allocator", page_size=1,
-                                              get_kvcache=lambda: Double(journal, "prefill0.kv_pool")),
-            req_to_token_pool=Double(journal, "prefill0.req_to_token_pool", req_to_token=self.prefill_row),
-            disagg_metadata_buffers=self.prefill_metadata,
-            disagg_prefill_bootstrap_queue=Double(journal, "prefill0.bootstrap_queue",
-                                                  kv_checksum_signature=self._signature(LAYOUTS[self.handoff.layout],
-                                                                                        "prefill")),
-            _send_kv_chunk=self._chunk_to_sender,
-        )
+
+        def scheduler_of(checksum: bool, name: str) -> Any:
+            """The prefill scheduler sending; without ``checksum``, one of an instance not yet running the
+            option (no digest, no layout signature)."""
+            return strict_subject(
+                tree.resolve(SCHEDULER), journal, name,
+                kv_checksum_computer=(self._digest(lambda: self.prefill_pool, LAYOUTS[self.handoff.layout], "prefill")
+                                      if checksum else None),
+                token_to_kv_pool_allocator=Double(journal, "prefill0.token_to_kv_pool_allocator", page_size=1,
+                                                  get_kvcache=lambda: Double(journal, "prefill0.kv_pool")),
+                req_to_token_pool=Double(journal, "prefill0.req_to_token_pool", req_to_token=self.prefill_row),
+                disagg_metadata_buffers=self.prefill_metadata,
+                disagg_prefill_bootstrap_queue=Double(
+                    journal, "prefill0.bootstrap_queue",
+                    kv_checksum_signature=self._signature(LAYOUTS[self.handoff.layout], "prefill") if checksum else 0),
+                _send_kv_chunk=self._chunk_to_sender,
+            )
+
+        scheduler = scheduler_of(True, "prefill0.scheduler")
+        unverified = scheduler_of(False, "prefill1.scheduler") if self.handoff.beside == "unverified" else None
         split = hasattr(tree.resolve(PREFILL_MIXIN), "_send_kv_chunk")
         self.sent_upto = {rid: self._prefix(rid) for rid in self.rids}  # what the tree's start_send_idx tracks
         for rid in self.rids:
             req = self.prefill_reqs[rid]
             first = self.handoff.first_chunk if rid == RID else 0
+            sends = unverified if unverified is not None and rid != RID else scheduler
             if first:  # chunked prefill: the chunk before the last, as the scheduler sends one (its end given)
                 self._chunk = None
                 if split:
-                    scheduler.send_kv_chunk(req, last_chunk=False, end_idx=first)
+                    sends.send_kv_chunk(req, last_chunk=False, end_idx=first)
                 else:
                     self._chunk_to_sender(req, last_chunk=False, end_idx=first)
                 self._hand_on(prefill, rid, "prefill sends a chunk")
@@ -292,7 +301,7 @@ class HandoffScene(Scene):
                     req.set_extend_range(first, self._sent(rid))
                 elif hasattr(req, "extend_end"):  # later trees keep only the range's end
                     req.extend_end = self._sent(rid)
-                scheduler.send_kv_chunk(req, last_chunk=True)
+                sends.send_kv_chunk(req, last_chunk=True)
             else:  # the tree sends straight from send_kv_chunk: nothing of it digests or checks the chunk
                 self._chunk_to_sender(req, last_chunk=True, end_idx=self._sent(rid))
             self._hand_on(prefill, rid, "prefill sends its last chunk")
@@ -473,7 +482,8 @@ def shape_of(point: dict[str, str]) -> HandoffShape:
     return HandoffShape(config=point["config"], prefill_checksum=point["prefill"] != "without",
                         sent=1 if transfer == "short" else PROMPT,
                         lands=2 if transfer == "partial" else None, early=transfer == "early", layout=point["layout"],
-                        beside={"beside": "full", "beside-health-check": "health-check"}.get(point["batch"], ""), cached=CACHED if point["decode_cache"] == "prefix-hit" else 0,
+                        beside={"beside": "full", "beside-health-check": "health-check",
+                                "beside-unverified": "unverified"}.get(point["batch"], ""), cached=CACHED if point["decode_cache"] == "prefix-hit" else 0,
                         first_chunk=FIRST_CHUNK if point["chunks"] == "two" else 0)
 
 
