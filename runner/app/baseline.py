@@ -5,9 +5,11 @@ chosen from the tree's bytes, since a baseline that is not the tree's true base 
 (a real vendor fork reads 70 hunks against its true base, over a thousand against a neighbour):
 - a git source whose history carries upstream's release tags: the nearest such tag by ancestry,
   taken only if the tagged tree agrees with that release on PyPI file by file (tags are the
-  repository's word: a fork can tag its own commit ``v0.5.21``), and unless the release the tree
-  declares shares more identical files with it (upstream tags its releases on release branches, so
-  from a commit of its main line the nearest tag by ancestry can be thousands of commits back);
+  repository's word: a fork can tag its own commit ``v0.5.21``), unless the release chosen by
+  shared files (below) shares more identical files with the tree, looked for when the tree declares
+  another release than the tag's or shares fewer than half its files with the tag (upstream tags its
+  releases on release branches, so from a commit of its main line the nearest tag by ancestry can be
+  thousands of commits back);
 - else the release sharing the most identical files with the tree, climbing from the version the
   tree declares (``sglang/version.py``, read from the stored bytes, never run; a wheel's version is
   in the generated ``_version.py`` it imports; a local segment such as ``+vendor.3`` is dropped), or
@@ -55,6 +57,7 @@ class Baseline:
     how: str | None = None  # how it was chosen, in words (the record's line says it)
     unvouched: frozenset[str] = frozenset()  # the baseline tree's modules its release lacks: read as the tree's own
     same: int = 0  # files identical in the tree and the baseline
+    total: int = 0  # the tree's files
     tag: str | None = None  # the release tag chosen by ancestry
 
 
@@ -103,7 +106,8 @@ def of(tree: sources.Tree, against: str | None, opts: pipeline.Options, source: 
     if tree.identity.kind == "git":
         chosen, refused = _by_ancestry(tree, declared, opts, source or tree.identity.source)
         if chosen is not None:
-            if start is None or chosen.tag == f"v{start}":
+            far = chosen.same * 2 < chosen.total
+            if (start is None or chosen.tag == f"v{start}") and not far:
                 return chosen
             nearer = _by_shared_files(tree, declared, start, opts, None)
             if nearer.text is None or nearer.same <= chosen.same:
@@ -146,8 +150,9 @@ def _by_ancestry(tree: sources.Tree, declared: str | None, opts: pipeline.Option
     how = (f"by ancestry: tag {tag}, {count} commit(s) before it; its tree agrees with pypi:{specs.PACKAGE}=={version} "
            f"({same} files identical" + (f"; {len(unvouched)} module(s) only in the tag read as the tree's own" if unvouched else "")
            + ")")
-    shared = sum(1 for p, d in pypi.file_digests(tree.root).items() if files.get(p) == d)
-    return Baseline(text, "ancestry", declared, tagged, how=how, unvouched=unvouched, same=shared, tag=tag), ""
+    mine = pypi.file_digests(tree.root)
+    shared = sum(1 for p, d in mine.items() if files.get(p) == d)
+    return Baseline(text, "ancestry", declared, tagged, how=how, unvouched=unvouched, same=shared, total=len(mine), tag=tag), ""
 
 
 def nearest(mine: dict[str, str], releases: list[str], start: str, digests: Callable[[str], dict[str, str] | None],

@@ -65,15 +65,3 @@ def test_a_release_tag_on_the_forks_own_commit_is_refused(forked, cache):
     assert {(f.path, f.change) for f in record.files} >= {(SCHEDULER, "changed"), ("sglang/acme.py", "added")}
     print(record.line())
 
-
-def test_a_main_line_commit_is_read_against_the_release_it_declares_when_that_is_nearer_than_its_tag(forked, cache, release_tree):
-    """Upstream tags releases on release branches: from a main-line commit the nearest tag by ancestry can be far
-    behind (a real main commit of 2026-07-24 reached v0.5.6.post2, 7,928 commits back). The release the tree
-    declares is taken when it shares more identical files, and the line names the tag it was preferred to."""
-    repo, upstream, _ = forked
-    gitrepo.git(repo, "branch", "-f", "mainline", upstream["0.5.19"])
-    shas = gitrepo.build(repo, [gitrepo.Step("ahead", package=release_tree("0.5.21").root, branch="mainline")])
-    chosen, record = _chosen(repo, shas["ahead"], cache)
-    assert (chosen.chosen, chosen.text) == ("declared", "pypi:sglang==0.5.21")
-    assert "(nearer in bytes than the nearest release tag by ancestry, v0.5.19: " in chosen.how
-    assert record.identical or not [f for f in record.files if f.path.endswith(".py") and f.change == "changed"]
