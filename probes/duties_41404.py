@@ -13,7 +13,12 @@ from __future__ import annotations
 from . import space
 from .duties_lifetime import (ACKED, DEFERRED_CONFIG, GUARD_ABORT, HELD, OFF, OFF_DUTIES, CONN, DECODE, MOONCAKE, SUFFIXES,
                               on, on_rules, released_before_timeout, site)
-from .effects import Duty, returned
+from .effects import Duty, Effects, returned
+
+
+def uninitialised_abort_quiet(effects: Effects) -> bool:
+    """No failure escaped the tree's code, and no ABORT went out on the wire."""
+    return returned(effects) and not any(m["kind"] == "ABORT" for m in effects["wire"])
 
 
 DUTIES: tuple[Duty, ...] = (
@@ -21,6 +26,10 @@ DUTIES: tuple[Duty, ...] = (
          "nothing could write the pages (no prefill rank ever learned them): they went back at once, not held "
          "to the release timeout",
          released_before_timeout),
+    Duty("lifetime-uninitialised-abort-quiet",
+         "the abort of a request whose KV receiver was never initialised (no prefill rank known) did not escape the "
+         "tree's code and sent nothing to any prefill rank (it knows none)",
+         uninitialised_abort_quiet),
     Duty("lifetime-failure-handled",
          "decode's own failed send of its destinations did not escape the tree's code to its caller (a tree "
          "that lets it escape has no failure path for it: it can neither hold nor release the pages by its "
@@ -40,7 +49,48 @@ SPACE = space.Space(
                         says="decode's metadata reaching prefill rank 0 but not rank 1"),
             space.Value("bootstrap-fails", "decode never learned its prefill ranks: no prefill rank knows its pages",
                         label="bootstrap-fails", says="decode never learning its prefill ranks"),
-        ), core=True, reads=("send_metadata", "init_time", "force_arm", "ensure_abort_notified")),
+            space.Value("aux-write-fails", "prefill rank 0's KV write lands, the engine's aux write (decode's metadata "
+                        "row) returns failure: the worker concludes the room failed", label="aux-write-fails",
+                        says="the aux write failing after the KV landed"),
+            space.Value("state-write-fails", "a hybrid (Mamba) model: prefill rank 0's KV write lands, the engine's write "
+                        "of the request's state slot (the tree's maybe_send_extra) returns failure",
+                        label="state-write-fails", says="the state write failing after the KV landed",
+                        implies={"state": "mamba"}),
+            space.Value("aborted-before-init", "the client aborts the request while it waits in decode's preallocation "
+                        "queue for its prefill's parallel info: its KV receiver, as the tree's constructor left it, was "
+                        "never initialised (no bootstrap infos: no prefill rank known), nothing reserved yet",
+                        label="aborted-before-init", says="an abort before decode's receiver learned its prefill"),
+            space.Value("aborted-then-write-fails", "decode aborts the request twice (the client's disconnect, then its "
+                        "explicit abort) while prefill rank 0's write is in flight; that write then fails: a failure "
+                        "after decode already notified the abort", label="aborted-then-write-fails",
+                        says="prefill's write failing after decode notified its abort"),
+        ), core=True, reads=("send_metadata", "init_time", "force_arm", "ensure_abort_notified", "send_aux",
+                             "abort_notified")),
+        space.Dimension("chunks", (
+            space.Value("one", "the request's KV in one chunk, the last", label=""),
+            space.Value("two", "the request's KV in two chunks: the first lands and decode's event loop polls the room "
+                        "(not failed) before the last chunk is sent, whose write fails", label="two-chunks",
+                        says="the last of two chunks failing"),
+        ), over={"failure": ("write-fails",)}, reads=("is_last_chunk",)),
+        space.Dimension("state", (
+            space.Value("none", "a model without state: its chunks carry no state slot", label=""),
+            space.Value("mamba", "a hybrid (Mamba) model: its last chunk carries the request's state slot, written "
+                        "(and landing) after the KV", label="with-mamba-state", says="a hybrid model's state"),
+        ), over={"failure": ("aux-write-fails", "state-write-fails")}, reads=("state_indices", "maybe_send_extra")),
+        space.Dimension("mla", (
+            space.Value("no", "a model whose KV every prefill rank writes its share of", label=""),
+            space.Value("dummy-rank", "an MLA model over two prefill TP ranks and one decode rank: decode reads prefill "
+                        "rank 0's KV and gives rank 1 a dummy destination (the tree's is_dummy: no pages, no status to "
+                        "decode), whose worker takes its chunk first and writes nothing; rank 0's write fails",
+                        label="mla-dummy-rank", says="an MLA model's dummy prefill rank"),
+        ), over={"failure": ("write-fails",)}, reads=("is_dummy",)),
+        space.Dimension("prefill_cp", (
+            space.Value("no", "no prefill context parallelism", label=""),
+            space.Value("two-ranks", "two prefill context-parallel ranks of a hybrid (Mamba) model, decode pulling from "
+                        "both (its all-CP-ranks option): both write their KV; only CP rank 0 sends the replicated state "
+                        "(the tree skips rank 1's: skip_state); rank 0's aux write fails", label="prefill-cp",
+                        says="two prefill context-parallel ranks", implies={"state": "mamba"}),
+        ), over={"failure": ("aux-write-fails",)}, reads=("skip_state", "attn_cp_rank", "attn_cp_size")),
         space.Dimension("prefill_ranks", (
             space.Value("one", "one prefill rank, whose write fails", label=""),
             space.Value("two", "two prefill ranks: rank 0's write fails while rank 1's write is in flight",
@@ -51,7 +101,8 @@ SPACE = space.Space(
             space.Value("keeps-writing", "the engine reported it failed while it still runs (its wall-clock timeout); it "
                         "lands after decode learned of the failure", label="failed-write-keeps-landing",
                         says="the failed write still landing"),
-        ), over={"failure": ("write-fails",)}, reads=("_poison_unsettled_send", "_deferred_ack_poisoned_rooms")),
+        ), over={"failure": ("write-fails", "aborted-then-write-fails")},
+           reads=("_poison_unsettled_send", "_deferred_ack_poisoned_rooms")),
         DEFERRED_CONFIG,
     ),
     # switched off, decode's own failed send must still be handled and its pages freed at once: trees that let it
@@ -68,7 +119,16 @@ SPACE = space.Space(
     ),
         space.Rule({**OFF, "failure": ("write-fails",)}, OFF_DUTIES),
         space.Rule({**OFF, "failure": ("metadata-send-fails",)}, ("lifetime-failure-handled", *OFF_DUTIES)),
-        space.Rule({"failure": ("bootstrap-fails",)}, ("lifetime-released-at-once", *GUARD_ABORT))),
+        space.Rule({**OFF, "failure": ("aborted-then-write-fails",)}, OFF_DUTIES),
+        space.Rule({"failure": ("bootstrap-fails",)}, ("lifetime-released-at-once", *GUARD_ABORT)),
+        # nothing of a failed write lands later, in any configuration: the pages may go back at once or be held,
+        # never leaked or reused under a write; a repeated abort frees them once
+        space.Rule({"failure": ("aux-write-fails", "state-write-fails")}, (*GUARD_ABORT, "lifetime-no-foreign-write")),
+        space.Rule({"failure": ("aborted-then-write-fails",), "failed_write": ("stops",)},
+                   (*GUARD_ABORT, "lifetime-no-foreign-write")),
+        space.Rule({"chunks": ("two",)}, ("lifetime-no-foreign-write",)),
+        space.Rule({"failure": ("aborted-before-init",)}, ("lifetime-uninitialised-abort-quiet",)),
+        space.Rule({"mla": ("dummy-rank",)}, ("lifetime-no-foreign-write",))),
     aliases={**{suffix.removeprefix("-"): f"failure-nothing-else-in-flight{suffix}" for suffix in SUFFIXES},
              **{f"other-rank-fails-while-writing-failed-write-keeps-landing{suffix}":
                 f"other-rank-fails-failed-write-keeps-landing{suffix}" for suffix in SUFFIXES}},

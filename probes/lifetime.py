@@ -65,6 +65,8 @@ IMPORTS = (
 )
 
 ROOM = tree.BOOTSTRAP_ROOM
+STATE_TYPE = "sglang.srt.disaggregation.base.conn.StateType"  # a hybrid model's state kinds (its Mamba slot)
+STATE_SLOT = 2  # the request's state slot on decode (prefill's is the one before)
 PAGES = 4  # pages decode reserved for the request, on each decode rank: the whole pool, so a freed page is reused
 RID = "req-A"
 NEXT_RID = "req-B"  # the request the freed pages go to next
@@ -460,8 +462,8 @@ class Rank:
             _deferred_ack_poisoned_rooms=set(),
             _socket_cache={}, _socket_send_locks=defaultdict(threading.Lock), _socket_lock=threading.Lock(),
             enable_staging=False, enable_trace=False, _stopped=False, _worker_threads=[],
-            is_mla_backend=False, is_hybrid_mla_backend=False, attn_tp_size=1, attn_tp_rank=self.rank,
-            attn_cp_size=1, attn_cp_rank=0, pp_size=1, pp_rank=0, attn_dp_rank=0,
+            is_mla_backend=self.scene.shape.layout == "mla", is_hybrid_mla_backend=False, attn_tp_size=1,
+            attn_tp_rank=self.rank, attn_cp_size=1, attn_cp_rank=0, pp_size=1, pp_rank=0, attn_dp_rank=0,
             server_socket=Double(journal, f"{name}.server_socket", recv_multipart=self._recv),
             local_ip=self.endpoint[0], rank_port=self.endpoint[1],
             _connect=lambda endpoint, is_ipv6=False: self.scene.wire.socket(journal, name, endpoint),
@@ -526,7 +528,7 @@ class PrefillRank(Rank):
         self.status = RoomStatus()
         self.manager = strict_subject(
             tree.resolve(MANAGER), journal, f"{self.name}.kv_manager",
-            **{**self.manager_state(), "request_status": self.status},
+            **{**self.manager_state(), "request_status": self.status, **self._layout()},
             disaggregation_mode=modes.PREFILL, transfer_infos={}, decode_kv_args_table={},
             req_to_decode_prefix_len={},
             session_lock=threading.Lock(), failed_sessions=set(), session_failures=defaultdict(int),
@@ -534,14 +536,37 @@ class PrefillRank(Rank):
             bootstrap_port=tree.BOOTSTRAP_PORT, bootstrap_timeout=300,
             pp_group=Double(journal, f"{self.name}.pp_group", is_last_rank=True, is_first_rank=True),
             kv_args=Double(journal, f"{self.name}.kv_args", kv_data_ptrs=[0x10000], kv_item_lens=[64],
-                           aux_data_ptrs=[0x20000], aux_item_lens=[64], state_data_ptrs=[], state_item_lens=[],
-                           page_size=1),
+                           aux_data_ptrs=[0x20000], aux_item_lens=[64], page_size=1, **self._state_args()),
             transfer_queues=[self._queue()],
             send_kvcache=self._send_kvcache, send_aux=self._send_aux,
+            **({"state_tp_size": 1, "engine": Double(journal, f"{self.name}.engine",
+                                                     batch_transfer_sync=self._batch_transfer_sync)}
+               if scene.shape.state else {}),
         )
         self.config = configure(journal, tree.module(COMMON).CommonKVManager, self.manager,
                                 ("enable_deferred_decode_kv_release",))
         self.start(self.manager.start_prefill_thread)
+
+    def _layout(self) -> dict[str, Any]:
+        """Where this rank sits: a tensor-parallel rank (the scene's default, as ``manager_state`` has it), or
+        context-parallel rank ``rank`` of two, each holding the whole (replicated) state."""
+        if self.scene.shape.layout == "cp":
+            return {"attn_tp_rank": 0, "attn_cp_size": 2, "attn_cp_rank": self.rank}
+        return {}
+
+    def dummy(self) -> bool:
+        """Whether decode gave this rank a dummy destination: an MLA model's KV is read from one prefill rank
+        (rank 0), the others are told the room with no pages (the tree's ``is_dummy``)."""
+        return self.scene.shape.layout == "mla" and self.rank != 0
+
+    def _state_args(self) -> dict[str, Any]:
+        """The prefill pool's state buffers as its ``kv_args`` register them: none, or (a hybrid model) one
+        Mamba state pool of one layer, its slots one item each, in the tree's own ``StateType``."""
+        if not self.scene.shape.state:
+            return {"state_data_ptrs": [], "state_item_lens": []}
+        mamba = tree.resolve(STATE_TYPE).MAMBA
+        return {"state_types": [mamba], "state_data_ptrs": [[0x50000]], "state_item_lens": [[32]],
+                "state_dim_per_tensor": [], "state_layer_ids": [[0]]}
 
     def bootstrap(self, rid: str, room: int = ROOM, published: bool = False) -> None:
         """Every decode rank's preallocation for ``rid`` reached this rank: its destinations are
@@ -556,15 +581,19 @@ class PrefillRank(Rank):
         for d in (d for d in scene.decode if d.rank not in scene.unlearned):  # a rank that never learned us never published
             ip, port = d.endpoint
             request = d.requests[rid]
+            dummy = self.dummy()  # what TransferInfo.from_zmq makes of a dummy message: no pages, no row, no state
             infos[session_of(d.rank)] = _dataclass(
                 conn.TransferInfo, room=room, endpoint=ip, dst_port=port, mooncake_session_id=session_of(d.rank),
-                dst_kv_indices=np.array(request.pages, dtype=np.int32), dst_aux_index=request.metadata_index,
-                dst_state_indices=[], required_dst_info_num=len(scene.decode), is_dummy=False)
+                dst_kv_indices=np.array([] if dummy else request.pages, dtype=np.int32),
+                dst_aux_index=None if dummy else request.metadata_index,
+                dst_state_indices=[[STATE_SLOT]] if scene.shape.state and not dummy else [],
+                required_dst_info_num=len(scene.decode), is_dummy=dummy)
             self.manager.decode_kv_args_table[session_of(d.rank)] = _dataclass(
                 conn.KVArgsRegisterInfo, room="None", endpoint=ip, dst_port=port,
                 mooncake_session_id=session_of(d.rank), dst_kv_ptrs=[0x30000], dst_aux_ptrs=[0x40000],
-                dst_state_data_ptrs=[], dst_tp_rank=d.rank, dst_attn_tp_size=1, dst_kv_item_len=64,
-                dst_state_item_lens=[], dst_state_dim_per_tensor=[], dst_kv_layer_ids=[0], dst_state_layer_ids=[])
+                dst_state_data_ptrs=[[0x60000]] if scene.shape.state else [], dst_tp_rank=d.rank, dst_attn_tp_size=1,
+                dst_kv_item_len=64, dst_state_item_lens=[[32]] if scene.shape.state else [], dst_state_dim_per_tensor=[],
+                dst_kv_layer_ids=[0], dst_state_layer_ids=[[0]] if scene.shape.state else [])
         poll = tree.kv_poll()
         self.manager.update_status(room, poll.Bootstrapping)
         if not published:
@@ -590,20 +619,38 @@ class PrefillRank(Rank):
 
     def _send_aux(self, req: Any, prefill_aux_index: Any, dst_aux_ptrs: Any, *args: Any, **kwargs: Any) -> int:
         decode = next(d for d in self.scene.decode if d.endpoint == (req.endpoint, req.dst_port))
+        if (self.rank, decode.rank) in self.scene.aux_failing:  # the engine's aux write returns failure
+            self.scene.note("aux write fails", rank=self.rank)
+            return -1
         self.scene.aux(decode, int(req.dst_aux_index))
         return 0
 
-    def send_last_chunk(self) -> None:
-        """The scheduler hands the request's last chunk to the sender: the tree's ``add_transfer_request``
-        (a rank that never took the request's metadata has no sender for it: nothing to send)."""
+    def _batch_transfer_sync(self, session_id: str, src: Any, dst: Any, lengths: Any, *args: Any, **kwargs: Any) -> int:
+        """The engine's write of the request's state slot (the scene's state writes are only these): it lands,
+        or returns failure where the case fails it (nothing of it lands later)."""
+        fails = self.rank in self.scene.state_failing
+        self.scene.note("state write fails" if fails else "state write lands", rank=self.rank, session=session_id)
+        return -1 if fails else 0
+
+    def send_last_chunk(self, start: int = 0) -> None:
+        """The scheduler hands the request's last chunk (its pages from ``start`` on) to the sender: the tree's
+        ``add_transfer_request`` (a rank that never took the request's metadata has no sender for it: nothing to
+        send). A hybrid model's last chunk carries its state slot."""
+        self.send_chunk(start, PAGES, last=True)
+
+    def send_chunk(self, start: int, end: int, last: bool) -> None:
+        """One chunk of the request's KV, pages ``start`` to ``end``: the last carries the aux index (and the
+        state slot of a hybrid model), an earlier one neither (as the tree's ``send`` hands them on)."""
         import numpy as np
 
         if self.scene.active not in self.senders:
             return
         add = self.manager.add_transfer_request
-        wanted = {"bootstrap_room": ROOM, "kv_indices": np.arange(PAGES, dtype=np.int32),
-                  "index_slice": slice(0, PAGES), "is_last_chunk": True, "is_last": True, "aux_index": 0,
-                  "state_indices": None, "num_kv_tokens": PAGES}
+        wanted = {"bootstrap_room": ROOM, "kv_indices": np.arange(start, end, dtype=np.int32),
+                  "index_slice": slice(start, end), "is_last_chunk": last, "is_last": last,
+                  "aux_index": 0 if last else None,
+                  "state_indices": [[STATE_SLOT - 1]] if last and self.scene.shape.state else None,
+                  "num_kv_tokens": end - start}
         add(**{k: v for k, v in wanted.items() if tree.accepts(add, k)})
 
     def work(self) -> None:
@@ -724,12 +771,13 @@ class DecodeRank(Rank):
         # what the receiver's constructor registers on its manager (the constructor itself, which opens
         # connections to the bootstrap server, is not run)
         bootstrap_addr = f"{tree.BOOTSTRAP_HOST}:{tree.BOOTSTRAP_PORT}"
-        self.manager.required_prefill_response_num_table[room] = len(scene.prefill)
+        # the prefill ranks that answer with a status (a dummy one never does: the tree's MLA mapping counts one)
+        self.manager.required_prefill_response_num_table[room] = len([p for p in scene.prefill if not p.dummy()])
         self.manager.addr_to_rooms_tracker[bootstrap_addr].add(room)
         self.manager.prefill_response_tracker.setdefault(room, set())
         self.manager.update_status(room, poll.Bootstrapping)
         self.manager.update_status(room, poll.WaitingForInput)
-        infos = [{"rank_ip": p.endpoint[0], "rank_port": p.endpoint[1], "is_dummy": False} for p in scene.prefill]
+        infos = [{"rank_ip": p.endpoint[0], "rank_port": p.endpoint[1], "is_dummy": p.dummy()} for p in scene.prefill]
         request.receiver = strict_subject(
             conn.MooncakeKVReceiver, journal, f"{self.name}.kv_receiver.{rid}",
             kv_mgr=self.manager, bootstrap_room=room, conclude_state=None, abort_notified=False,
@@ -751,6 +799,32 @@ class DecodeRank(Rank):
             self.metadata.bootstrap_room[request.metadata_index, 0] = 0
         self.queue.queue.append(_dataclass(decode.DecodeRequest, req=request.req, kv_receiver=request.receiver,
                                            metadata_buffer_index=request.metadata_index))
+        self.requests[rid] = request
+
+    def wait_for_prefill_info(self, rid: str) -> None:
+        """``rid`` entered the preallocation queue and waits there for its prefill's parallel info: its KV receiver
+        is what the tree's constructor leaves (the room registered as bootstrapping; no ``init()`` yet, so no
+        bootstrap infos and no publish time), and it holds no pages or metadata row yet."""
+        journal, scene = self.scene.journal, self.scene
+        decode = tree.module(DECODE)
+        request = Request(rid=rid, pages=[], metadata_index=-1)
+        bootstrap_addr = f"{tree.BOOTSTRAP_HOST}:{tree.BOOTSTRAP_PORT}"
+        self.manager.addr_to_rooms_tracker[bootstrap_addr].add(ROOM)
+        self.manager.prefill_response_tracker.setdefault(ROOM, set())
+        self.manager.update_status(ROOM, tree.kv_poll().Bootstrapping)
+        request.receiver = strict_subject(
+            tree.module(MOONCAKE).MooncakeKVReceiver, journal, f"{self.name}.kv_receiver.{rid}",
+            spies=("abort",), kv_mgr=self.manager, bootstrap_room=ROOM, conclude_state=None, abort_notified=False,
+            init_time=None, bootstrap_addr=bootstrap_addr, session_id=session_of(self.rank), _abort_generation=None,
+            require_staging=False,
+            _connect_to_bootstrap_server=lambda info: (
+                scene.wire.socket(journal, self.name, tcp((info["rank_ip"], info["rank_port"]))), threading.Lock()),
+            invalidate_cached_bootstrap_infos=journal.method(f"{self.name}.kv_receiver.{rid}",
+                                                             "invalidate_cached_bootstrap_infos"),
+        )
+        request.req = tree.make_req(rid, PAGES, "DECODE")
+        self.scheduler.disagg_decode_prealloc_queue.queue.append(
+            _dataclass(decode.DecodeRequest, req=request.req, kv_receiver=request.receiver))
         self.requests[rid] = request
 
     def publish(self, rid: str, deliver: bool = False) -> None:
@@ -821,13 +895,25 @@ class DecodeRank(Rank):
         return {
             "rank": self.rank, **plain(self.pool.effects()),
             "requests": {rid: {"pages": r.pages, "metadata_index": r.metadata_index,
-                               "notified": bool(getattr(r.receiver, "abort_notified", False))}
+                               "notified": bool(getattr(r.receiver, "abort_notified", False)),
+                               **({"receiver_aborted": len(self.scene.journal.calls(f"{self.name}.kv_receiver.{rid}",
+                                                                                    "abort"))}
+                                  if r.metadata_index < 0 else {})}
                          for rid, r in self.requests.items()},
             "next": self.next_pages, "committed": list(self.committed), "held": self.held(),
             "metadata_frees": list(self.metadata_frees),
             "acks_noted": [e["args"] for e in self.scene.journal.calls(f"{self.name}.kv_manager", "note_abort_ack")],
             "streamed": [list(c) for c in self.streamed],
         }
+
+
+def state_result_tested() -> bool:
+    """Whether the tree's transfer worker keeps the result of its state write (``x = self.maybe_send_extra(...)``)
+    to test it; trees that call it as a statement never learn that it failed."""
+    source = textwrap.dedent(inspect.getsource(tree.resolve(f"{MANAGER}.transfer_worker")))
+    return any(isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr)) and isinstance(node.value, ast.Call)
+               and isinstance(node.value.func, ast.Attribute) and node.value.func.attr == "maybe_send_extra"
+               for node in ast.walk(ast.parse(source)))
 
 
 class Scene:
@@ -854,6 +940,10 @@ class Scene:
 
     def __init__(self, journal: Journal, shape: "Shape") -> None:
         self.journal, self.shape = journal, shape
+        if shape.failure == "state-write-fails" and not state_result_tested():
+            # the tree's worker drops the state write's result: a failed one is no failure of the transfer (the
+            # room concludes Success), so the case's failure does not exist in it
+            raise tree.Missing(f"{MANAGER}.transfer_worker: a test of maybe_send_extra's result")
         for name, value in CONFIGS.get(shape.config, {}).items():
             os.environ[name] = value
         self.clock = Clock()
@@ -882,16 +972,24 @@ class Scene:
         self.reached: int | None = None  # how many prefill ranks took the request's metadata (None: all)
         self.unlearned: set[int] = set()  # decode ranks that never learned their prefill ranks
         self.reuse = True  # free pages go to the next request as soon as a decode step sees them
+        self.aux_failing: set[tuple[int, int]] = set()  # (prefill, decode) whose aux write the engine fails
+        self.state_failing: set[int] = set()  # prefill ranks whose state write the engine fails
 
-    def start_request(self, rid: str, reached: int | None = None, published: bool = False) -> None:
+    def start_request(self, rid: str, reached: int | None = None, published: bool = False,
+                      pending: bool = False) -> None:
         """``rid`` takes the room: preallocated on every decode rank, bootstrapped on every prefill rank
         (on the first ``reached`` only: the others never took its metadata; 0: decode never learned
         its prefill ranks); ``published``: its destinations reach the prefill ranks as decode's own
-        metadata messages, through their bootstrap threads."""
+        metadata messages, through their bootstrap threads.
+        ``pending``: it still waits in decode's preallocation queue for its prefill's parallel info
+        (nothing reserved, no prefill rank known)."""
         self.active, self.reached = rid, reached
         self.unlearned = {1} if self.shape.failure == "peer-bootstrap-fails" else set()  # decode ranks without prefill ranks
         for d in self.decode:
-            d.admit(rid)
+            if pending:
+                d.wait_for_prefill_info(rid)
+            else:
+                d.admit(rid)
         for p in self.prefill[: len(self.prefill) if reached is None else reached]:
             p.bootstrap(rid, published=published)
         for d in self.decode if published else ():
@@ -1025,6 +1123,16 @@ class Shape:
     learned its prefill ranks while rank 0 published to them (no prefill rank knows rank 1's pages;
     nothing is written). ``group``: the decode ranks' all-reduces reduce over every rank, as the
     server's (``Group``), not each rank's own values.
+    ``chunks``: the request's KV goes in that many chunks (with two, the
+    first half lands and decode polls the room before the last chunk is sent). ``layout``: the prefill ranks
+    are ``tp`` ranks (each writes every page), ``mla`` (an MLA model: decode reads rank 0, rank 1 gets a dummy
+    destination), or ``cp`` (context-parallel ranks, decode pulling from both; only CP rank 0 sends the
+    replicated state). ``state``: a hybrid model,
+    whose last chunk also carries its Mamba state slot (written after the KV, before the aux). More
+    ``failure`` values: ``aux-write-fails`` (prefill rank 0's KV lands, its aux write fails),
+    ``state-write-fails`` (its KV lands, the state write fails), ``aborted-then-write-fails`` (decode
+    aborts the request twice, the client's disconnect and its explicit abort, while prefill rank 0's
+    write is in flight; that write then fails).
     """
 
     config: str = "default"
@@ -1041,6 +1149,9 @@ class Shape:
     publish: str = "all"
     group: bool = False
     wire_bootstrap: bool = False
+    chunks: int = 1
+    state: bool = False
+    layout: str = "tp"
 
 
 def script(scene: Scene) -> None:
@@ -1062,8 +1173,8 @@ def script(scene: Scene) -> None:
             p.poll_and_clear(EARLIER)
         scene.reuse = True
     scene.start_request(RID, reached=1 if shape.publish == "partial" else
-                        {"metadata-send-fails": 1, "bootstrap-fails": 0}.get(shape.failure),
-                        published=shape.wire_bootstrap)
+                        {"metadata-send-fails": 1, "bootstrap-fails": 0, "aborted-before-init": 0}.get(shape.failure),
+                        published=shape.wire_bootstrap, pending=shape.failure == "aborted-before-init")
     if shape.publish == "partial":  # decode's send of its destinations to prefill rank 1 fails; rank 0 took them
         scene.wire.resets[tcp(prefill_endpoint(1))] = None
         for d in scene.decode:
@@ -1125,14 +1236,62 @@ def script(scene: Scene) -> None:
         scene.decode_steps()
         scene.deliver("ABORT")
     elif shape.failure == "prefill-failure":
+        start = 0
+        if shape.chunks > 1:  # the first half lands; decode's event loop polls the room meanwhile
+            start = PAGES // 2
+            for p in scene.prefill:
+                p.send_chunk(0, start, last=False)
+                p.work()
+            scene.note("first chunk written")
+            scene.deliver("status")
+            scene.decode_steps()
         scene.failing[(0, 0)] = shape.failed_write
         for p in scene.prefill:
-            p.send_last_chunk()
-        if shape.in_flight and len(scene.prefill) > 1:
+            p.send_last_chunk(start)
+        if shape.layout == "mla":  # the dummy rank's worker takes its chunk first: it writes nothing
+            scene.prefill[1].work()
+            scene.note("prefill rank 1 (dummy destination) done")
+            prefill_rank_fails()
+        elif shape.in_flight and len(scene.prefill) > 1:
             scene.holds[(1, 0)] = prefill_rank_fails
             scene.prefill[1].work()
         else:
             prefill_rank_fails()
+    elif shape.failure in ("aux-write-fails", "state-write-fails"):
+        if shape.failure == "aux-write-fails":
+            scene.aux_failing.add((0, 0))
+        else:
+            scene.state_failing.add(0)
+        for p in scene.prefill:
+            p.send_last_chunk()
+            p.work()
+        scene.note(f"prefill rank 0 {shape.failure.removesuffix('-fails')} failed")
+        scene.deliver("status")
+        scene.decode_steps()
+        scene.deliver("ABORT")
+    elif shape.failure == "aborted-before-init":  # the client's abort reaches the preallocation queue
+        for d in scene.decode:
+            d.abort(RID)
+            scene.note("decode aborts", rank=d.rank, rid=RID)
+        scene.deliver("ABORT")
+    elif shape.failure == "aborted-then-write-fails":
+        def aborted_twice() -> None:
+            for d in scene.decode:
+                for _ in range(2):
+                    d.abort(RID)
+                    scene.note("decode aborts", rank=d.rank, rid=RID)
+            scene.deliver("ABORT")
+
+        scene.failing[(0, 0)] = shape.failed_write
+        for p in scene.prefill:
+            p.send_last_chunk()
+        scene.holds[(0, 0)] = aborted_twice
+        scene.prefill[0].work()
+        scene.note("prefill rank 0 write failed")
+        scene.deliver("status")
+        scene.deliver("ABORT_ACK")
+        scene.decode_steps()
+        scene.deliver("ABORT")
     elif shape.in_flight:
         for p in scene.prefill:
             p.send_last_chunk()
@@ -1222,7 +1381,8 @@ def space_cases(table: Any, shape_of: Callable[[Mapping[str, str]], Shape], uses
         # run the tree's send_metadata
         publishes = (shape.failure in ("metadata-send-fails", "bootstrap-fails", "peer-bootstrap-fails")
                      or shape.publish == "partial" or shape.wire_bootstrap)
-        return REQUIRES + ((f"{MOONCAKE}.MooncakeKVReceiver.send_metadata",) if publishes else ())
+        return (REQUIRES + ((f"{MOONCAKE}.MooncakeKVReceiver.send_metadata",) if publishes else ())
+                + ((STATE_TYPE, f"{MANAGER}.maybe_send_extra") if shape.state else ()))
 
     return tuple(Case.of(table, point, lambda journal, shape=shape_of(point): LifetimeScene(journal, shape),
                          requires(shape_of(point)), uses)

@@ -21,8 +21,11 @@ from .lifetime import IMPORTS, Shape, space_cases
 def shape_of(point: Mapping[str, str]) -> Shape:
     failure = {"write-fails": "prefill-failure"}.get(point["failure"], point["failure"])
     return Shape(config=point["config"], failure=failure,
-                 prefill_ranks=2 if point["prefill_ranks"] == "two" or failure == "metadata-send-fails" else 1,
-                 failed_write="keeps writing" if point["failed_write"] == "keeps-writing" else "stops")
+                 prefill_ranks=2 if (point["prefill_ranks"] == "two" or failure == "metadata-send-fails"
+                                     or point["mla"] == "dummy-rank" or point["prefill_cp"] == "two-ranks") else 1,
+                 failed_write="keeps writing" if point["failed_write"] == "keeps-writing" else "stops",
+                 chunks=2 if point["chunks"] == "two" else 1, state=point["state"] == "mamba",
+                 layout="mla" if point["mla"] == "dummy-rank" else "cp" if point["prefill_cp"] == "two-ranks" else "tp")
 
 
 PROBE = Probe(id="lifetime-failures", fix=41404, imports=IMPORTS, table=duties_41404,
