@@ -84,11 +84,6 @@ REASONS: dict[tuple[str, str, str], str] = {
     (f"{_D}._verify_kv_checksums", "", "mismatch_prob > 0"): _INJECTED,
     (f"{_D}._verify_kv_checksums", "", "prealloc_queue.kv_checksum_mismatch_injector.random() < mismatch_prob"):
         _INJECTED,
-    (f"{_D}._verify_kv_checksums", "", "kv_manager.should_verify_kv_checksum(_bootstrap_addr(req))"):
-        "a backend's hook, never false in the trees that call it (0.5.23): its one definition, BaseKVManager's in "
-        "disaggregation/base/conn.py, returns True for every peer, and no KV manager of the tree (Common, Mooncake, "
-        "Nixl, Mori, Ascend, Fake) overrides it, so no manager the tree builds answers False; a prefill layout decode "
-        "cannot compare is told apart by the layout signature, which the cases vary (incomparable-layout)",
     (f"{_D}._handle_kv_checksum_mismatch", "", "is_in_ci()"):
         "true only in upstream's CI, where a mismatch raises to fail the test run; a deployment never runs it",
     (f"{_D}._handle_kv_checksum_mismatch", "", "envs.SGLANG_TEST_DISAGG_KV_CHECKSUM_MISMATCH_PROB.get() == 0"):
@@ -124,6 +119,12 @@ _HOST = ("decode-side host receive: no transfer backend of this tree supports ho
          "--disaggregation-decode-host-receive-threshold below 1 at start-up (\"Transfer backend does not support "
          "decode host KV destinations\") and never stages a request to host memory: enable_host_receive and "
          "host_staged are never true in a server that runs")
+# A backend's hook explained only where the stored tree shows every definition of it answers True (``PREMISES``).
+_VERIFY = ("a backend's hook that no KV manager of this tree answers False: every should_verify_kv_checksum its "
+           "backends define (BaseKVManager's, and any override) returns True for every peer, so no manager the tree "
+           "builds skips a peer; a prefill layout decode cannot compare is told apart by the layout signature, which "
+           "the cases vary (incomparable-layout)")
+REASONS[(f"{_D}._verify_kv_checksums", "", "kv_manager.should_verify_kv_checksum(_bootstrap_addr(req))")] = _VERIFY
 _FAILED = "poll == KVPoll.Failed"
 _FAILED_OR_RESTORE = "poll == KVPoll.Failed or hicache_restore_status == HiCacheRestoreResult.FAILED"
 _HOST_STAGED = "self.enable_host_receive and decode_req.host_staged"
@@ -147,29 +148,29 @@ def _modules(module: ast.AST) -> list[str]:
 
 
 @functools.lru_cache(maxsize=256)
-def _host_module(text: str) -> tuple[bool, tuple[str, ...]]:
-    """Of one module's source: whether every ``supports_host_destination`` it defines (an attribute, or a property
-    or method) is the constant False, and the modules of the package it imports from. SyntaxError: not shown."""
+def _only(text: str, name: str, value: bool) -> tuple[bool, tuple[str, ...]]:
+    """Of one module's source: whether every ``name`` it defines (an attribute, or a property or method) is the
+    constant ``value``, and the modules of the package it imports from. SyntaxError: not shown."""
     module = ast.parse(text)
     for node in ast.walk(module):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == "supports_host_destination":
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
             returns = [r.value for r in ast.walk(node) if isinstance(r, ast.Return)]
-            if not returns or not all(isinstance(v, ast.Constant) and v.value is False for v in returns):
+            if not returns or not all(isinstance(v, ast.Constant) and v.value is value for v in returns):
                 return False, ()
         elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None and any(
                 (t.id if isinstance(t, ast.Name) else t.attr if isinstance(t, ast.Attribute) else None)
-                == "supports_host_destination" for t in (node.targets if isinstance(node, ast.Assign) else [node.target])):
-            if not (isinstance(node.value, ast.Constant) and node.value.value is False):
+                == name for t in (node.targets if isinstance(node, ast.Assign) else [node.target])):
+            if not (isinstance(node.value, ast.Constant) and node.value.value is value):
                 return False, ()
     return True, tuple(_modules(module))
 
 
-def no_host_destinations(read: Callable[[str], str | None]) -> bool:
-    """The premise of ``_HOST``, read from the stored tree: every transfer backend its ``get_kv_class`` imports, and
-    every module of the disaggregation package those import in turn, defines ``supports_host_destination`` (if at
-    all) as the constant False (an attribute or a property returning it). Unreadable or unparsable: not shown."""
-    def text_of(name: str) -> str | None:
-        base = name.replace(".", "/")
+def backends_answer(read: Callable[[str], str | None], name: str, value: bool) -> bool:
+    """A premise read from the stored tree: every transfer backend its ``get_kv_class`` imports, and every module of
+    the disaggregation package those import in turn, defines ``name`` (if at all) as the constant ``value`` (an
+    attribute, or a property or method returning it). Unreadable or unparsable: not shown."""
+    def text_of(module: str) -> str | None:
+        base = module.replace(".", "/")
         return next((t for rel in (f"{base}.py", f"{base}/__init__.py") if (t := read(rel)) is not None), None)
 
     try:
@@ -180,15 +181,15 @@ def no_host_destinations(read: Callable[[str], str | None]) -> bool:
             return False
         todo, seen = _modules(chooser[-1]), set()
         while todo:
-            name = todo.pop()
-            if name in seen:
+            module = todo.pop()
+            if module in seen:
                 continue
-            seen.add(name)
-            text = text_of(name)
+            seen.add(module)
+            text = text_of(module)
             if text is None:
                 continue
-            only_false, imported = _host_module(text)
-            if not only_false:
+            only, imported = _only(text, name, value)
+            if not only:
                 return False
             todo += imported
     except (SyntaxError, ValueError, RecursionError):
@@ -197,7 +198,10 @@ def no_host_destinations(read: Callable[[str], str | None]) -> bool:
 
 
 # Reasons that hold only where the stored tree shows their premise (reason -> its check over the tree's files).
-PREMISES: dict[str, Callable[[Callable[[str], str | None]], bool]] = {_HOST: no_host_destinations}
+PREMISES: dict[str, Callable[[Callable[[str], str | None]], bool]] = {
+    _HOST: functools.partial(backends_answer, name="supports_host_destination", value=False),
+    _VERIFY: functools.partial(backends_answer, name="should_verify_kv_checksum", value=True),
+}
 
 
 def listed(qualified: str, path: str, fn: ast.FunctionDef, names: tuple[str, ...],

@@ -148,3 +148,27 @@ def test_a_reason_with_a_premise_explains_only_where_the_stored_tree_shows_it(tm
 
     path, fn = read_code.locate(materials.reader(tmp_path / "0"), qualified)
     assert conditions.listed(qualified, path, fn, ())[0].reason is None  # nothing read: the premise is not shown
+
+
+def test_the_checksum_hook_is_explained_only_while_every_definition_answers_true(tmp_path):
+    """should_verify_kv_checksum is never false where BaseKVManager's True is the only answer; a backend that
+    overrides it with anything else leaves the condition to the cases."""
+    base = "class Base:\n    def should_verify_kv_checksum(self, addr):\n        return True\n"
+    files = {
+        UTILS: "def get_kv_class(backend):\n    from sglang.srt.disaggregation.mooncake.conn import Manager\n    return Manager\n",
+        "sglang/srt/disaggregation/mooncake/conn.py": "from sglang.srt.disaggregation.base.conn import Base\n"
+                                                      "class Manager(Base):\n    pass\n",
+        "sglang/srt/disaggregation/base/conn.py": base,
+    }
+
+    def shown(**changed: str) -> bool:
+        root = tmp_path / str(len(list(tmp_path.iterdir())))
+        for rel, text in {**files, **changed}.items():
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            (root / rel).write_text(text)
+        return conditions.PREMISES[conditions._VERIFY](materials.reader(root))
+
+    assert shown()
+    override = files["sglang/srt/disaggregation/mooncake/conn.py"] + "    def should_verify_kv_checksum(self, addr):\n" \
+                                                                     "        return addr in self.same_layout\n"
+    assert not shown(**{"sglang/srt/disaggregation/mooncake/conn.py": override})
