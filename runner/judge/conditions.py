@@ -104,7 +104,7 @@ REASONS: dict[tuple[str, str, str], str] = {
         "false only on the Mori backend's manager (Mooncake, Ascend and NIXL set _staging_outstanding in PREFILL mode; "
         "Mori never does), and mori/conn.py imports the ROCm `mori` library at import, which is not on PyPI and no CPU "
         "environment can build: no probe can make a Mori sender",
-    (f"{_M}.MooncakeKVManager.start_prefill_thread", "", "self._stopped"):
+    (f"{_M}.start_prefill_thread", "", "self._stopped"):
         "the bootstrap thread's own loop test: it turns true only once teardown() discards the manager in a P<->D role "
         "switch (--enable-pd-role-switch), stopping its transfer workers and closing its engine registrations and "
         "sockets, and then the thread returns without reading another message; every message a case delivers reaches "

@@ -172,3 +172,10 @@ def test_the_checksum_hook_is_explained_only_while_every_definition_answers_true
     override = files["sglang/srt/disaggregation/mooncake/conn.py"] + "    def should_verify_kv_checksum(self, addr):\n" \
                                                                      "        return addr in self.same_layout\n"
     assert not shown(**{"sglang/srt/disaggregation/mooncake/conn.py": override})
+
+
+def test_every_reason_names_a_function_of_some_fixs_code():
+    """A reason keyed on a function no FIX_CODE lists can never explain anything: a misspelt key would leave its
+    condition one-way while its author believes it explained."""
+    listed = {qualified for code in duties.FIX_CODE.values() for qualified in code}
+    assert sorted({function for function, _, _ in conditions.REASONS} - listed) == []
