@@ -12,8 +12,10 @@ those cases must drive both ways. The claim: none reads "fixed"; each reads "not
 equivalent form, a double negation; the fresh equivalents of tests/probes/fresh_hunks.py run in
 test_fresh_hunks.py).
 
-The later defences' probes do not vary what their code decides on yet (docs/fixed.md): they read
-"inconclusive" unmutated, so a change of their code cannot read anything better; they are left out.
+The later defences' probes vary what their code decides on since 2026-12-05 (docs/fixed.md) but are not generated
+here yet: #40645's code gives the generator no input to condition on; for #39500 a behaviour-preserving double
+negation reaches its default configuration, where the defence is off by design, and reads "not fixed" (a mutant's
+reading does not separate configurations); #41023, #41402 and #41404 were not tried.
 """
 
 from __future__ import annotations
