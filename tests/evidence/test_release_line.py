@@ -60,12 +60,14 @@ def test_each_bug_has_a_window_and_no_release_after_its_fix_shows_it(line):
     assert sorted(w.fix for w in pinned) == sorted(PINS), "a pinned fix has no window in its configuration"
     for w in pinned:
         order = [r.source for r in record.rows]
-        if w.first_fixed is None and w.unjudged and w.unjudged[0] == FIRST_FIXED[(w.fix, w.site)]:
-            # its fixed releases left inconclusive by condition evidence alone (issue 38: a condition of the fix's
-            # code no case saw both ways), every duty held there: the bug still ends where the pins say
+        if w.unjudged and w.unjudged[0] == FIRST_FIXED[(w.fix, w.site)]:
+            # its first fixed releases left inconclusive by condition evidence alone (issue 38: a condition of the
+            # fix's code no case saw both ways; #41023 on 0.5.21), every duty held there: the bug still ends where
+            # the pins say, and the first release read "fixed" on its conditions too, if any, comes after them
             held = {r.source: as_expected(next(f for f in r.fixes if f.fix == w.fix)) for r in record.rows}
             assert all(held[source] == "fixed" for source in w.unjudged), f"#{w.fix}: unjudged for another reason"
             assert w.recurred == [] and order.index(w.last_bug) + 1 == order.index(w.unjudged[0]), f"#{w.fix}"
+            assert w.first_fixed is None or order.index(w.first_fixed) > order.index(w.unjudged[-1]), f"#{w.fix}"
             continue
         assert w.first_fixed == FIRST_FIXED[(w.fix, w.site)], f"#{w.fix} ({w.site or 'every case'})"
         assert w.first_bug is not None and w.last_bug is not None, f"#{w.fix}: no release shows the bug"
