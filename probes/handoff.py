@@ -403,11 +403,12 @@ class HandoffScene(Scene):
             prefix = self.decode_prefix if rid == RID else []
             decode.admit(rid, self.rooms[rid], self.rows[rid], PROMPT - len(prefix))
             self.decode_row[self.rows[rid], :PROMPT] = torch.tensor(prefix + decode.requests[rid].pages)
-            if prefix:  # as decode's preallocation sets it on a prefix match: the tree cache owns [0, here)
-                kv = getattr(decode.requests[rid].req, "kv", None)
-                if not hasattr(kv, "cache_protected_len"):
+            if prefix:  # as decode's preallocation sets it on a prefix match: the tree cache owns [0, here),
+                req = decode.requests[rid].req  # kept on the request's KV record from 0.5.19, on the request before
+                owner = next((o for o in (getattr(req, "kv", None), req) if hasattr(o, "cache_protected_len")), None)
+                if owner is None:
                     raise tree.Missing("sglang.srt.managers.schedule_batch.Req.kv.cache_protected_len")
-                kv.cache_protected_len = len(prefix)
+                owner.cache_protected_len = len(prefix)
 
     def decode_step(self) -> None:
         """The decode event loop: the transfer queue hands over what completed, then the batch is built."""
