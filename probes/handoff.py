@@ -39,6 +39,7 @@ CACHED = 2  # tokens of the prompt a decode prefix-cache hit holds (page size 1:
 EARLIER_TENANT = "req-X"  # whose KV the reserved pages held before
 BESIDE = "req-C"  # a healthy request whose full handoff commits beside the subject's, in its own room, batched ahead of it
 HEALTH_CHECK = "sglang.srt.constants.HEALTH_CHECK_RID_PREFIX"  # how the tree names its health checks' requests
+PREVIOUS = "req-R"  # the request whose verified handoff held the subject's decode metadata slot just before it
 PREFIX = "req-P"  # an earlier request whose prompt began as the subject's: its KV, as prefill computed and sent it
 CACHE = "prefix-cache"  # what holds the pages of a cached prefix on either side
 PROMPT = PAGES  # decode reserved one page per token of a 4-token prompt (page size 1)
@@ -61,7 +62,10 @@ class HandoffShape:
     verification tells the two apart ("": none); ``cached``: tokens of the subject's
     prompt decode's prefix cache held (``PREFIX``'s KV, as prefill computed and sent it; prefill's own
     prefix cache kept the same), so decode reserved and prefill sends only the rest; ``first_chunk``: chunked
-    prefill sent the subject's prompt up to this token as a chunk of its own before the last one (0: one chunk)."""
+    prefill sent the subject's prompt up to this token as a chunk of its own before the last one (0: one chunk);
+    ``slot``: the subject's decode metadata slot is ``fresh`` (never used), or ``reused``: ``PREVIOUS`` held it, its
+    full handoff sent (by a prefill instance running the option as decode does), committed and read in the decode step
+    before, and the subject was given the slot the tree's own code freed then (taken again as the tree left it)."""
 
     config: str = "default"
     prefill_checksum: bool = True
@@ -72,6 +76,7 @@ class HandoffShape:
     beside: str = ""
     cached: int = 0
     first_chunk: int = 0
+    slot: str = "fresh"
 
 
 class Digest:
@@ -109,15 +114,19 @@ class HandoffScene(Scene):
         decode = self.decode[0]
         self.beside = self._beside_rid(shape.beside)
         self.rids = [self.beside, RID] if self.beside else [RID]  # in the order decode preallocated them
-        self.rooms = {RID: ROOM, self.beside: ROOM + 1}
-        self.rows = {RID: 1, self.beside: 2}  # each request's row of req_to_token, on both sides
+        self.previous = PREVIOUS if shape.slot == "reused" else ""
+        self.everyone = [self.previous, *self.rids] if self.previous else list(self.rids)  # in the order they come
+        self.rooms = {RID: ROOM, self.beside: ROOM + 1, self.previous: ROOM + 2}
+        self.rows = {RID: 1, self.beside: 2, self.previous: 3}  # each request's row of req_to_token, on both sides
+        self.sending_previous = False  # the previous owner's prefill runs the option as decode does
+        self.metadata_of: dict[str, Any] = {}  # rid -> the metadata buffers of the prefill instance that sent it
         # room for every request's reservation (the digest reads the rank's pool when it computes)
-        decode.pool = PagePool(PAGES * len(self.rids), self.clock)
+        decode.pool = PagePool(PAGES * len(self.everyone), self.clock)
         self._earlier_tenant(decode.pool)
-        self.prefill_pool = PagePool(PAGES * len(self.rids), self.clock)
+        self.prefill_pool = PagePool(PAGES * len(self.everyone), self.clock)
         self.decode_prefix = self._cached_prefix(decode.pool)
         self.prefill_pages: dict[str, list[int]] = {}
-        self.prefill_reqs = {rid: self._prefill_request(rid) for rid in self.rids}
+        self.prefill_reqs = {rid: self._prefill_request(rid) for rid in self.everyone}
 
     @staticmethod
     def _beside_rid(kind: str) -> str:
@@ -167,7 +176,7 @@ class HandoffScene(Scene):
         return {"kv_checksum_enabled": self._checksum_on()}
 
     def _prefill_checksum_on(self) -> bool:
-        return self._checksum_on() and self.handoff.prefill_checksum
+        return self._checksum_on() and (self.handoff.prefill_checksum or self.sending_previous)
 
     def _digest(self, pool: Callable[[], PagePool], layout: list[int], side: str) -> Digest | None:
         if not (self._checksum_on() if side == "decode" else self._prefill_checksum_on()):
@@ -240,7 +249,7 @@ class HandoffScene(Scene):
         pages = cached + own
         req = tree.make_req(rid, sent, "PREFILL", self.rooms[rid])
         tree.give_kv(req, sent, self.rows[rid])
-        req.metadata_buffer_index = 3 + self.rids.index(rid)
+        req.metadata_buffer_index = 3 + self.everyone.index(rid)
         req.output_ids = [OUTPUT_TOKEN]
         if prefix:  # as the prefill bootstrap queue's finalize_bootstrap sets them from decode's prefix length
             if not hasattr(req, "disagg_decode_prefix_len"):
@@ -254,12 +263,16 @@ class HandoffScene(Scene):
 
     # --- prefill: the last chunk ------------------------------------------------------------------
 
-    def send(self) -> None:
-        """The prefill scheduler sends the request's last chunk: the tree's ``send_kv_chunk``, whose
-        later form digests the KV it sends before handing the chunk to the sender."""
+    def send(self, rids: list[str] | None = None) -> None:
+        """The prefill scheduler sends the last chunk of each of ``rids`` (None: the subject's and the one beside
+        it): the tree's ``send_kv_chunk``, whose later form digests the KV it sends before handing the chunk to the
+        sender. The previous owner of the subject's slot is sent by a prefill instance running the option."""
         journal = self.journal
         prefill = self.prefill[0]
+        rids = self.rids if rids is None else rids
+        self.sending_previous = self.previous in rids
         self.prefill_metadata = metadata_buffers(kv_checksum_enabled=self._prefill_checksum_on())
+        self.metadata_of.update({rid: self.prefill_metadata for rid in rids})
 
         def scheduler_of(checksum: bool, name: str) -> Any:
             """The prefill scheduler sending; without ``checksum``, one of an instance not yet running the
@@ -281,8 +294,8 @@ class HandoffScene(Scene):
         scheduler = scheduler_of(True, "prefill0.scheduler")
         unverified = scheduler_of(False, "prefill1.scheduler") if self.handoff.beside == "unverified" else None
         split = hasattr(tree.resolve(PREFILL_MIXIN), "_send_kv_chunk")
-        self.sent_upto = {rid: self._prefix(rid) for rid in self.rids}  # what the tree's start_send_idx tracks
-        for rid in self.rids:
+        self.sent_upto = {rid: self._prefix(rid) for rid in rids}  # what the tree's start_send_idx tracks
+        for rid in rids:
             req = self.prefill_reqs[rid]
             first = self.handoff.first_chunk if rid == RID else 0
             sends = unverified if unverified is not None and rid != RID else scheduler
@@ -305,6 +318,7 @@ class HandoffScene(Scene):
             else:  # the tree sends straight from send_kv_chunk: nothing of it digests or checks the chunk
                 self._chunk_to_sender(req, last_chunk=True, end_idx=self._sent(rid))
             self._hand_on(prefill, rid, "prefill sends its last chunk")
+        self.sending_previous = False
 
     def _hand_on(self, prefill: Any, rid: str, step: str) -> None:
         """What the tree's send path handed the sender goes to the prefill KV manager's transfer queue."""
@@ -322,7 +336,7 @@ class HandoffScene(Scene):
         import numpy as np
 
         if last_chunk:
-            self.prefill_metadata.set_buf(req)
+            self.metadata_of[req.rid].set_buf(req)
         count = int(end_idx if end_idx is not None else self._sent(req.rid))
         start, base = self.sent_upto[req.rid], self._prefix(req.rid)
         self.sent_upto[req.rid] = count
@@ -353,10 +367,12 @@ class HandoffScene(Scene):
 
     def aux(self, decode: Any, index: int) -> None:
         """The aux transfer: the prefill metadata row of the request whose decode row is ``index`` lands in
-        it (what RDMA copies, byte for byte)."""
+        it (what RDMA copies, byte for byte: the buffers the sending prefill instance has; a buffer it lacks, as one
+        not running the checksum lacks the digest's, leaves decode's row of it as it was). The row's owner is the
+        request admitted last into it."""
         torch = tree.torch()
-        rid = next(r.rid for r in decode.requests.values() if r.metadata_index == index)
-        for name, value in vars(self.prefill_metadata).items():
+        rid = next(r.rid for r in reversed(list(decode.requests.values())) if r.metadata_index == index)
+        for name, value in vars(self.metadata_of[rid]).items():
             if isinstance(value, torch.Tensor) and value.dim() >= 1 and value.shape[0] == 16:
                 getattr(decode.metadata, name)[index] = value[self.prefill_reqs[rid].metadata_buffer_index]
 
@@ -396,12 +412,20 @@ class HandoffScene(Scene):
                              matched)
         self.batches.append({"runs": [r.rid for r in batch.reqs]})
 
-    def admit_decode(self) -> None:
+    def admit_decode(self, rids: list[str] | None = None) -> None:
+        """Decode preallocates each of ``rids`` (None: the subject and the one beside it); the subject, past a
+        previous owner, gets the metadata slot the tree freed for it (a fresh one if the tree freed none)."""
         decode = self.decode[0]
         torch = tree.torch()
-        for rid in self.rids:
+        for rid in self.rids if rids is None else rids:
             prefix = self.decode_prefix if rid == RID else []
-            decode.admit(rid, self.rooms[rid], self.rows[rid], PROMPT - len(prefix))
+            slot = None
+            if rid == RID and self.previous:
+                held = decode.requests[self.previous].metadata_index
+                slot = held if held in decode.metadata_frees else None
+                self.note("the previous owner's metadata slot " + ("freed: reused" if slot is not None else
+                                                                   "never freed: a fresh one"), slot=held)
+            decode.admit(rid, self.rooms[rid], self.rows[rid], PROMPT - len(prefix), slot=slot)
             self.decode_row[self.rows[rid], :PROMPT] = torch.tensor(prefix + decode.requests[rid].pages)
             if prefix:  # as decode's preallocation sets it on a prefix match: the tree cache owns [0, here),
                 req = decode.requests[rid].req  # kept on the request's KV record from 0.5.19, on the request before
@@ -440,6 +464,9 @@ class HandoffScene(Scene):
                         "cached": self.handoff.cached},
             "beside": ({"rid": self.beside, "request": tree.request_state(decode.requests[self.beside].req)}
                        if self.beside else None),
+            **({"previous": {"rid": self.previous, "request": tree.request_state(decode.requests[self.previous].req),
+                             "slot": decode.requests[self.previous].metadata_index,
+                             "subject_slot": request.metadata_index}} if self.previous else {}),
             "checksum": {"option": self.option, "on": self._checksum_on(),
                          "digests": [c for d in self.digests for c in d.computed]},
             "batches": list(self.batches),
@@ -449,6 +476,14 @@ class HandoffScene(Scene):
 
 
 def script(scene: HandoffScene) -> None:
+    if scene.previous:  # the previous owner of the subject's slot: its whole handoff, committed and read
+        scene.admit_decode([scene.previous])
+        for p in scene.prefill:
+            p.bootstrap(scene.previous, scene.rooms[scene.previous])
+        scene.send([scene.previous])
+        scene.prefill[0].work()
+        scene.deliver("status")
+        scene.decode_step()
     scene.admit_decode()
     for rid in scene.rids:
         for p in scene.prefill:

@@ -760,13 +760,15 @@ class DecodeRank(Rank):
                                      ("enable_deferred_kv_release", "deferred_kv_release_timeout")))
         self.start(self.manager.start_decode_thread)
 
-    def admit(self, rid: str, room: int = ROOM, row: int = 1, reserve: int = PAGES) -> None:
+    def admit(self, rid: str, room: int = ROOM, row: int = 1, reserve: int = PAGES, slot: int | None = None) -> None:
         """``rid`` was preallocated here and waits for its KV in ``room``: its pages, metadata row, KV
         receiver (bootstrapped with every prefill rank) and transfer-queue entry; ``row``: its row of req_to_token;
-        ``reserve``: the pages reserved for the KV prefill sends (fewer than its prompt's past a prefix decode held)."""
+        ``reserve``: the pages reserved for the KV prefill sends (fewer than its prompt's past a prefix decode held);
+        ``slot``: a metadata row the tree's own code freed before (taken again as it was left; None: a fresh row)."""
         journal, scene = self.scene.journal, self.scene
         decode, conn = tree.module(DECODE), tree.module(MOONCAKE)
-        request = Request(rid=rid, pages=self.pool.alloc(rid, reserve), metadata_index=3 + len(self.requests))
+        request = Request(rid=rid, pages=self.pool.alloc(rid, reserve),
+                          metadata_index=3 + len(self.requests) if slot is None else slot)
         poll = tree.kv_poll()
         # what the receiver's constructor registers on its manager (the constructor itself, which opens
         # connections to the bootstrap server, is not run)
@@ -795,7 +797,7 @@ class DecodeRank(Rank):
             request.req.vocab_size = 32000
         tree.give_kv(request.req, PAGES, row)
         request.req.metadata_buffer_index = request.metadata_index
-        if hasattr(self.metadata, "bootstrap_room"):  # the row's room: what later trees' metadata gate reads
+        if hasattr(self.metadata, "bootstrap_room") and slot is None:  # a fresh row's room: what later trees' gate reads
             self.metadata.bootstrap_room[request.metadata_index, 0] = 0
         self.queue.queue.append(_dataclass(decode.DecodeRequest, req=request.req, kv_receiver=request.receiver,
                                            metadata_buffer_index=request.metadata_index))

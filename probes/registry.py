@@ -10,7 +10,7 @@ from dataclasses import dataclass
 class Entry:
     id: str  # what pins.toml, receipts and --probe name it by
     module: str  # its module in probes/
-    fix: int  # the upstream PR whose promise it checks: its duty table is probes/duties_{fix}.py
+    fix: int  # the upstream PR whose promise it checks, or a local id (< 1000, shown L<n>): its duty table is probes/duties_{fix}.py
 
 
 PROBES: tuple[Entry, ...] = (
@@ -21,4 +21,5 @@ PROBES: tuple[Entry, ...] = (
     Entry("lifetime-peers", "lifetime_peers", 41402),
     Entry("lifetime-failures", "lifetime_failures", 41404),
     Entry("handoff", "handoff", 39500),
+    Entry("handoff-slot", "handoff_slot", 4),
 )

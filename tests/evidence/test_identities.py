@@ -14,6 +14,7 @@ import pytest
 from runner import cli
 from runner.evidence import bundle, catalog, receipts
 from tests.helpers import ROOT, case, receipt
+from probes import registry
 
 PROBES = [*catalog.PROBES, catalog.UPSTREAM_TESTS[0]]
 # Storage, signing, formats, views, commands: none of it decides a verdict.
@@ -50,7 +51,7 @@ def test_the_judge_is_its_package_and_the_probes_code_it_imports():
     assert {f for f in files if not f.startswith("runner/judge/")} == {
         "runner/__init__.py", "probes/__init__.py", "probes/duties.py", "probes/space.py", "probes/coverage.py",
         "probes/fixcode.py", "probes/conditions.py", "probes/registry.py", "probes/effects.py", "probes/duties_lifetime.py",
-        *(f"probes/duties_{fix}.py" for fix in (36988, 38935, 39500, 40645, 41023, 41402, 41404))}
+        *(f"probes/duties_{entry.fix}.py" for entry in registry.PROBES)}
     assert {f"runner/judge/{p.name}" for p in (ROOT / "runner" / "judge").glob("*.py")} <= set(files)
 
 
@@ -70,13 +71,13 @@ def test_an_edit_to_the_judges_code_moves_the_judge(copy, edited):
 
 
 def test_editing_the_lifetime_probe_moves_only_the_probes_built_on_it(copy):
-    """The lifetime module is the scene of the four lifetime probes and of handoff (which imports it):
+    """The lifetime module is the scene of the four lifetime probes and of handoff and handoff-slot (which import it):
     exactly those move; admission, prefill-cleanup, upstream-tests and the judge do not."""
     before = identities(copy)
     edit_docstring(copy / "probes" / "lifetime.py")
     after = identities(copy)
     moved = {k for k in before if before[k] != after[k]}
-    assert moved == {"lifetime-default", "lifetime-drain", "lifetime-peers", "lifetime-failures", "handoff"}
+    assert moved == {"lifetime-default", "lifetime-drain", "lifetime-peers", "lifetime-failures", "handoff", "handoff-slot"}
 
 
 def test_editing_one_probe_module_moves_that_probe_alone(copy):
@@ -151,7 +152,8 @@ def test_one_registry_names_every_probe_for_the_host_the_harness_and_the_duty_ta
     ("registry.py", {"judge", *catalog.PROBES}),
     ("duties_41402.py", {"judge", "lifetime-peers"}),
     ("duties_41023.py", {"judge", "lifetime-default", "lifetime-drain", "lifetime-peers", "lifetime-failures"}),
-    ("duties_lifetime.py", {"judge", "lifetime-default", "lifetime-drain", "lifetime-peers", "lifetime-failures", "handoff"}),
+    ("duties_lifetime.py", {"judge", "lifetime-default", "lifetime-drain", "lifetime-peers", "lifetime-failures", "handoff",
+                            "handoff-slot"}),
 ])
 def test_a_duty_table_moves_the_judge_and_only_the_probes_it_judges(copy, edited, moved):
     """A probe's cases are judged by its own fix's table (probes/case.py holds no other), so one table's edit moves
