@@ -49,6 +49,7 @@ UTILS = "sglang.srt.disaggregation.utils"
 SCHEDULER = "sglang.srt.managers.scheduler.Scheduler"
 MANAGER = f"{MOONCAKE}.MooncakeKVManager"
 QUEUE = f"{DECODE}.DecodeTransferQueue"
+HISPARSE = "sglang.srt.managers.hisparse_coordinator.HiSparseCoordinator"
 IMPORTS = (
     "sglang.srt.managers.schedule_batch",
     "sglang.srt.sampling.sampling_params",
@@ -721,19 +722,21 @@ class DecodeRank(Rank):
         streamer, self.streamed = output_streamer(journal)
         self.metadata = metadata_buffers(**scene.metadata_flags())
         self.metadata_frees: list[int] = []
+        self.logical_releases: list[dict[str, JSON]] = []  # a HiSparse decode's release_kv_cache: logical indices only
         # one scheduler, as in the server: the transfer queue's and the one the abort reaches
         self.scheduler = strict_subject(tree.resolve(SCHEDULER), journal, f"{self.name}.scheduler", **{
             **dict(chunked_req=None, mm_receiver=None, waiting_queue=[], dllm_config=None, enable_hicache_storage=False,
                    grammar_manager=Double(journal, "grammar_manager", recorded=("abort_requests",)),
                    disaggregation_mode=modes.DECODE, collect_inflight_reqs=lambda: [],
                    ps=Double(journal, "parallel_state", pp_size=1), pp_size=1,
-                   enable_decode_hicache=False, enable_hisparse=False, output_streamer=streamer,
+                   enable_decode_hicache=False, enable_hisparse=scene.shape.hisparse, output_streamer=streamer,
                    metrics_reporter=Double(journal, "metrics_reporter", enable_metrics=False),
                    # nothing is running yet; earlier trees read the server configuration from the scheduler
                    running_batch=Double(journal, "running_batch", reqs=[]), last_batch=None, cur_batch=None,
                    is_generation=True, enable_metrics=False, grammar_queue=[],
                    stream_output=streamer.stream_output,  # earlier trees stream from the scheduler itself
                    server_args=server_args()),
+            **({"hisparse_coordinator": self._hisparse()} if scene.shape.hisparse else {}),
             **scene.decode_scheduler_state(self),
         })
         self.queue = strict_subject(
@@ -759,6 +762,43 @@ class DecodeRank(Rank):
         self.config.update(configure(journal, decode.DecodeTransferQueue, self.queue,
                                      ("enable_deferred_kv_release", "deferred_kv_release_timeout")))
         self.start(self.manager.start_decode_thread)
+
+    def _hisparse(self) -> Any:
+        """The tree's own ``HiSparseCoordinator`` (made without its ``__init__``), holding the state its
+        ``request_finished`` reads, for 4 request rows: no device buffer of its own yet (the transfer writes the
+        host pool directly), no backup pending, no overlapped batch. Its host pool stands in as this rank's page
+        pool: the pages decode hands prefill are host pages, and ``free`` gives them back to it."""
+        torch, journal, name = tree.torch(), self.scene.journal, self.name
+        rows, width = 4, 2 * PAGES
+
+        def allocated(req_to_host_pool: Any, req_pool_idx: Any, allocated_len: Any) -> Any:
+            row = req_to_host_pool[int(req_pool_idx), : int(allocated_len)]
+            return row[row >= 0]
+
+        def free(indices: Any) -> None:
+            pages = [int(p) for p in indices.tolist()]
+            self.pool.free(self.pool.owner.get(pages[0], "") if pages else "", pages, "hisparse request_finished")
+
+        return strict_subject(
+            tree.resolve(HISPARSE), journal, f"{name}.hisparse_coordinator",
+            decode_producer_stream=None, _has_pending_backup=False,
+            req_to_token_pool=Double(journal, f"{name}.hisparse_req_to_token_pool",
+                                     req_to_token=torch.zeros((rows, width), dtype=torch.int64)),
+            req_device_buffer_size=torch.zeros(rows, dtype=torch.int64),
+            req_to_device_buffer=torch.zeros((rows, width), dtype=torch.int64),
+            req_device_buffer_tokens=torch.full((1, rows, width), -1, dtype=torch.int64),
+            req_device_buffer_token_locs=torch.full((1, rows, width), -1, dtype=torch.int64),
+            mem_pool_device=Double(journal, f"{name}.hisparse_device_pool",
+                                   translate_loc_from_full_to_compressed=lambda locs: locs,
+                                   full_to_hisparse_device_index_mapping=torch.zeros(4 * width, dtype=torch.int64)),
+            mem_pool_host=Double(journal, f"{name}.hisparse_host_pool", allocated_host_indices=allocated, free=free),
+            req_to_host_pool=torch.full((rows, width), -1, dtype=torch.int64),
+            req_to_host_pool_allocated_len=torch.zeros(rows, dtype=torch.int64),
+            lru_slots=torch.zeros((1, rows, width), dtype=torch.int64), _lru_init=torch.zeros(width, dtype=torch.int64),
+            spec_swap=Double(journal, f"{name}.hisparse_spec_swap", recorded=("free_unrotated_scratch", "clear_scratch")),
+            _skip_first_backup=torch.zeros(rows, dtype=torch.bool),
+            token_to_kv_pool_allocator=Double(journal, f"{name}.hisparse_allocator", recorded=("free_hisparse_indices",)),
+        )
 
     def admit(self, rid: str, room: int = ROOM, row: int = 1, reserve: int = PAGES, slot: int | None = None) -> None:
         """``rid`` was preallocated here and waits for its KV in ``room``: its pages, metadata row, KV
@@ -796,6 +836,10 @@ class DecodeRank(Rank):
         if getattr(request.req, "vocab_size", 0) is None:  # the model's vocabulary, which the request learns from it
             request.req.vocab_size = 32000
         tree.give_kv(request.req, PAGES, row)
+        if scene.shape.hisparse:  # as the tree's HiSparse preallocation records the host pages it gave the request
+            coordinator = self.scheduler.hisparse_coordinator
+            coordinator.req_to_host_pool[row, : len(request.pages)] = tree.torch().tensor(request.pages)
+            coordinator.req_to_host_pool_allocated_len[row] = len(request.pages)
         request.req.metadata_buffer_index = request.metadata_index
         if hasattr(self.metadata, "bootstrap_room") and slot is None:  # a fresh row's room: what later trees' gate reads
             self.metadata.bootstrap_room[request.metadata_index, 0] = 0
@@ -868,7 +912,13 @@ class DecodeRank(Rank):
 
     def release(self, req: Any, cached: bool = False) -> None:
         """``release_kv_cache``: the request's pages go back to the allocator (the stand-in pool);
-        ``cached``: the tree asked the prefix cache to keep their KV first."""
+        ``cached``: the tree asked the prefix cache to keep their KV first. On a HiSparse decode it gives back the
+        request's logical indices only (its KV is in host pages, which the coordinator frees): recorded."""
+        if self.scene.shape.hisparse:
+            self.logical_releases.append({"seq": self.scene.clock.tick(), "t": self.scene.clock.now, "rid": req.rid,
+                                          "cached": cached})
+            tree.drop_kv(req)
+            return
         self.pool.free(req.rid, self.requests[req.rid].pages, "release_kv_cache", cached=cached)
         tree.drop_kv(req)
 
@@ -906,6 +956,7 @@ class DecodeRank(Rank):
             "metadata_frees": list(self.metadata_frees),
             "acks_noted": [e["args"] for e in self.scene.journal.calls(f"{self.name}.kv_manager", "note_abort_ack")],
             "streamed": [list(c) for c in self.streamed],
+            **({"logical_releases": list(self.logical_releases)} if self.scene.shape.hisparse else {}),
         }
 
 
@@ -1134,7 +1185,10 @@ class Shape:
     ``failure`` values: ``aux-write-fails`` (prefill rank 0's KV lands, its aux write fails),
     ``state-write-fails`` (its KV lands, the state write fails), ``aborted-then-write-fails`` (decode
     aborts the request twice, the client's disconnect and its explicit abort, while prefill rank 0's
-    write is in flight; that write then fails).
+    write is in flight; that write then fails). ``hisparse``: a HiSparse decode (``--enable-hisparse``): the
+    transfer's destination is each decode rank's HiSparse host pool (the pages decode hands prefill are host pages,
+    recorded in the coordinator's ``req_to_host_pool`` as its preallocation does), which the tree's own
+    ``HiSparseCoordinator.request_finished`` frees; ``release_kv_cache`` gives back only the logical indices.
     """
 
     config: str = "default"
@@ -1154,6 +1208,7 @@ class Shape:
     chunks: int = 1
     state: bool = False
     layout: str = "tp"
+    hisparse: bool = False
 
 
 def script(scene: Scene) -> None:
@@ -1384,7 +1439,8 @@ def space_cases(table: Any, shape_of: Callable[[Mapping[str, str]], Shape], uses
         publishes = (shape.failure in ("metadata-send-fails", "bootstrap-fails", "peer-bootstrap-fails")
                      or shape.publish == "partial" or shape.wire_bootstrap)
         return (REQUIRES + ((f"{MOONCAKE}.MooncakeKVReceiver.send_metadata",) if publishes else ())
-                + ((STATE_TYPE, f"{MANAGER}.maybe_send_extra") if shape.state else ()))
+                + ((STATE_TYPE, f"{MANAGER}.maybe_send_extra") if shape.state else ())
+                + ((f"{HISPARSE}.request_finished",) if shape.hisparse else ()))
 
     return tuple(Case.of(table, point, lambda journal, shape=shape_of(point): LifetimeScene(journal, shape),
                          requires(shape_of(point)), uses)

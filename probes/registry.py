@@ -22,4 +22,5 @@ PROBES: tuple[Entry, ...] = (
     Entry("lifetime-failures", "lifetime_failures", 41404),
     Entry("handoff", "handoff", 39500),
     Entry("handoff-slot", "handoff_slot", 4),
+    Entry("lifetime-hisparse", "lifetime_hisparse", 5),
 )
