@@ -4,6 +4,8 @@ those the catalog says are deliberately not probed, each with its reason."""
 
 from __future__ import annotations
 
+import fnmatch
+import sys
 from pathlib import Path
 
 from rich.text import Text
@@ -52,14 +54,21 @@ def cmd_drift(args) -> int:
     entries = drift.reached(entries, fixes, cases, catalog)
     loose = [e for e in entries if not e.reached and e.unprobed is None]
     declared = [e for e in entries if not e.reached and e.unprobed is not None]
+    if args.stub:
+        return _stub(args, loose, new)
+    differs = [e for e in loose if e.reviewed_other]
     ui.out.print(Text(errors.printable(
         f"drift {args.a} -> {args.b}: {len(entries)} function(s) of the isolation modules changed; "
         f"{sum(e.reached for e in entries)} with every changed statement run by a probe case ({len(receipts)} receipt(s) "
-        f"of {args.b}), {len(declared)} not probed by decision, {len(loose)} unexplained"), style="bold"))
+        f"of {args.b}), {len(declared)} not probed by decision (reviewed), {len(loose)} unexplained"
+        + (f" ({len(differs)} of them reviewed in another version)" if differs else "")), style="bold"))
     for e in loose:
-        ui.out.print(Text(errors.printable(f"  {e.file}:{e.lines[0]} {e.function} ({e.change}, {e.group}): {_ran(e)}")))
+        was = (f"; reviewed version differs (reviewed in {e.reviewed_other.reviewed_in}, sha256 "
+               f"{dict((f.place, f.sha256) for f in e.reviewed_other.functions)[e.place][:12]}, now {e.sha256[:12]}): "
+               f"{e.reviewed_other.reason}") if e.reviewed_other else ""
+        ui.out.print(Text(errors.printable(f"  {e.file}:{e.lines[0]} {e.function} ({e.change}, {e.group}): {_ran(e)}{was}")))
     if declared:
-        ui.out.print(Text("not probed, by decision (the catalog's reasons):", style="bold"))
+        ui.out.print(Text("not probed, by decision (reviewed: the catalog's reasons, its bytes the ones read):", style="bold"))
         for e in declared:
             ui.out.print(Text(errors.printable(f"  {e.file}:{e.lines[0]} {e.function} ({e.change}, {e.group}): {_ran(e)}; "
                                                f"{e.unprobed}")))
@@ -68,14 +77,27 @@ def cmd_drift(args) -> int:
         for e in entries:
             if e.reached:
                 ui.out.print(Text(errors.printable(f"  {e.file}:{e.lines[0]} {e.function} ({e.change}): {', '.join(e.reached_by)}")))
-    stale = sorted({u.place for u in catalog.unprobed} - {e.place for e in entries})
+    stale = sorted(set(catalog.reviewed()) - {e.place for e in entries})
     if stale:
         ui.out.print(Text(errors.printable(f"{len(stale)} entry(ies) of the catalog's unprobed list did not change here "
                                            f"(first: {stale[0]})"), style="dim"))
     if loose:
-        ui.out.print(Text(f"probe them, or declare each in the catalog's [[unprobed]] with a one-line reason "
-                          f"({errors.printable(str(options.path(args.catalog) or drift.DEFAULT))})", style="dim"))
+        ui.out.print(Text(f"probe them, or review each and declare it in the catalog's [[unprobed]] with a one-line reason "
+                          f"(--stub PLACE prints the entry to paste, digests filled in; "
+                          f"{errors.printable(str(options.path(args.catalog) or drift.DEFAULT))})", style="dim"))
     return errors.DIFFERS if loose else errors.OK
+
+
+def _stub(args, loose: list[drift.Entry], new) -> int:
+    """The [[unprobed]] entry to paste for the unexplained functions whose place matches a --stub glob: the reviewer
+    writes the reason. Only the TOML goes to stdout."""
+    chosen = [e for e in loose if any(fnmatch.fnmatchcase(e.place, g) for g in args.stub)]
+    if not chosen:
+        raise errors.BadInput(f"--stub {errors.printable(' '.join(args.stub))}: no unexplained function of {args.b} matches "
+                              f"(a place reads sglang/FILE.py:Class.method; globs allowed)")
+    sys.stdout.write(drift.stub(chosen, args.b, new.identity.tree_digest))
+    sys.stdout.flush()
+    return errors.OK
 
 
 def register(sub) -> None:
@@ -84,9 +106,12 @@ def register(sub) -> None:
         about="Lists the functions of the isolation-relevant modules (disaggregation, scheduler admission, allocator and "
               "release, checksum, HiCache, Mamba and HiSparse paths: runner/data/isolation.toml) that differ from A to B "
               "and that neither a pinned fix's code nor a recorded probe case of B reaches, and those the catalog declares "
-              "deliberately not probed, each with its one-line reason. Read from the trees' bytes; nothing runs.",
+              "deliberately not probed, each with its one-line reason. A declaration pins the sha256 of each function's "
+              "source as reviewed: once the function's bytes differ it is unexplained again, its old reason shown. "
+              "Read from the trees' bytes; nothing runs.",
         example="diffprobe drift pypi:sglang==0.5.22 pypi:sglang==0.5.23",
-        ok="nothing unexplained: every changed function is reached or declared not probed",
+        ok="nothing unexplained: every changed function is reached or declared not probed for the bytes reviewed "
+           "(with --stub: the entry printed)",
         differs="changed functions nothing reaches and the catalog does not explain (each named)")
     options.source(p, "a", what="the older tree")
     options.source(p, "b", what="the newer tree, whose receipts (the receipts store's, and --receipts) count as coverage")
@@ -94,5 +119,9 @@ def register(sub) -> None:
     p.add_argument("--receipts", metavar="BUNDLE", action="append",
                    help="a bundle whose receipts of B count as coverage too (repeatable; each verified)")
     p.add_argument("--all", action="store_true", help="list the reached functions too, with what reaches each")
+    p.add_argument("--stub", metavar="PLACE", action="append",
+                   help="print only the [[unprobed]] entry to paste for the unexplained functions matching PLACE "
+                        "(sglang/FILE.py:Class.method, a glob; repeatable: one entry, one reason, one digest per function); "
+                        "the reviewer fills in the reason")
     options.common(p)
     p.set_defaults(func=cmd_drift)

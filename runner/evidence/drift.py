@@ -4,7 +4,9 @@ fork's new code on these paths, is seen at once rather than when someone thinks 
 
 What counts as isolation-relevant is data (``runner/data/isolation.toml``: module globs and, where a
 module is mostly plumbing, the function names that touch the boundaries), and so is each entry
-deliberately left unprobed, with a one-line reason. Everything is read from the stored trees' bytes
+deliberately left unprobed: a one-line reason and, per function, the sha256 of its source as reviewed, so
+that a declaration holds only while the function's bytes are the ones a person read (a changed function
+is listed again, its old reason beside it). Everything is read from the stored trees' bytes
 with ``ast``; nothing of either tree runs. A function changed when its body (docstring aside), its
 arguments or its decorators parse differently: comments, blank lines and moves do not count. It is
 reached when recorded cases ran every statement of it that changed: a case that runs the function
@@ -16,6 +18,8 @@ from __future__ import annotations
 import ast
 import difflib
 import fnmatch
+import hashlib
+import json
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -45,25 +49,47 @@ class Modules(_Model):
     functions: list[str] = Field(["*"], min_length=1, description="globs over qualified names (Class.method)")
 
 
-class Unprobed(_Model):
-    """A changed function deliberately not probed: ``file:Class.method`` and why, in one line."""
+def _place(v: str) -> str:
+    file, sep, name = v.partition(":")
+    if not sep or not file.endswith(".py") or not name or not file.startswith("sglang/") or not v.isprintable():
+        raise ValueError("must read sglang/FILE.py:Class.function")
+    return v
 
-    place: str
-    reason: str
+
+class Reviewed(_Model):
+    """One function as a reviewer read it: where, and the sha256 of its source lines then (``source_digest``)."""
+
+    place: str = Field(description="sglang/FILE.py:Class.method, relative to the directory holding sglang/")
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$", description="sha256 (hex) of the function's source lines as reviewed, "
+                                                               "its decorators to its last line, bytes as stored")
 
     @field_validator("place")
     @classmethod
-    def _place(cls, v: str) -> str:
-        file, sep, name = v.partition(":")
-        if not sep or not file.endswith(".py") or not name or not file.startswith("sglang/"):
-            raise ValueError("must read sglang/FILE.py:Class.function")
-        return v
+    def _check_place(cls, v: str) -> str:
+        return _place(v)
+
+
+class Unprobed(_Model):
+    """Changed functions deliberately not probed, for one reason: each function pinned to the bytes reviewed. The
+    declaration holds for a function only while its source in the newer tree hashes to ``sha256``."""
+
+    reason: str = Field(description="one printable line: what changed and why it is outside the isolation boundaries")
+    reviewed_in: str = Field(min_length=1, max_length=REASON_CHARS, description="the source of the tree reviewed (pypi:sglang==X)")
+    tree_digest: str = Field(pattern=r"^h1:[A-Za-z0-9+/]{43}=$", description="that tree's digest (h1:, as receipts name it)")
+    functions: list[Reviewed] = Field(min_length=1)
 
     @field_validator("reason")
     @classmethod
     def _one_line(cls, v: str) -> str:
         if not v.strip() or "\n" in v or "\r" in v or len(v) > REASON_CHARS or not v.isprintable():
             raise ValueError(f"must be one printable line of at most {REASON_CHARS} characters")
+        return v
+
+    @field_validator("reviewed_in")
+    @classmethod
+    def _printable(cls, v: str) -> str:
+        if not v.isprintable():
+            raise ValueError("must be printable")
         return v
 
 
@@ -74,6 +100,10 @@ class Catalog(_Model):
     def names(self, rel: str) -> bool:
         """Whether some group's paths take the file ``rel``."""
         return any(fnmatch.fnmatchcase(rel, p) for m in self.modules for p in m.paths)
+
+    def reviewed(self) -> dict[str, tuple[Reviewed, Unprobed]]:
+        """place -> the function as reviewed and its declaration."""
+        return {f.place: (f, u) for u in self.unprobed for f in u.functions}
 
     def group_of(self, rel: str, qualname: str) -> str | None:
         """The first group whose paths and function names take ``rel``'s ``qualname``."""
@@ -97,10 +127,18 @@ def load(path: Path | None) -> Catalog:
         err = e.errors()[0]
         where = ".".join(str(p) for p in err["loc"])
         raise BadInput(f"isolation catalog {path}: {where}: {err['msg']}") from None
-    places = [u.place for u in catalog.unprobed]
+    places = [f.place for u in catalog.unprobed for f in u.functions]
     if twice := next((p for p in places if places.count(p) > 1), None):
-        raise BadInput(f"isolation catalog {path}: unprobed place {twice} is listed twice")
+        raise BadInput(f"isolation catalog {path}: unprobed place {_shown(twice)} is listed twice")
+    for place in places:
+        file, _, name = place.partition(":")
+        if catalog.group_of(file, name) is None:
+            raise BadInput(f"isolation catalog {path}: unprobed place {_shown(place)} is in no group of the module set")
     return catalog
+
+
+def _shown(text: str) -> str:
+    return json.dumps(text)[1:-1][:REASON_CHARS]
 
 
 @dataclass(frozen=True)
@@ -109,6 +147,12 @@ class Function:
     lines: tuple[int, int]  # first line (decorators included) and last
     shape: str  # what decides "changed": its arguments, decorators and body (docstring aside), parsed
     docstring: tuple[int, int] | None  # its lines: a statement, but not code that decides anything
+
+
+def source_digest(source: bytes, lines: tuple[int, int]) -> str:
+    """sha256 (hex) of a function's source lines (``lines``: first and last, 1-based) as stored: what a review pins.
+    Any byte of them, a comment or a blank line included, makes another digest; lines around it do not."""
+    return hashlib.sha256(b"".join(source.splitlines(keepends=True)[lines[0] - 1:lines[1]])).hexdigest()
 
 
 def functions(source: bytes) -> dict[str, Function]:
@@ -147,11 +191,14 @@ class Entry(_Model):
     lines: tuple[int, int] = Field(description="its first line (decorators included) and last, in the newer tree")
     change: str  # "changed" or "added"
     group: str
+    sha256: str = Field(description="sha256 of its source lines in the newer tree (source_digest), as [[unprobed]] pins it")
     statements: list[tuple[int, int]] = Field(description="the statements that changed (each one's own lines); for lines "
                                                           "only removed, the statements around where they were")
     not_run: list[int] = Field([], description="the first line of each changed statement no recorded case ran")
     reached_by: list[str] = Field([], description="'fix #N' (its code), 'probe P' (a case ran a changed statement of it)")
-    unprobed: str | None = Field(None, description="the catalog's reason it is deliberately not probed")
+    unprobed: str | None = Field(None, description="the catalog's reason it is deliberately not probed, its bytes the ones reviewed")
+    reviewed_other: Unprobed | None = Field(None, description="a declaration of it whose reviewed bytes differ from these: "
+                                                                "not a decision about this version (its reason shown)")
 
     @property
     def place(self) -> str:
@@ -202,6 +249,7 @@ def changed(old: Mapping[str, bytes | None], new: Mapping[str, bytes], catalog: 
             else:
                 touched = mine
             out.append(Entry(file=rel, function=f.qualname, lines=f.lines, group=group, statements=touched,
+                             sha256=source_digest(new[rel], f.lines),
                              change="changed" if f.qualname in before else "added"))
     return out
 
@@ -230,11 +278,31 @@ def reached(entries: list[Entry], fixes: dict[tuple[str, str], list[int]], cases
     lines count) and the catalog's reason for each deliberately not probed."""
     lines = {probe: coverage.lines_run(cs) for probe, cs in cases.items()}
     every = coverage.union(lines.values())
-    reasons = {u.place: u.reason for u in catalog.unprobed}
+    reviewed = catalog.reviewed()
     out = []
     for e in entries:
         by = [f"fix #{n}" for n in sorted(set(fixes.get((e.file, e.function), [])))]
         by += [f"probe {p}" for p, ran in sorted(lines.items()) if e.file in ran and coverage.overlaps(ran[e.file], e.statements)]
         missed = [s[0] for s in e.statements if not (e.file in every and coverage.overlaps(every[e.file], [s]))]
-        out.append(e.model_copy(update={"reached_by": by, "not_run": missed, "unprobed": reasons.get(e.place)}))
+        f, u = reviewed.get(e.place, (None, None))
+        same = f is not None and f.sha256 == e.sha256
+        out.append(e.model_copy(update={"reached_by": by, "not_run": missed, "unprobed": u.reason if same else None,
+                                        "reviewed_other": u if f is not None and not same else None}))
     return out
+
+
+def _toml(text: str) -> str:
+    """A TOML basic string (JSON's escapes are TOML's)."""
+    return json.dumps(text)
+
+
+def stub(entries: list[Entry], reviewed_in: str, tree_digest: str) -> str:
+    """The ``[[unprobed]]`` entry to paste for ``entries`` (functions of the tree ``reviewed_in``): every field but
+    the reason filled in, each function's digest that of its bytes there; a function declared before for other
+    bytes carries its old reason as a comment."""
+    rows = []
+    for e in entries:
+        was = f"  # reviewed before for other bytes: {_shown(e.reviewed_other.reason)}" if e.reviewed_other else ""
+        rows.append(f"  {{ place = {_toml(e.place)}, sha256 = {_toml(e.sha256)} }},{was}\n")
+    return (f"[[unprobed]]\nreason = \"\"\nreviewed_in = {_toml(reviewed_in)}\ntree_digest = {_toml(tree_digest)}\n"
+            f"functions = [\n{''.join(rows)}]\n")

@@ -8,6 +8,7 @@ import orjson
 
 from runner.evidence.bundle import Index
 from runner.evidence.departures import Departures
+from runner.evidence.drift import Catalog
 from runner.evidence.dsse import Envelope
 from runner.evidence.mutation import Mutation
 from runner.judge.observations import Observations
@@ -21,6 +22,7 @@ from runner.judge.pytest_records import Outcomes
 
 MODELS = {
     "pins": Pins,
+    "isolation": Catalog,  # runner/data/isolation.toml (drift --catalog): the module set and the reviewed [[unprobed]]
     "observations": Observations,
     "receipt": Receipt,
     "differential": Differential,

@@ -89,16 +89,69 @@ def test_a_case_that_runs_past_the_new_defence_has_not_probed_it(tmp_path):
     assert pop.reached and pop.reached_by == ["fix #38935", "probe lifetime"] and not added.reached
 
 
-def test_the_catalog_declares_what_is_not_probed_and_is_checked(tmp_path):
-    declared = CATALOG + '[[unprobed]]\nplace = "sglang/srt/disaggregation/decode.py:any_rank_holds"\nreason = "a pure helper"\n'
+def _declared(*pairs: tuple[str, str], reason: str = "a pure helper", tree: str = "h1:" + "A" * 43 + "=") -> str:
+    """An [[unprobed]] entry for ``pairs`` (Class.method of DECODE, sha256), as --stub prints it plus a reason."""
+    rows = "".join(f'  {{ place = "{DECODE}:{name}", sha256 = "{digest}" }},\n' for name, digest in pairs)
+    return (f'[[unprobed]]\nreason = "{reason}"\nreviewed_in = "path:/b"\ntree_digest = "{tree}"\n'
+            f"functions = [\n{rows}]\n")
+
+
+def _digest(text: str, name: str) -> str:
+    return drift.source_digest(text.encode(), drift.functions(text.encode())[name].lines)
+
+
+def test_the_catalog_declares_what_is_not_probed_for_the_bytes_reviewed(tmp_path):
+    declared = CATALOG + _declared(("any_rank_holds", _digest(NEW, "any_rank_holds")))
     entries = _entries(catalog=declared, tmp_path=tmp_path)
-    assert [e.unprobed for e in entries] == [None, "a pure helper"]
+    assert [e.unprobed for e in entries] == [None, "a pure helper"] and entries[1].reviewed_other is None
+    assert entries[1].sha256 == _digest(NEW, "any_rank_holds")
+    # a digest of other bytes is no decision about these: listed again, the old reason kept beside it
+    other = CATALOG + _declared(("any_rank_holds", "0" * 64))
+    [_, added] = _entries(catalog=other, tmp_path=tmp_path)
+    assert added.unprobed is None and added.reviewed_other.reason == "a pure helper"
+
+
+def test_a_reviewed_function_changed_by_one_byte_resurfaces_with_its_old_reason(tmp_path):
+    (tmp_path / "catalog.toml").write_text(CATALOG + _declared(("Queue.pop", _digest(NEW, "Queue.pop"))))
+    loaded = drift.load(tmp_path / "catalog.toml")
+    fixes = drift.fix_places({})
+
+    def pop(text: str) -> drift.Entry:
+        found = drift.changed({DECODE: OLD.encode()}, {DECODE: text.encode()}, loaded)
+        return next(e for e in drift.reached(found, fixes, {}, loaded) if e.function == "Queue.pop")
+
+    assert pop(NEW).unprobed == "a pure helper"
+    for edited in (NEW.replace("return []", "return [ ]"),  # one byte, the same parse
+                   NEW.replace("(held on every rank)", "(held on every rank.)"),  # its docstring
+                   NEW.replace("        if any_rank_holds", "        # why\n        if any_rank_holds")):  # a comment
+        again = pop(edited)
+        assert again.unprobed is None and again.reviewed_other.reason == "a pure helper", edited
+    # bytes around it do not count: a line above it, the function moved down
+    assert pop("# a new first line\n" + NEW).unprobed == "a pure helper"
+
+
+def test_a_group_shares_one_reason_with_one_digest_per_function(tmp_path):
+    group = CATALOG + _declared(("Queue.pop", _digest(NEW, "Queue.pop")), ("any_rank_holds", "f" * 64), reason="one reason")
+    pop, added = _entries(catalog=group, tmp_path=tmp_path)
+    assert pop.unprobed == "one reason" and added.unprobed is None and added.reviewed_other.reason == "one reason"
+
+
+def test_a_hostile_catalog_is_one_line(tmp_path):
+    good = ("any_rank_holds", "a" * 64)
     bad = {
         "x = [": "not TOML",
         "[[modules]]\ngroup = 'g'\nwhy = 'w'\npaths = []\n": "modules.0.paths: List should have at least 1 item",
-        CATALOG + '[[unprobed]]\nplace = "decode.py:f"\nreason = "r"\n': "unprobed.0.place: Value error, must read sglang/FILE.py",
-        CATALOG + '[[unprobed]]\nplace = "sglang/a.py:f"\nreason = "one\\ntwo"\n': "unprobed.0.reason: Value error, must be one printable line",
-        CATALOG + '[[unprobed]]\nplace = "sglang/a.py:f"\nreason = "r"\n' * 2: "unprobed place sglang/a.py:f is listed twice",
+        CATALOG + _declared(("any_rank_holds", "A" * 64)): "unprobed.0.functions.0.sha256: String should match pattern",
+        CATALOG + _declared(("any_rank_holds", "a" * 63)): "unprobed.0.functions.0.sha256: String should match pattern",
+        CATALOG + _declared(good).replace(f"{DECODE}:", "decode.py:"): "unprobed.0.functions.0.place: Value error, must read sglang/FILE.py",
+        CATALOG + _declared(good, reason="one\\ntwo"): "unprobed.0.reason: Value error, must be one printable line",
+        CATALOG + _declared(good, reason=""): "unprobed.0.reason: Value error, must be one printable line",
+        CATALOG + _declared(good, tree="sha256:abc"): "unprobed.0.tree_digest: String should match pattern",
+        CATALOG + _declared(good).replace("functions = [\n", "functions = [\n]\nx = [\n"): "unprobed.0.functions: List should have at least 1 item",
+        CATALOG + _declared(good) + _declared(good, reason="again"): f"unprobed place {DECODE}:any_rank_holds is listed twice",
+        CATALOG + _declared(("Queue.plumbing", "a" * 64)): f"unprobed place {DECODE}:Queue.plumbing is in no group of the module set",
+        CATALOG + _declared(good).replace(DECODE, "sglang/srt/other.py"): "unprobed place sglang/srt/other.py:any_rank_holds is in no group",
+        CATALOG + _declared(good).replace('reason = ', 'place = "x"\nreason = '): "unprobed.0.place: Extra inputs are not permitted",
         CATALOG + "surprise = 1\n": "surprise: Extra inputs are not permitted",
     }
     for text, said in bad.items():
@@ -124,16 +177,33 @@ def test_the_command_lists_what_nothing_reaches_and_exits_1_then_0_once_each_is_
     assert "2 unexplained" in out
     assert f"  {DECODE}:2 Queue.pop (changed, disaggregation): 0 of 2 changed statement(s) run by a case; not run: line 5, 6\n" in out
     assert f"  {DECODE}:21 any_rank_holds (added, disaggregation): 0 of 1 changed statement(s) run by a case; not run: line 22" in out
-    (tmp_path / "catalog.toml").write_text(CATALOG + "".join(
-        f'[[unprobed]]\nplace = "{DECODE}:{name}"\nreason = "probed by #44 later \u202e"\n' for name in ("Queue.pop", "any_rank_holds")))
+    # --stub: only the entry to paste, every field but the reason filled in
+    assert cli.main(["drift", a, b, *common, "--stub", f"{DECODE}:Queue.*", "--stub", "*:any_rank_holds"]) == errors.OK
+    stub = capsys.readouterr().out
+    assert stub.startswith('[[unprobed]]\nreason = ""\nreviewed_in = "path:') and _digest(NEW, "Queue.pop") in stub
+    (tmp_path / "catalog.toml").write_text(CATALOG + stub)
+    with pytest.raises(errors.BadInput, match="reason"):  # the reviewer writes the reason, or nothing loads
+        drift.load(tmp_path / "catalog.toml")
+    (tmp_path / "catalog.toml").write_text(CATALOG + stub.replace('reason = ""', 'reason = "probed by #44 later \u202e"'))
     with pytest.raises(errors.BadInput):  # a reason is printable text: no bidirectional controls
         drift.load(tmp_path / "catalog.toml")
-    (tmp_path / "catalog.toml").write_text(CATALOG + "".join(
-        f'[[unprobed]]\nplace = "{DECODE}:{name}"\nreason = "{why}"\n'
-        for name, why in (("Queue.pop", "the rank agreement needs collectives"), ("any_rank_holds", "a pure helper"))))
+    (tmp_path / "catalog.toml").write_text(CATALOG + stub.replace('reason = ""', 'reason = "the rank agreement needs collectives"'))
     assert cli.main(["drift", a, b, *common]) == errors.OK
     out = capsys.readouterr().out
-    assert "2 not probed by decision, 0 unexplained" in out and "the rank agreement needs collectives" in out
+    assert "2 not probed by decision (reviewed), 0 unexplained" in out and "the rank agreement needs collectives" in out
+    # one byte of a reviewed function changes in B: listed again, with the reason given for the bytes reviewed
+    b2 = _tree(tmp_path / "b2", NEW.replace("return bool(done)", "return bool(done) "))
+    assert cli.main(["drift", a, b2, *common]) == errors.DIFFERS
+    out = capsys.readouterr().out
+    assert "1 not probed by decision (reviewed), 1 unexplained (1 of them reviewed in another version)" in out
+    [line] = [x for x in out.splitlines() if "any_rank_holds" in x]
+    assert f"reviewed version differs (reviewed in {b}, sha256 {_digest(NEW, 'any_rank_holds')[:12]}, now " in line
+    assert line.endswith("the rank agreement needs collectives")
+    assert cli.main(["drift", a, b2, *common, "--stub", "*:any_rank_holds"]) == errors.OK  # re-review: the old reason shown
+    restub = capsys.readouterr().out
+    assert "# reviewed before for other bytes: the rank agreement needs collectives" in restub
+    assert cli.main(["drift", a, b, *common, "--stub", "*:nothing_here"]) == errors.BAD_INPUT
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
 
 
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
@@ -142,6 +212,13 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
     assert cli.main(["drift", a, a, "--catalog", str(tmp_path / "catalog.toml"), "--cache-dir", str(tmp_path / "c")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("diffprobe: error: isolation catalog ") and "modules.0.group: Field required" in err[0]
+    for hostile, said in ((_declared(("any_rank_holds", "not-a-digest")), "sha256: String should match pattern"),
+                          (_declared(("Queue.nowhere", "a" * 64)), "is in no group of the module set"),
+                          (_declared(("Queue.pop\\u202e", "a" * 64)), "place: Value error, must read sglang/FILE.py")):
+        (tmp_path / "catalog.toml").write_text(CATALOG + hostile)
+        assert cli.main(["drift", a, a, "--catalog", str(tmp_path / "catalog.toml"), "--cache-dir", str(tmp_path / "c")]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and said in err[0] and err[0].isprintable(), err
     assert cli.main(["drift", a, "pypi:sglang>=1", "--cache-dir", str(tmp_path / "c")]) == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
 
@@ -150,6 +227,7 @@ def test_the_shipped_catalog_loads_and_names_each_boundary():
     shipped = drift.load(None)
     assert {m.group for m in shipped.modules} >= {"disaggregation", "scheduler admission", "allocator and release", "checksum",
                                                   "HiCache", "Mamba", "HiSparse", "transfer completion"}
+    assert all(u.reviewed_in.startswith("pypi:sglang==") for u in shipped.unprobed)
 
 
 def test_a_changed_signature_counts_as_its_first_statement_and_a_docstring_as_nothing(tmp_path):
