@@ -21,14 +21,20 @@ PROBE = "handoff-slot"
 
 
 def previous_accepted(e: Effects) -> bool:
-    """The slot's previous owner, a full handoff verified where the option is on, was committed and read, only its
-    own KV, and not aborted or released; its slot went back to the tree's allocator (so the subject reused it)."""
+    """The slot's previous owner completed as it should: a full handoff (verified where the option is on) committed
+    and read, only its own KV, not aborted or released; or, aborted by its client, never read and its pages given back
+    once; either way its slot went back to the tree's allocator (so the subject reused it)."""
     rank, previous = e["decode"][0], e["previous"]
     rid = previous["rid"]
-    return (any(rid in batch["runs"] for batch in e["batches"])
-            and not any(r["rid"] == rid for r in rank["unwritten_reads"])
-            and not previous["request"]["finished"] and not frees(rank, rid)
-            and previous["slot"] in rank["metadata_frees"] and previous["subject_slot"] == previous["slot"])
+    if previous["aborted"]:
+        freed = sorted(p for f in frees(rank, rid) for p in f["pages"])
+        done = (not any(rid in batch["runs"] for batch in e["batches"]) and previous["request"]["finished"]
+                and freed == sorted(rank["requests"][rid]["pages"]) and not rank["double_frees"])
+    else:
+        done = (any(rid in batch["runs"] for batch in e["batches"])
+                and not any(r["rid"] == rid for r in rank["unwritten_reads"])
+                and not previous["request"]["finished"] and not frees(rank, rid))
+    return done and previous["slot"] in rank["metadata_frees"] and previous["subject_slot"] == previous["slot"]
 
 
 def not_inherited(e: Effects) -> bool:
@@ -55,6 +61,10 @@ SPACE = space.Space(
             space.Value("reused", "the subject's decode metadata slot is the one the tree freed when it committed the "
                         "previous owner's full handoff (sent by a prefill running the option as decode does) in the "
                         "decode step before", label="slot-reused", says="a reused metadata slot"),
+            space.Value("aborted", "the subject's decode metadata slot is the one the tree's deferred release freed for "
+                        "the previous owner, whose client aborted it after its handoff (KV and digest row) landed, the "
+                        "success still on the wire, released on prefill's acknowledgement",
+                        label="slot-reused-after-abort", says="a metadata slot reused after its owner's abort"),
         ), core=True, reads=("clear_slot", "kv_checksum")),
         space.Dimension("transfer", (
             space.Value("full", "all 4 pages written", label="", says="a full handoff"),

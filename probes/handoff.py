@@ -65,7 +65,9 @@ class HandoffShape:
     prefill sent the subject's prompt up to this token as a chunk of its own before the last one (0: one chunk);
     ``slot``: the subject's decode metadata slot is ``fresh`` (never used), or ``reused``: ``PREVIOUS`` held it, its
     full handoff sent (by a prefill instance running the option as decode does), committed and read in the decode step
-    before, and the subject was given the slot the tree's own code freed then (taken again as the tree left it)."""
+    before, and the subject was given the slot the tree's own code freed then (taken again as the tree left it);
+    ``aborted``: the same, but its client aborted it after its handoff landed (KV and metadata row written, the success
+    still on the wire): the tree's deferred release gives its pages and slot back on prefill's acknowledgement."""
 
     config: str = "default"
     prefill_checksum: bool = True
@@ -114,7 +116,7 @@ class HandoffScene(Scene):
         decode = self.decode[0]
         self.beside = self._beside_rid(shape.beside)
         self.rids = [self.beside, RID] if self.beside else [RID]  # in the order decode preallocated them
-        self.previous = PREVIOUS if shape.slot == "reused" else ""
+        self.previous = PREVIOUS if shape.slot in ("reused", "aborted") else ""
         self.everyone = [self.previous, *self.rids] if self.previous else list(self.rids)  # in the order they come
         self.rooms = {RID: ROOM, self.beside: ROOM + 1, self.previous: ROOM + 2}
         self.rows = {RID: 1, self.beside: 2, self.previous: 3}  # each request's row of req_to_token, on both sides
@@ -464,7 +466,8 @@ class HandoffScene(Scene):
                         "cached": self.handoff.cached},
             "beside": ({"rid": self.beside, "request": tree.request_state(decode.requests[self.beside].req)}
                        if self.beside else None),
-            **({"previous": {"rid": self.previous, "request": tree.request_state(decode.requests[self.previous].req),
+            **({"previous": {"rid": self.previous, "aborted": self.handoff.slot == "aborted",
+                             "request": tree.request_state(decode.requests[self.previous].req),
                              "slot": decode.requests[self.previous].metadata_index,
                              "subject_slot": request.metadata_index}} if self.previous else {}),
             "checksum": {"option": self.option, "on": self._checksum_on(),
@@ -482,8 +485,16 @@ def script(scene: HandoffScene) -> None:
             p.bootstrap(scene.previous, scene.rooms[scene.previous])
         scene.send([scene.previous])
         scene.prefill[0].work()
+        if scene.handoff.slot == "aborted":  # its client aborts it while the success is still on the wire
+            for d in scene.decode:
+                d.abort(scene.previous)
+            scene.note("decode aborts", rid=scene.previous)
+            scene.deliver("ABORT")
         scene.deliver("status")
         scene.decode_step()
+        if scene.handoff.slot == "aborted":  # prefill's acknowledgement: the deferred release gives the slot back
+            scene.deliver("ABORT_ACK")
+            scene.decode_step()
     scene.admit_decode()
     for rid in scene.rids:
         for p in scene.prefill:
