@@ -28,17 +28,21 @@ NAMED = {
 
 
 def test_the_defences_0_5_23_added_are_listed(release_tree, cache, capsys):
+    """Each is listed as unexplained until an issue-44 probe runs every changed statement of it, then it reads
+    reached (probe named); never declared away."""
     release_tree("0.5.22"), release_tree("0.5.23")
     code = cli.main(["drift", "pypi:sglang==0.5.22", "pypi:sglang==0.5.23", "--all", "--cache-dir", str(cache.root)])
     out = capsys.readouterr().out
-    assert code == errors.DIFFERS, out
     head = out.splitlines()[0]
     changed, unexplained = (int(n) for n in re.search(r": (\d+) function\(s\).*, (\d+) unexplained$", head).groups())
     listed = out.split("\nnot probed, by decision")[0].split("\nreached:\n")[0]
-    assert unexplained == len(re.findall(r"^  sglang/", listed, re.M)) and changed >= unexplained >= len(NAMED)
+    reached = out.split("\nreached:\n")[1]
+    assert unexplained == len(re.findall(r"^  sglang/", listed, re.M)) and changed >= unexplained
+    assert code == (errors.DIFFERS if unexplained else errors.OK), out
     for what, functions in NAMED.items():
         for function in functions:
-            assert re.search(rf"^  sglang/\S+:\d+ {re.escape(function)} \(", listed, re.M), (what, function)
+            seen = rf"^  sglang/\S+:\d+ {re.escape(function)} \("
+            assert re.search(seen, listed, re.M) or re.search(seen + r".*probe ", reached, re.M), (what, function)
     # a new function every statement of which the cases ran is reached, and said to be
     assert re.search(r"^  sglang/srt/disaggregation/utils.py:\d+ MetadataBuffers.clear_slot \(", out, re.M)
     print(head)
