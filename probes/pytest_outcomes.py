@@ -36,11 +36,22 @@ for a ``TypeError`` raised at a call that crossed between the test's files and t
 way), the ``call``: the positions of the call in its frame and the place of the code it called,
 looked up without running anything (``inspect.getattr_static``); for an ``AttributeError`` on an
 instance of one of the tree's classes, ``unset``: the class, the attribute and the instance's own
-attribute names (whether its constructor built it is read on the host). Whether the call's
-arguments fit the callee, or the tree's constructor sets the attribute, is read on the host from the
+attribute names (whether its constructor built it is read on the host); for a mock's
+``assert_called_with`` (or ``assert_called_once_with``) that failed on the last call's arguments,
+the ``mock_call``: the shape expected and the shape received (positional count,
+keyword names), where the test asserted it and where the call was made (the plugin remembers, per
+mock, the instruction that last called it: the caller's code and offset, nothing run); for a
+``ValueError`` raised by unpacking, or an ``IndexError`` by indexing, a tuple in the test's own frame
+(or by the tree's frame unpacking what it assigns or iterates: the first item of another length),
+the ``unpacked``: how many names (or which index) the test wanted, the tuple's length, and where the
+tuple was read from, looked up statically (names, attributes by ``inspect.getattr_static``, items of
+plain dicts, lists and tuples by a literal key): the tree class whose instance attribute holds it and
+how many subscripts deep, or the tree's own tuple class. Whether the call's arguments fit the callee,
+the tree's constructor sets the attribute, the tree's call site could ever make the expected call or
+the tree's code ever builds a tuple of the length the test wants, is read on the host from the
 stored code (runner/judge/targets.py), never from what runs here.
 
-The file (``diffprobe.pytest-outcomes/4``) is rewritten atomically as each test starts and ends, so
+The file (``diffprobe.pytest-outcomes/5``) is rewritten atomically as each test starts and ends, so
 a run killed at its deadline still says what finished and what was running.
 """
 
@@ -49,9 +60,11 @@ from __future__ import annotations
 import argparse
 import ast
 import builtins
+import dis
 import functools
 import importlib.util
 import inspect
+import itertools
 import linecache
 import os
 import platform
@@ -65,12 +78,14 @@ from typing import Any
 
 import pytest
 
-SCHEMA = "diffprobe.pytest-outcomes/4"
+SCHEMA = "diffprobe.pytest-outcomes/5"
 HERE = os.path.dirname(os.path.abspath(__file__))
 MOCK_FILE = os.path.abspath(unittest.mock.__file__)
 MESSAGE_LIMIT = 300
 FRAME_LIMIT = 40  # innermost frames kept per exception: the call that failed and who made it
 ATTRIBUTE_LIMIT = 400  # attribute names kept of an instance that lacked one (SGLang's managers hold ~100)
+CALLER = "_diffprobe_caller"  # a mock's __dict__ key: (code, instruction offset) of its last caller
+KEYS = (int, str, bytes)  # a subscript's key read statically only of these exact types: hashing them runs no code
 
 
 def load_harness() -> types.ModuleType:
@@ -95,6 +110,7 @@ class Recorder:
         self.test_file = os.path.abspath(test_file)
         self.test_dir = os.path.abspath(root or os.path.dirname(self.test_file))
         self.places = Places(sglang_root=harness.find_sglang_root(), probes_dir=HERE)
+        remember_mock_callers()
         self.open: dict[str, dict[str, Any]] = {}  # nodeid -> the record being assembled
         self.subtest_names: Counter[str] = Counter()
         self.doc: dict[str, Any] = {
@@ -211,6 +227,7 @@ class Recorder:
         return getattr(report, "diffprobe_exception", None) or {
             "type": "Failed", "message": self.clean(str(report.longrepr)), "origin": "other", "assertion": False,
             "frame": None, "module": None, "raised_as": None, "wanted": None, "frames": [], "call": None, "unset": None,
+            "mock_call": None, "unpacked": None,
         }
 
     def describe(self, exc: BaseException) -> dict[str, Any]:
@@ -243,6 +260,8 @@ class Recorder:
                        for f, line in _frames(exc)[-FRAME_LIMIT:]],
             "call": self.crossing_call(exc),
             "unset": self.unset(exc),
+            "mock_call": self.mock_call(exc),
+            "unpacked": self.unpacked(exc),
         }
 
     def place(self, filename: str) -> dict[str, Any]:
@@ -283,6 +302,93 @@ class Recorder:
         return {"caller": caller | {"line": line, "end_line": end_line, "col": col, "end_col": end_col},
                 "callee": target | {"line": function.__code__.co_firstlineno, "qualname": function.__qualname__,
                                     "bound": bound}}
+
+    def mock_call(self, exc: BaseException) -> dict[str, Any] | None:
+        """A mock's ``assert_called_with`` (also through ``assert_called_once_with``) that failed on
+        the last call's arguments: both shapes, where the test asserted and where the call was made."""
+        frames = _frames(exc)
+        if not isinstance(exc, AssertionError) or not frames:
+            return None
+        inner = frames[-1][0]
+        if os.path.abspath(inner.f_code.co_filename) != MOCK_FILE or inner.f_code.co_name != "assert_called_with":
+            return None
+        mock, args, kwargs = (inner.f_locals.get(k) for k in ("self", "args", "kwargs"))
+        if not isinstance(mock, unittest.mock.NonCallableMock) or not isinstance(args, tuple) or not isinstance(kwargs, dict):
+            return None
+        own = _own_attributes(mock)
+        actual = own.get("_mock_call_args")
+        if not isinstance(actual, tuple) or len(actual) != 2:
+            return None  # never called: nothing to compare shapes with
+        called_args, called_kwargs = actual
+        caller = own.get(CALLER)
+        tests = [(f, line) for f, line in frames if self.is_test_file(f.f_code.co_filename)]
+        return {
+            "expected": _shape(args, kwargs), "actual": _shape(called_args, called_kwargs),
+            "spec": own.get("_spec_signature") is not None,
+            "at": self.site(tests[-1][0].f_code, tests[-1][0].f_lasti) if tests else None,
+            "site": self.site(*caller) if isinstance(caller, tuple) else None,
+        }
+
+    def site(self, code: types.CodeType, offset: int) -> dict[str, Any] | None:
+        """The place and positions of the instruction at ``offset`` of ``code``."""
+        found = _positions(code, offset)
+        if found is None:
+            return None
+        line, end_line, col, end_col = found
+        return self.place(code.co_filename) | {"line": line, "end_line": end_line, "col": col, "end_col": end_col}
+
+    def unpacked(self, exc: BaseException) -> dict[str, Any] | None:
+        """A tuple unpacked (``ValueError``) or indexed (``IndexError``) for another length, by the
+        test's own frame or the tree's (the tree unpacking, in an assignment, a ``for`` or a
+        comprehension, what it iterates): what was wanted of it, its length, and where it was read
+        from (module docstring)."""
+        tb = exc.__traceback__
+        if not isinstance(exc, (ValueError, IndexError)) or tb is None:
+            return None
+        while tb.tb_next is not None:
+            tb = tb.tb_next
+        frame, code = tb.tb_frame, tb.tb_frame.f_code
+        path = os.path.abspath(code.co_filename)
+        if not (self.is_test_file(path) or self.in_tree(path)) or tb.tb_lasti < 0:
+            return None
+        op = dis.opname[code.co_code[tb.tb_lasti]]
+        positions = _positions(code, tb.tb_lasti)
+        if positions is None:
+            return None
+        node = _node_at(code.co_filename, positions)
+        each = False
+        if isinstance(exc, ValueError) and op in ("UNPACK_SEQUENCE", "UNPACK_EX") and isinstance(node, tuple):
+            target, value_expr, how_read = node
+            how, wanted = "unpack", len(target.elts)
+            starred = any(isinstance(e, ast.Starred) for e in target.elts)
+            wanted -= starred
+            if how_read == "first generator":  # evaluated by the comprehension's caller
+                if not code.co_name.endswith("comp>") or frame.f_back is None:
+                    return None
+                frame = frame.f_back
+            each = how_read != "assign"
+        elif isinstance(exc, IndexError) and op == "BINARY_SUBSCR" and isinstance(node, ast.Subscript):
+            index = _literal(node.slice)
+            if type(index) is not int:
+                return None
+            how, wanted, starred, value_expr = "index", index + 1 if index >= 0 else -index, True, node.value
+        else:
+            return None
+        found = _static_value(value_expr, frame, self)
+        if found is None:
+            return None
+        value, holder, attribute, depth = found
+        if each:  # the item that failed: the first tuple of another length, in order
+            if type(value) not in (list, tuple):
+                return None
+            fits = (lambda n: n >= wanted) if starred else (lambda n: n == wanted)
+            value = next((item for item in value if isinstance(item, tuple) and not fits(len(item))), None)
+            depth += 1
+        if not isinstance(value, tuple):
+            return None
+        value_cls = self.tree_name(type(value)) if type(value) is not tuple else None
+        return {"how": how, "at": self.site(code, tb.tb_lasti), "wanted": wanted, "starred": starred,
+                "length": len(value), "value_cls": value_cls, "holder": holder, "attribute": attribute, "depth": depth}
 
     def unset(self, exc: BaseException) -> dict[str, str] | None:
         """An ``AttributeError`` on an instance of one of the tree's classes: ``{cls, name}``."""
@@ -440,6 +546,105 @@ def _import_target(exc: ImportError) -> str | None:
     found = re.match(r"cannot import name '([^']+)' from '([^']+)'", str(exc))
     name = f"{found.group(2)}.{found.group(1)}" if found else exc.name if isinstance(exc, ModuleNotFoundError) else None
     return name if isinstance(name, str) and name.split(".")[0] == "sglang" else None
+
+
+def remember_mock_callers() -> None:
+    """Every mock call remembers its caller's code and instruction offset (in the mock's own
+    ``__dict__``, under a private name ``dir()`` hides): the call expression is read only when an
+    assertion on that call fails. Nothing of the call changes."""
+    mixin = unittest.mock.CallableMixin
+    original = getattr(mixin, "_increment_mock_call", None)
+    if original is None or getattr(original, "_diffprobe", False):
+        return  # a mock module without that step (before Python 3.8): no caller is known, no call is told
+
+    def increment(self, /, *args, **kwargs):
+        caller = sys._getframe(2)  # increment <- CallableMixin.__call__ <- the caller
+        self.__dict__[CALLER] = (caller.f_code, caller.f_lasti)
+        return original(self, *args, **kwargs)
+
+    increment._diffprobe = True
+    mixin._increment_mock_call = increment
+
+
+def _shape(args: Any, kwargs: Any) -> dict[str, Any]:
+    return {"args": len(args), "keywords": sorted(k for k in kwargs if isinstance(k, str))}
+
+
+def _positions(code: types.CodeType, offset: int) -> tuple[int, int, int, int] | None:
+    if offset < 0:
+        return None
+    found = next(itertools.islice(code.co_positions(), offset // 2, None), None)
+    return None if found is None or None in found else found
+
+
+_PARSED: dict[str, ast.Module | None] = {}
+
+
+def _node_at(filename: str, positions: tuple[int, int, int, int]) -> tuple[ast.Tuple | ast.List, ast.expr, str] | ast.Subscript | None:
+    """At those positions of a source file: a tuple target with what it is unpacked from and how
+    ("assign": the value assigned; "for": each item of what a ``for`` iterates; "first generator" or
+    "generator": of what a comprehension's first or a later generator iterates), or a subscript."""
+    if filename not in _PARSED:
+        try:
+            _PARSED[filename] = ast.parse("".join(linecache.getlines(filename)))
+        except (SyntaxError, ValueError):
+            _PARSED[filename] = None
+    module = _PARSED[filename]
+    for node in ast.walk(module) if module else ():
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                if isinstance(target, (ast.Tuple, ast.List)) and _at(target) == positions:
+                    return target, node.value, "assign"
+        elif isinstance(node, (ast.For, ast.AsyncFor)) and isinstance(node.target, (ast.Tuple, ast.List)) and \
+                _at(node.target) == positions:
+            return node.target, node.iter, "for"
+        elif isinstance(node, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+            for i, generator in enumerate(node.generators):
+                if isinstance(generator.target, (ast.Tuple, ast.List)) and _at(generator.target) == positions:
+                    return generator.target, generator.iter, "generator" if i else "first generator"
+        elif isinstance(node, ast.Subscript) and _at(node) == positions:
+            return node
+    return None
+
+
+def _at(node: ast.AST) -> tuple[int, int, int, int]:
+    return node.lineno, node.end_lineno, node.col_offset, node.end_col_offset
+
+
+def _literal(node: ast.expr) -> Any:
+    try:
+        return ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return None
+
+
+def _static_value(expr: ast.expr, frame: types.FrameType, recorder: Recorder) -> tuple[Any, str | None, str | None, int] | None:
+    """``(value, tree class, attribute, depth)`` of a name, dotted attribute or subscript by a literal or
+    a name's plain key, read without running a descriptor, ``__getattr__`` or ``__getitem__`` of
+    anything but a plain dict, list or tuple; the tree class whose instance's attribute holds the
+    value ``depth`` subscripts deep (None when none does)."""
+    if isinstance(expr, ast.Subscript):
+        inner = _static_value(expr.value, frame, recorder)
+        if inner is None or type(inner[0]) not in (dict, list, tuple):
+            return None
+        key = _literal(expr.slice)
+        if key is None and isinstance(expr.slice, ast.Name):
+            found = _static(expr.slice, frame)
+            key = found[0] if found else None
+        if type(key) not in KEYS:
+            return None
+        try:
+            value = inner[0][key]
+        except (KeyError, IndexError, TypeError):
+            return None
+        return value, inner[1], inner[2], inner[3] + 1
+    found = _static(expr, frame)
+    if found is None:
+        return None
+    value, owner = found
+    instance = owner is not None and not isinstance(owner, (type, types.ModuleType))
+    holder = recorder.tree_name(owner, instances=True) if isinstance(expr, ast.Attribute) and instance else None
+    return value, holder, expr.attr if holder else None, 0
 
 
 def _call_expression(filename: str, line: int, end_line: int, col: int, end_col: int) -> ast.Call | None:

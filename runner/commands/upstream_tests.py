@@ -74,7 +74,8 @@ LIMITS = [
 
 # A failure's cause -> where its case's error lies (docs/probe-contract.md's vocabulary)
 WHERE = {"stub": "double", "sglang": "sglang", "test": "setup", "other": "setup", "environment": "setup",
-         "target missing": "import", "signature mismatch": "setup", "attribute unset": "setup"}
+         "target missing": "import", "signature mismatch": "setup", "attribute unset": "setup", "call arity": "setup",
+         "tuple arity": "setup"}
 
 
 # --- the test file ---------------------------------------------------------------------------
@@ -298,11 +299,11 @@ def _observation(e: Entry, failed_subtests: list[Result], code: targets.Code | N
     if r.outcome == "skipped":
         return {"outcome": "not_applicable", "classification": "inconclusive", "missing": f"skipped: {r.reason}"}
     if r.exception is not None:
-        if r.exception.assertion:
+        if cause_of(r.exception, code) == "assertion":
             effects = {"pytest": r.outcome, "phase": r.phase, "exception": r.exception.model_dump(mode="json")}
             return {"outcome": "observed", "classification": "bug", "effects": effects}
         return _error(_case_error(r.exception, code))
-    fallen = [s.exception for s in failed_subtests if s.exception and not s.exception.assertion]
+    fallen = [s.exception for s in failed_subtests if s.exception and cause_of(s.exception, code) != "assertion"]
     if not fallen:
         effects = {"pytest": r.outcome, "failed_subtests": r.failed_subtests}
         return {"outcome": "observed", "classification": "bug", "effects": effects}

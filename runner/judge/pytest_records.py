@@ -1,6 +1,6 @@
 """What the judge of ``diffprobe upstream-tests`` reads and what it decides, as data: the outcomes its
 pytest plugin writes inside a tree's environment (``probes/pytest_outcomes.py``,
-``diffprobe.pytest-outcomes/4``), validated before the host believes a line of them, and the grading.
+``diffprobe.pytest-outcomes/5``), validated before the host believes a line of them, and the grading.
 Here, in the judge, because the grading is a verdict: its rules (runner/judge/upstream.py) and their
 vocabulary are the judge's identity. The bundle's record around them: runner/evidence/upstream.py."""
 
@@ -20,12 +20,14 @@ Grade = Literal["fail-to-pass", "pass-to-pass", "pass-to-fail", "fail-to-fail", 
 # attribute access) that the tree's source does not define; "signature mismatch": a call between the
 # test's files (the test, its fakes) and the tree whose arguments the callee's signature does not
 # accept; "attribute unset": the tree read an attribute its own constructor sets from an instance the
-# test built without it.
+# test built without it; "call arity": a mock's expected call of another shape than the tree's call
+# site, as written, can ever make; "tuple arity": the test unpacked or indexed a tuple of the tree's
+# state for another length than every tuple the tree's code builds there.
 Cause = Literal["assertion", "sglang", "stub", "environment", "test", "other", "timeout", "crash", "target missing",
-                "signature mismatch", "attribute unset"]
+                "signature mismatch", "attribute unset", "call arity", "tuple arity"]
 # The test and the tree are of different eras: such a failure grades "incompatible (test era)" on
 # either side, never pass-to-fail, fail-to-pass or fail-to-fail.
-ERA = ("target missing", "signature mismatch", "attribute unset")
+ERA = ("target missing", "signature mismatch", "attribute unset", "call arity", "tuple arity")
 # Causes that say nothing about how the tree behaves: the test fell through to its own stand-ins, the
 # environment lacks a module, or the test is of another era. Such a failure at head is inconclusive,
 # never a regression or a missing fix.
@@ -89,6 +91,37 @@ class Unset(_Model):
     has: list[str] | None = Field(None, description="the instance's own attribute names when it failed (None: no __dict__)")
 
 
+class Shape(_Model):
+    """A call's arguments as counted: positional ones and the keywords' names."""
+
+    args: int
+    keywords: list[str]
+
+
+class MockCall(_Model):
+    """A mock's assert_called_with (or assert_called_once_with) that failed on the last call's arguments."""
+
+    expected: Shape = Field(description="what the test's assertion expects")
+    actual: Shape = Field(description="the last call the mock received")
+    spec: bool = Field(description="the mock has a signature (spec or autospec): it compares calls by binding")
+    at: CallSite | None = Field(description="the test's assertion call")
+    site: CallSite | None = Field(description="the call expression that made the last call (None: not known)")
+
+
+class Unpacked(_Model):
+    """A tuple unpacked or indexed in the test's own frame that had another length than it wanted."""
+
+    how: Literal["unpack", "index"]
+    at: CallSite | None = Field(description="the unpacking target or the subscript")
+    wanted: int = Field(description="names unpacked (without a starred one), or the index + 1")
+    starred: bool = Field(description="at least ``wanted`` would do (a starred target, or an index)")
+    length: int
+    value_cls: str | None = Field(description="the tree's tuple class (a NamedTuple) the value is an instance of")
+    holder: str | None = Field(description="the tree's class whose instance attribute holds the tuple")
+    attribute: str | None
+    depth: int = Field(description="subscripts between that attribute and the tuple")
+
+
 class Raised(_Model):
     type: str
     message: str
@@ -102,6 +135,8 @@ class Raised(_Model):
     frames: list[Frame] = Field(default_factory=list, description="innermost last (absent before pytest-outcomes/4)")
     call: CrossingCall | None = None
     unset: Unset | None = None
+    mock_call: MockCall | None = Field(None, description="absent before pytest-outcomes/5")
+    unpacked: Unpacked | None = Field(None, description="absent before pytest-outcomes/5")
 
 
 class Result(_Model):
@@ -126,7 +161,8 @@ class CollectionError(_Model):
 
 
 class Outcomes(_Model):
-    schema_: Literal["diffprobe.pytest-outcomes/3", "diffprobe.pytest-outcomes/4"] = Field(alias="schema")
+    schema_: Literal["diffprobe.pytest-outcomes/3", "diffprobe.pytest-outcomes/4", "diffprobe.pytest-outcomes/5"] = \
+        Field(alias="schema")
     python: str
     implementation: str
     platform: str

@@ -87,6 +87,57 @@ class Source:
                 always |= inherited[1]
         return every, always
 
+    def lineage(self, parts: list[str], depth: int = 0) -> list[tuple[list[str], ast.ClassDef]] | None:
+        """The class ``parts`` and its bases in the tree, each as (module, class node); None when the
+        class, or a base that is neither the tree's nor one adding nothing, cannot be read."""
+        found = self._class(parts)
+        if found is None or depth > 20:
+            return None
+        module, cls = found
+        chain = [found]
+        scope = self._module(module)
+        for base in cls.bases:
+            dotted = _dotted(base.value if isinstance(base, ast.Subscript) else base)
+            if dotted and dotted[-1] in EMPTY_BASES:
+                continue
+            binding = _bindings(scope.body).get(dotted[0]) if dotted and scope else None
+            if not isinstance(binding, tuple):
+                return None
+            kind, node = binding
+            target = [*module, *dotted] if kind == "class" else \
+                [*(_imported(node, dotted[0], module, self._is_package(module)) or []), *dotted[1:]] if kind == "import" else []
+            inherited = self.lineage(target, depth + 1) if target and target[0] == PACKAGE else None
+            if inherited is None:
+                return None
+            chain += inherited
+        return chain
+
+    def named_tuple(self, cls: str) -> tuple[int, str] | None:
+        """(fields, where) of a ``typing.NamedTuple`` class of the tree; None for anything else."""
+        found = self._class(cls.split("."))
+        if found is None:
+            return None
+        module, node = found
+        if not any((_dotted(b) or [""])[-1] == "NamedTuple" for b in node.bases):
+            return None
+        fields = [n for n in node.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)]
+        return len(fields), f"{'/'.join(module)}.py:{node.lineno}"
+
+    def tuples_stored(self, cls: str, attribute: str, depth: int) -> list[tuple[int, str]] | None:
+        """Every tuple the tree's code of ``cls`` (and its bases) stores ``depth`` subscripts deep into
+        ``self.<attribute>``, as (length, where); None when one store is not a tuple display of a known
+        length (a call's result, a starred element, a deeper path) or none is found: cannot tell."""
+        chain = self.lineage(cls.split("."))
+        if chain is None or depth not in (0, 1):
+            return None
+        built: list[tuple[int, str]] = []
+        for module, node in chain:
+            for value, at in _stores(node, attribute, depth):
+                if not isinstance(value, ast.Tuple) or any(isinstance(e, ast.Starred) for e in value.elts):
+                    return None
+                built.append((len(value.elts), f"{'/'.join(module)}.py:{at}"))
+        return built or None
+
     def _class(self, parts: list[str]) -> tuple[list[str], ast.ClassDef] | None:
         """(module, class node) of a dotted class name the tree's source defines at module level or nested."""
         for i in range(len(parts) - 1, 0, -1):
@@ -204,6 +255,96 @@ class Source:
             if target and target[0] == PACKAGE:
                 return self._resolve([*target, *dotted[1:], *rest], depth + 1)
         return UNKNOWN
+
+
+def _is_attribute(node: ast.expr, attribute: str, anyones: bool = False) -> bool:
+    """``self.<attribute>`` (``anyones``: ``<anything>.<attribute>``)."""
+    return isinstance(node, ast.Attribute) and node.attr == attribute and \
+        (anyones or isinstance(node.value, ast.Name) and node.value.id == "self")
+
+
+ADDERS = {"append": 0, "appendleft": 0, "add": 0, "insert": 1, "setdefault": 1}
+
+
+def _stores(cls: ast.AST, attribute: str, depth: int, anyones: bool = False):
+    """(value, line) of each store into ``self.<attribute>`` (``anyones``: any object's) ``depth``
+    subscripts deep in a class body (or a module): depth 0, an assignment to it; depth 1, an item
+    assigned, added (append, add, insert, setdefault, heappush) or listed in a display assigned to it.
+    A store of another shape yields (None, line)."""
+    def _is_self_attribute(node: ast.expr, name: str) -> bool:
+        return _is_attribute(node, name, anyones)
+
+    parents = {child: node for node in ast.walk(cls) for child in ast.iter_child_nodes(node)}
+    for node in ast.walk(cls):
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                if depth == 0 and _is_self_attribute(target, attribute):
+                    yield node.value, node.lineno
+                elif depth == 1 and isinstance(target, ast.Subscript) and _is_self_attribute(target.value, attribute):
+                    yield node.value, node.lineno
+                elif depth == 1 and _is_self_attribute(target, attribute):
+                    shown = node.value
+                    items = shown.elts if isinstance(shown, (ast.List, ast.Tuple, ast.Set)) else \
+                        shown.values if isinstance(shown, ast.Dict) else None
+                    if isinstance(shown, ast.Name):  # a local list built in the same function
+                        yield from _local_items(_function_of(node, parents), shown.id, attribute, anyones)
+                    elif items is None and not isinstance(shown, ast.Call):
+                        yield None, node.lineno
+                    for item in items or ():
+                        yield item, node.lineno
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            func = node.func
+            if depth == 1 and func.attr in ADDERS and _is_self_attribute(func.value, attribute):
+                position = ADDERS[func.attr]
+                yield (node.args[position] if len(node.args) > position else None), node.lineno
+            elif depth == 1 and func.attr == "heappush" and node.args and _is_self_attribute(node.args[0], attribute):
+                yield (node.args[1] if len(node.args) > 1 else None), node.lineno
+
+
+def _function_of(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> ast.AST | None:
+    while node in parents:
+        node = parents[node]
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            return node
+    return None
+
+
+def _local_items(function: ast.AST | None, name: str, attribute: str, anyones: bool):
+    """(value, line) of each item a function puts in its local list ``name``: items of a display
+    assigned to it, or added (append, add, insert); an item that is an entry of ``self.<attribute>``
+    itself (the target of a ``for`` over it) is a re-store, no new tuple. Another binding: (None, line)."""
+    if function is None:
+        yield None, 0
+        return
+    entries = {name for n in ast.walk(function) if isinstance(n, (ast.For, ast.AsyncFor))
+               for name in _entry_names(n.target, n.iter, attribute, anyones)}
+    for node in ast.walk(function):
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                if isinstance(target, ast.Name) and target.id == name:
+                    if isinstance(node.value, (ast.List, ast.Tuple, ast.Set)):
+                        yield from ((item, node.lineno) for item in node.value.elts)
+                    else:
+                        yield None, node.lineno
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ADDERS and \
+                isinstance(node.func.value, ast.Name) and node.func.value.id == name:
+            position = ADDERS[node.func.attr]
+            item = node.args[position] if len(node.args) > position else None
+            if not (isinstance(item, ast.Name) and item.id in entries):
+                yield item, node.lineno
+
+
+def _entry_names(target: ast.expr, iterated: ast.expr, attribute: str, anyones: bool):
+    """The names a ``for`` binds to an entry of ``self.<attribute>``: ``for e in self.x``, or its
+    place in ``zip(..., self.x, ...)`` or ``enumerate(self.x)``."""
+    if isinstance(target, ast.Name) and _is_attribute(iterated, attribute, anyones):
+        yield target.id
+    elif isinstance(target, ast.Tuple) and isinstance(iterated, ast.Call) and isinstance(iterated.func, ast.Name):
+        args = [None, *iterated.args[:1]] if iterated.func.id == "enumerate" else \
+            iterated.args if iterated.func.id == "zip" else []
+        for element, arg in zip(target.elts, args):
+            if isinstance(element, ast.Name) and arg is not None and _is_attribute(arg, attribute, anyones):
+                yield element.id
 
 
 def _dotted(node: ast.expr) -> list[str] | None:
@@ -384,6 +525,38 @@ class Code:
             elif isinstance(node, ast.Lambda) and name == "<lambda>" and node.lineno == line:
                 found.append(node)
         return found[0] if len(found) == 1 else None
+
+    def test_stores(self, attribute: str, depth: int, length: int, near: tuple[str, int] | None = None) -> str | None:
+        """Where the test's files store a tuple display of ``length`` into any object's ``<attribute>``
+        ``depth`` subscripts deep (``path:line``), the function holding ``near`` (a test frame's
+        path and line) first; None when they store none."""
+        found = []
+        for path in sorted(self.test_files):
+            module = self.module("test", path)
+            for value, line in _stores(module, attribute, depth, anyones=True) if module else ():
+                if isinstance(value, ast.Tuple) and len(value.elts) == length and \
+                        not any(isinstance(e, ast.Starred) for e in value.elts):
+                    found.append((path, line))
+        if near is not None and (module := self.module("test", near[0])) is not None:
+            spans = [(f.lineno, f.end_lineno) for f in ast.walk(module) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+                     and f.lineno <= near[1] <= (f.end_lineno or f.lineno)]
+            if spans:
+                first, last = max(spans)  # the innermost function holding the frame's line
+                found.sort(key=lambda f: not (f[0] == near[0] and first <= f[1] <= last))
+        return f"{found[0][0]}:{found[0][1]}" if found else None
+
+    def enclosing(self, owner: str, path: str | None, inner: ast.AST) -> ast.AST | None:
+        """The innermost function (or the module) of a file holding ``inner``."""
+        module = self.module(owner, path)
+        if module is None:
+            return None
+        best: ast.AST = module
+        for node in ast.walk(module):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node is not inner and \
+                    any(child is inner for child in ast.walk(node)):
+                if best is module or node.lineno >= best.lineno:
+                    best = node
+        return best
 
     def constructor_sets(self, cls: str, name: str, has: list[str] | None) -> tuple[str, str | None] | None:
         """Where the tree's constructor of ``cls`` (dotted) sets ``self.<name>``, when the instance is

@@ -13,8 +13,9 @@ Why "incompatible (test era)": upstream's tests build the tree's objects by hand
 collaborators for the API of their day. Run against another release, their own code meets an API it
 was not written for -- a call between the test's files and the tree whose arguments the callee does
 not accept, an attribute the tree's constructor sets on an object the test built without it, a name
-the tree does not define -- and that failure says which era the test is of, not how the tree
-behaves. It is decided from the traceback's structure and the stored code (the call as written, the
+the tree does not define, a mock's expected call of a shape the tree's call site never makes, a tuple
+of the tree's state unpacked or indexed for a length the tree's code never builds there -- and that
+failure says which era the test is of, not how the tree behaves. It is decided from the traceback's structure and the stored code (the call as written, the
 callee's signature, the constructor's statements), never from the message's wording, and such a
 row is neither pass-to-fail nor fail-to-pass nor fail-to-fail. A failure on the tree's side of a
 call whose signature fits stays the behaviour it shows.
@@ -28,8 +29,8 @@ from dataclasses import dataclass
 from typing import Protocol, get_args
 
 from runner.judge.pytest_records import (ERA, INCOMPATIBLE, NOT_BEHAVIOUR, Cause, CollectionError, Grade, GradedTest,
-                                         Grading, Incompatibility, Outcomes, PytestCount, Raised, Result, SideState,
-                                         SideSummary, Status)
+                                         Frame, Grading, Incompatibility, MockCall, Outcomes, PytestCount, Raised, Result, Shape,
+                                         SideState, SideSummary, Status, Unpacked)
 from runner.judge.targets import Code
 
 PASSED = ("passed", "xpassed", "xfailed")
@@ -59,8 +60,14 @@ class SideRun(Protocol):
 
 
 def incompatibility(raised: Raised, code: Code | None) -> tuple[Cause, Incompatibility] | None:
-    """The failure as the test's era meeting the tree's API, with both sides of it; None when it is not."""
-    if code is None or raised.assertion:
+    """The failure as the test's era meeting the tree's API, with both sides of it; None when it is not.
+    Of the test's own assertions only a mock's expected call can be of another era: its shape is one
+    the tree's call site never makes."""
+    if code is None:
+        return None
+    if raised.mock_call and (found := _call_arity(raised.mock_call, code)):
+        return "call arity", found
+    if raised.assertion:
         return None
     if raised.wanted and (missing := code.tree.lacks(raised.wanted.name)):
         w = raised.wanted
@@ -75,7 +82,104 @@ def incompatibility(raised: Raised, code: Code | None) -> tuple[Cause, Incompati
             at=f"{at.path}:{at.line} in {at.function}" if at else "?",
             test=f"a {u.cls.rsplit('.', 1)[-1]} built without its constructor{built}",
             tree=f"its constructor sets self.{u.name} ({where})")
+    if raised.unpacked and (found := _tuple_arity(raised.unpacked, code, raised.frames)):
+        return "tuple arity", found
     return None
+
+
+def _shape(call: ast.Call) -> Shape | None:
+    """A call expression's shape as written; None when it spreads ``*args`` or ``**kwargs``."""
+    if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
+        return None
+    return Shape(args=len(call.args), keywords=sorted(k.arg for k in call.keywords))
+
+
+def _said_shape(shape: Shape) -> str:
+    keywords = f" and {', '.join(shape.keywords)} by keyword" if shape.keywords else ""
+    return f"{shape.args} positional{keywords}"
+
+
+def _callee_name(func: ast.expr) -> str | None:
+    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+
+
+def _call_arity(m: MockCall, code: Code) -> Incompatibility | None:
+    """A mock's expected call of a shape the tree's call site, as the stored tree writes it, never
+    makes: the site made the mock's last call, its arguments have the shape the mock received, and
+    no call of the same name in the same function of the tree could make the expected shape. The
+    same shape with other values, a mock with a signature, a call site not the tree's or a spread
+    argument is not told (the failure keeps its cause)."""
+    site = m.site
+    if m.spec or site is None or site.owner != "sglang" or m.expected == m.actual:
+        return None
+    call = code.call("sglang", site.path, site.line, site.end_line, site.col, site.end_col)
+    if call is None or _shape(call) != m.actual or (name := _callee_name(call.func)) is None:
+        return None
+    scope = code.enclosing("sglang", site.path, call)
+    for other in ast.walk(scope) if scope is not None else ():
+        if isinstance(other, ast.Call) and other is not call and _callee_name(other.func) == name and \
+                _shape(other) in (None, m.expected):
+            return None  # another call of that name here could make the expected shape: cannot tell
+    asserted = code.call("test", m.at.path, m.at.line, m.at.end_line, m.at.col, m.at.end_col) if m.at else None
+    expects = f"{_clip(ast.unparse(asserted))} at {m.at.path}:{m.at.line}" if asserted is not None and m.at else \
+        "its mock's expected call"
+    where = f" in {scope.name}" if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)) else ""
+    return Incompatibility(at=f"{site.path}:{site.line}", test=f"expects {expects} ({_said_shape(m.expected)})",
+                           tree=f"calls {_clip(ast.unparse(call))}{where} ({_said_shape(m.actual)}), never "
+                                f"{_said_shape(m.expected)}")
+
+
+def _tuple_arity(u: Unpacked, code: Code, frames: list[Frame] = ()) -> Incompatibility | None:
+    """A tuple of the tree's state of another length than wanted, where the tree's code fixes the
+    length: unpacked or indexed by the test, the tree's NamedTuple class has that many fields, or
+    every tuple the holder's class (and its bases) stores into that attribute is a display of that
+    length; unpacked by the tree, every tuple the tree's code stores there has the length it unpacks,
+    and the test's files store a tuple display of the length found. Whatever the code leaves open
+    (a store of another shape, none found) is not told."""
+    fits = u.length >= u.wanted if u.starred else u.length == u.wanted
+    if fits or u.at is None:
+        return None
+    at = f"{u.at.path}:{u.at.line}"
+    if u.at.owner == "sglang":
+        test = next((f for f in reversed(frames) if f.owner == "test" and f.path), None)
+        return _tree_unpacks_the_tests_tuple(u, code, at, (test.path, test.line) if test else None)
+    if u.value_cls:
+        found = code.tree.named_tuple(u.value_cls)
+        if found is None or found[0] != u.length:
+            return None
+        tree = f"its {u.value_cls.rsplit('.', 1)[-1]} is a NamedTuple of {u.length} fields ({found[1]})"
+        of = f"a {u.value_cls.rsplit('.', 1)[-1]}"
+    elif u.holder and u.attribute:
+        built = code.tree.tuples_stored(u.holder, u.attribute, u.depth)
+        if not built or any(n != u.length for n, _ in built):
+            return None
+        owner = u.holder.rsplit(".", 1)[-1]
+        tree = f"{owner} stores only {u.length}-tuples in self.{u.attribute}{'[…]' * u.depth} ({_places(built)})"
+        of = f"{owner}.{u.attribute}{'[…]' * u.depth}"
+    else:
+        return None
+    wants = f"unpacks {u.wanted}{' or more' if u.starred else ''} names from" if u.how == "unpack" else \
+        f"reads item {u.wanted - 1} of"
+    return Incompatibility(at=at, test=f"{wants} {of}, a {u.length}-tuple", tree=tree)
+
+
+def _places(built: list[tuple[int, str]]) -> str:
+    return ", ".join(dict.fromkeys(at for _, at in built))
+
+
+def _tree_unpacks_the_tests_tuple(u: Unpacked, code: Code, at: str, near: tuple[str, int] | None) -> Incompatibility | None:
+    if u.how != "unpack" or u.starred or not (u.holder and u.attribute):
+        return None
+    built = code.tree.tuples_stored(u.holder, u.attribute, u.depth)
+    if not built or any(n != u.wanted for n, _ in built):
+        return None
+    stored = code.test_stores(u.attribute, u.depth, u.length, near)
+    if stored is None:
+        return None
+    owner = u.holder.rsplit(".", 1)[-1]
+    held = f"{owner}.{u.attribute}{'[…]' * u.depth}"
+    return Incompatibility(at=at, test=f"stores a {u.length}-tuple in {held} at {stored}",
+                           tree=f"builds only {u.wanted}-tuples there ({_places(built)}) and unpacks {u.wanted} names")
 
 
 def _mismatch(raised: Raised, code: Code) -> Incompatibility | None:
@@ -125,11 +229,11 @@ def _clip(text: str) -> str:
 
 
 def cause_of(raised: Raised, code: Code | None = None) -> Cause:
-    """The test's own assertion; the test meeting another era's API; else where it came from."""
-    if raised.assertion:
-        return "assertion"
+    """The test meeting another era's API; the test's own assertion; else where it came from."""
     found = incompatibility(raised, code)
-    return found[0] if found else raised.origin
+    if found:
+        return found[0]
+    return "assertion" if raised.assertion else raised.origin
 
 
 def _era(raised: Raised | None, code: Code | None) -> Incompatibility | None:
@@ -154,8 +258,8 @@ def detail_of(raised: Raised, code: Code | None) -> str:
     if found[0] == "target missing":
         return missing_target(raised, code) or raised.message
     era = found[1]
-    return f"at {era.at}: the test {era.test}; the tree {era.tree}" if found[0] == "signature mismatch" else \
-        f"at {era.at}: {era.test}; {era.tree}"
+    return f"at {era.at}: the test {era.test}; the tree {era.tree}" \
+        if found[0] in ("signature mismatch", "call arity", "tuple arity") else f"at {era.at}: {era.test}; {era.tree}"
 
 
 def kind_of(r: Result, code: Code | None = None) -> str:

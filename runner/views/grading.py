@@ -18,7 +18,9 @@ ORIGINS = ("origins: (assertion) the test's own assertion failed; (stub) raised 
            "(environment) a module the environment lacks; the test of another era (incompatible): (target missing) "
            "it imports, patches or reads a name the tree's source does not define, (signature mismatch) a call "
            "between its files and the tree that the callee's signature does not accept, (attribute unset) the tree "
-           "read what its constructor sets from an object the test built without it")
+           "read what its constructor sets from an object the test built without it, (call arity) a mock's expected "
+           "call of a shape the tree's call site never makes, (tuple arity) a tuple of the tree's state unpacked or "
+           "indexed for a length the tree's code never builds there")
 
 
 def counts_line(summary: SideSummary) -> str:
