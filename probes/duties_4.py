@@ -104,4 +104,10 @@ FIX_CODE: dict[str, tuple[str, ...]] = {
 }
 
 EQUIVALENT: dict[tuple[str, str, str], str] = {}
-EXPLAINED: dict[tuple[str, str, str], str] = {}
+EXPLAINED: dict[tuple[str, str, str], str] = {
+    ("MetadataBuffers.clear_slot", "delete", "self.bootstrap_room[idx] = 0"):
+        "the room reset is the metadata gate's, older than L4 (0.5.22 reset it inline where the slot is freed): it "
+        "tells a row not yet written apart from the previous owner's only when a transfer's status arrives before its "
+        "metadata row, which no case builds (the transfer worker writes the row before reporting success); L4's "
+        "promise is the checksum row",
+}

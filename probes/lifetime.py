@@ -736,7 +736,8 @@ class DecodeRank(Rank):
                    is_generation=True, enable_metrics=False, grammar_queue=[],
                    stream_output=streamer.stream_output,  # earlier trees stream from the scheduler itself
                    server_args=server_args()),
-            **({"hisparse_coordinator": self._hisparse()} if scene.shape.hisparse else {}),
+            # the tree's Scheduler holds None where HiSparse is off (its __init__'s default)
+            "hisparse_coordinator": self._hisparse() if scene.shape.hisparse else None,
             **scene.decode_scheduler_state(self),
         })
         self.queue = strict_subject(
