@@ -179,6 +179,11 @@ _CI = "is_in_ci() is off wherever a server runs: a condition joined to it, or it
 _INJECTION = ("SGLANG_TEST_DISAGG_KV_CHECKSUM_MISMATCH_PROB is upstream CI's fault injection, 0 wherever a server runs: "
               "with it 0 the injection never fires, however its test is changed")
 EQUIVALENT: dict[tuple[str, str, str], str] = {
+    ("SchedulerDisaggregationDecodeMixin._verify_kv_checksums", "delete",
+     "messages[i] = f'KV checksum mismatch req={req.rid} bootstrap_room={req.bootstrap_room} expected={..."):
+        "the message only words the mismatch for the log and for _handle_kv_checksum_mismatch, which raises it only "
+        "under is_in_ci() (never in a server); without it the tree words it as a peer rank's: the request is still "
+        "dropped from the batch, aborted with its own constant \"KV checksum mismatch\" and streamed, as before",
     ("SchedulerDisaggregationDecodeMixin._verify_kv_checksums", "insert:batch.reqs", "computer is None"): _NO_COMPUTER,
     ("SchedulerDisaggregationDecodeMixin._verify_kv_checksums", "false",
      "not kv_manager.should_verify_kv_checksum(_bootstrap_addr(req))"):

@@ -40,8 +40,8 @@ DUTIES: tuple[Duty, ...] = (
          "guard)",
          not_held_forever),
     Duty("lifetime-committed",
-         "a healthy transfer was committed at once: its pages held, read only where its own write landed, its "
-         "metadata row handed back once (a guard)",
+         "a healthy transfer was committed at once and handed to the scheduler to decode: its pages held, read only "
+         "where its own write landed, its metadata row handed back once (a guard)",
          committed),
 )
 
@@ -60,7 +60,15 @@ SPACE = space.Space(
                         "both ranks as in the server, so rank 1 holds for its peer with nothing of its own to await",
                         label="peer-bootstrap-fails",
                         says="one of two decode ranks never learning its prefill ranks (it holds only for its peer)"),
-        ), core=True, reads=("abort_notified", "all_reduce_flags")),
+            space.Value("hicache-restore-fails", "decode's HiCache holds the request's prompt prefix on its host tier "
+                        "(the tree's own cache demoted it there), so decode reserved pages for the rest only, which "
+                        "prefill writes; with that write in flight decode's event loop runs the tree's restore, whose "
+                        "load-back of the prefix comes up short (the running batch holds every other device page): "
+                        "the tree marks the restore failed and fails the request, a failure prefill did not see",
+                        label="hicache-restore-fails",
+                        says="decode's HiCache load-back of the cached prefix coming up short while prefill writes"),
+        ), core=True, reads=("abort_notified", "all_reduce_flags", "hicache_restore_status", "prefix_match",
+                             "enable_decode_hicache")),
         space.Dimension(IN_FLIGHT.name, IN_FLIGHT.values, over={"failure": ("decode-abort",)}, reads=IN_FLIGHT.reads),
         space.Dimension(ACKS.name, ACKS.values, over={"failure": ("decode-abort",)}, reads=ACKS.reads),
         space.Dimension("stale", (
@@ -85,13 +93,15 @@ SPACE = space.Space(
     # a stale acknowledgement is #41402's to refuse (lifetime-peers: an earlier generation releases 0.5.21's pages):
     # here a guard, driving the generation check of the room's acknowledgements both ways
     bug=on({"failure": ("decode-abort",), "in_flight": ("yes",), "acks": ("delivered",), "stale": ("no",)},
-           {"in_flight": ("no",)}),
+           {"in_flight": ("no",)}, {"failure": ("hicache-restore-fails",)}),
     duties_by=(*on_rules(
         space.Rule({"failure": ("decode-abort",), "in_flight": ("yes",), "acks": ("delivered",), "stale": ("no",)}, HELD),
         space.Rule({"acks": ("lost", "late")}, GUARD_ABORT),
         space.Rule({"stale": ("yes",)}, GUARD_ABORT),
         space.Rule({"in_flight": ("no",)}, ON_ACK_IDLE),
-    ), space.Rule({**OFF, "failure": ("decode-abort",)}, OFF_DUTIES),
+        # decode failed the request itself while prefill writes: its pages wait for that write to drain
+        space.Rule({"failure": ("hicache-restore-fails",)}, (*HELD, "lifetime-not-held-forever")),
+    ), space.Rule({**OFF, "failure": ("decode-abort", "hicache-restore-fails")}, OFF_DUTIES),
         space.Rule({"failure": ("none",)}, ("lifetime-committed",)),
         # nothing could write its pages: they go back at once, in every configuration (a guard)
         space.Rule({"failure": ("bootstrap-fails", "peer-bootstrap-fails")}, ("lifetime-released-at-once", *GUARD_ABORT))),
@@ -99,6 +109,7 @@ SPACE = space.Space(
         ("abort-in-flight-acks-lost", "abort-acks-lost"), ("abort-in-flight-acks-late", "abort-acks-late"),
         ("healthy-transfer-in-flight", "healthy-transfer"), ("bootstrap-fails-in-flight", "bootstrap-fails"),
         ("peer-bootstrap-fails-in-flight", "peer-bootstrap-fails"),
+        ("hicache-restore-fails-in-flight", "hicache-restore-fails"),
         ("abort-in-flight-stale-ack-of-previous-request", "abort-stale-ack-of-previous-request"),
         ("abort-in-flight-after-partial-publish", "abort-after-partial-publish"))},
     site=site,
@@ -120,8 +131,14 @@ FIX_CODE: dict[str, tuple[str, ...]] = {
 
 # Mutants no case can tell from the tree, each with why, keyed by (function, operator, statement before):
 # ``EQUIVALENT`` ones behave the same on every input; ``EXPLAINED`` ones do not, and stay survivors.
+_METRICS_LABEL = ("the only `drained` tested in the function is the label of the release's metrics observation "
+                  "(`outcome = \"drained\" if drained else \"timeout\"`, handed to _observe_deferred_kv_release, which "
+                  "records it only with metrics on): which pages go back, when, and what is logged are decided by the "
+                  "other tests of `drained`, which are not this expression; no duty is about metrics (mutate leaves "
+                  "telemetry alone, and conditions.REASONS explains metrics switches)")
 EQUIVALENT: dict[tuple[str, str, str], str] = {
-
+    **{("DecodeTransferQueue.resolve_deferred_releases", operator, "drained"): _METRICS_LABEL
+       for operator in ("true", "false", "negate")},
 }
 _ONE_HELD = ("returning while the first entry is still held skips the entries after it: every case holds one request "
              "per decode rank at a time, so no case has a later entry to skip")

@@ -125,10 +125,11 @@ def not_held_forever(effects: Effects) -> bool:
 
 
 def committed(effects: Effects) -> bool:
-    """Committed on every rank, read only where its own write landed, its pages kept, nothing held, and its
-    metadata row handed back once (the commit is done with it)."""
+    """Committed on every rank and handed to the scheduler to decode (what ``pop_transferred`` returns: a request
+    committed but not returned never runs), read only where its own write landed, its pages kept, nothing held, and
+    its metadata row handed back once (the commit is done with it)."""
     rid = subject(effects)
-    return all(rid in rank["committed"] and not rank["unwritten_reads"] and not frees(rank, rid) and not rank["held"]
+    return all(rid in rank["committed"] and rid in rank["handed"] and not rank["unwritten_reads"] and not frees(rank, rid) and not rank["held"]
                and rank["metadata_frees"].count(rank["requests"][rid]["metadata_index"]) == 1
                for rank in effects["decode"])
 

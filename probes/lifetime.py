@@ -443,6 +443,130 @@ def metadata_buffers(**flags: Any) -> Any:
     return cls(**{k: v for k, v in wanted.items() if k in accepted})
 
 
+HICACHE = "hicache-restore-fails"  # the failure: decode's HiCache load-back of the request's cached prefix comes up short
+HICACHE_DEVICE = 32  # tokens of the decode tree cache's own device pool (the tree's allocator, on CPU tensors)
+UNIFIED = "sglang.srt.mem_cache.unified_radix_cache.UnifiedRadixCache"
+
+
+class Transport:
+    """The HiCache controller's device<->host DMA engine (the tree's ``L2TransferEngine``: it "runs resolved
+    transfers without owning cache state"): each transfer it is handed is recorded and done at once (CPU torch has
+    no copy streams; the bytes are not what the case is about); its completion events are done. Nothing the tree
+    decides (what to back up, evict, load back, or whether a load-back fits) is made here."""
+
+    class _Done:
+        def record(self, *args: Any, **kwargs: Any) -> None:
+            pass
+
+        def wait(self, *args: Any, **kwargs: Any) -> None:
+            pass
+
+        def synchronize(self) -> None:
+            pass
+
+        def query(self) -> bool:
+            return True
+
+        def elapsed_time(self, other: Any) -> float:
+            return 0.0
+
+    class _Stream:
+        def wait_stream(self, *args: Any) -> None:
+            pass
+
+        def wait_event(self, *args: Any) -> None:
+            pass
+
+        def synchronize(self) -> None:
+            pass
+
+    def __init__(self, journal: Journal, name: str) -> None:
+        self.journal, self.name = journal, name
+        self.device_to_host_stream = self._Stream()
+        self.host_to_device_stream = self._Stream()
+
+    def _completion(self) -> Any:
+        done = tree.resolve("sglang.srt.mem_cache.l2_transfer.TransferCompletion")
+        fields_ = list(getattr(done, "_fields", ()))
+        return done(**{f: (False if f == "timing_enabled" else self._Done()) for f in fields_})
+
+    def submit_device_to_host(self, transfers: list[Any], *args: Any, **kwargs: Any) -> Any:
+        self.journal.record(self.name, "device_to_host", ([plain(t.host_indices.tolist()) for t in transfers],), {})
+        return self._completion()
+
+    def submit_host_to_device(self, transfers: list[Any], *args: Any, transfer_layer_id_max: int = 0,
+                              on_layer_done: Callable[[int], None] | None = None, **kwargs: Any) -> Any:
+        self.journal.record(self.name, "host_to_device", ([plain(t.host_indices.tolist()) for t in transfers],), {})
+        for layer in range(transfer_layer_id_max):
+            if on_layer_done is not None:
+                on_layer_done(layer)
+        return self._completion()
+
+
+def decode_hicache(journal: Journal, name: str) -> tuple[Any, int]:
+    """Decode's tree cache with HiCache on, as the tree's own start-up builds it (``UnifiedRadixCache`` and its
+    ``init_hicache``: the tree's host pool and ``HybridCacheController``), on CPU tensors, write-back: the tree's
+    own code decides what is backed up, evicted and loaded back. What stands in is the transport only: the host
+    pool's CUDA registration (``cudaHostRegister`` of its pages for DMA, which CPU torch cannot make) and the
+    controller's DMA engine (``Transport``). Returns the cache and the length of the prompt prefix it will hold
+    (the tree's load-back threshold and 2: a prefix the tree would load back when there is room)."""
+    torch = tree.torch()
+    if tree.publish_config(enable_hierarchical_cache=True, hicache_write_policy="write_back") is None:
+        raise tree.Missing("sglang.srt.runtime_context.publish")
+    server_args = tree.resolve("sglang.srt.server_args.ServerArgs")(
+        model_path="dummy", enable_hierarchical_cache=True, hicache_write_policy="write_back")
+
+    def made(cls_name: str, **wanted: Any) -> Any:
+        cls = tree.resolve(cls_name)
+        accepted = inspect.signature(cls).parameters
+        return cls(**{k: v for k, v in wanted.items() if k in accepted})
+
+    r2t = made("sglang.srt.mem_cache.memory_pool.ReqToTokenPool", size=4, max_context_len=64, device="cpu",
+               enable_memory_saver=False)
+    kv = made("sglang.srt.mem_cache.memory_pool.MHATokenToKVPool", size=HICACHE_DEVICE, page_size=1,
+              dtype=torch.float16, head_num=1, head_dim=8, layer_num=1, device="cpu", enable_memory_saver=False,
+              enable_alt_stream=False)
+    allocator = made("sglang.srt.mem_cache.allocator.token.TokenToKVPoolAllocator", size=HICACHE_DEVICE,
+                     dtype=torch.float16, device="cpu", kvcache=kv, need_sort=False)
+    full = tree.resolve("sglang.srt.mem_cache.unified_cache.components.ComponentType").FULL
+    params = made("sglang.srt.mem_cache.cache_init_params.CacheInitParams", disable=False, req_to_token_pool=r2t,
+                  token_to_kv_pool_allocator=allocator, page_size=1, tree_components=(full,))
+    cache = tree.resolve(UNIFIED)(params)
+    host = tree.module("sglang.srt.mem_cache.pool_host.common")
+    saved = host._cuda_host_register
+    host._cuda_host_register = journal.method(f"{name}.host_pool", "cuda_host_register")
+    # the host pool's size check reads the machine's free memory, bounded by the process's memory cgroup: the sandbox
+    # hides the cgroup filesystems (the tree then raises), so it reads as on a machine that exposes none (the tree's
+    # own answer there: no bound but the machine's); the host pool here is a few KiB
+    memory = tree.module("sglang.srt.mem_cache.host_memory") if tree._is_module("sglang.srt.mem_cache.host_memory") else None
+    headroom = getattr(memory, "_cgroup_memory_headroom", None)
+    if headroom is not None:
+        memory._cgroup_memory_headroom = journal.method(f"{name}.machine", "cgroup_memory_headroom")
+    try:
+        cache.init_hicache(server_args, params)
+    finally:
+        host._cuda_host_register = saved
+        if headroom is not None:
+            memory._cgroup_memory_headroom = headroom
+    cache.cache_controller.l2_transfer_engine = Transport(journal, f"{name}.hicache_dma")
+    return cache, max(int(getattr(cache, "load_back_threshold", 0)), 1) + 2
+
+
+def hold_prefix(cache: Any, tokens: list[int]) -> None:
+    """Decode's tree cache once held ``tokens``' KV (an earlier request's, cached at its finish) and, under device
+    pressure, demoted it to host memory: the tree's own insert, then its eviction (write-back: backed up, then its
+    device pages freed). Then the decode batch running holds every other device page: nothing of the tree's is
+    evictable, so a load-back has nowhere to go."""
+    from array import array
+
+    radix = tree.resolve("sglang.srt.mem_cache.radix_cache.RadixKey")
+    base = tree.module("sglang.srt.mem_cache.base_prefix_cache")
+    allocator = cache.token_to_kv_pool_allocator
+    cache.insert(base.InsertParams(key=radix(token_ids=array("q", tokens)), value=allocator.alloc(len(tokens))))
+    cache.evict(base.EvictParams(num_tokens=len(tokens)))
+    allocator.alloc(allocator.available_size())
+
+
 class Rank:
     """What a prefill and a decode rank share: the tree's MooncakeKVManager made without its
     ``__init__`` (no sockets, no threads), with only the state its code reads, and its message loop."""
@@ -689,6 +813,7 @@ class Request:
     metadata_index: int
     req: Any = None
     receiver: Any = None
+    entry: Any = None  # its DecodeRequest in the transfer queue
 
 
 class DecodeRank(Rank):
@@ -706,6 +831,7 @@ class DecodeRank(Rank):
         self.requests: dict[str, Request] = {}
         self.next_pages: list[int] | None = None
         self.committed: list[str] = []
+        self.handed: list[str] = []  # the requests pop_transferred returned (the scheduler's to decode)
         self.manager = strict_subject(
             tree.resolve(MANAGER), journal, f"{self.name}.kv_manager", spies=("note_abort_ack",),
             **self.manager_state(),
@@ -720,6 +846,8 @@ class DecodeRank(Rank):
         self.config = configure(journal, tree.module(COMMON).CommonKVManager, self.manager,
                                 ("enable_deferred_decode_kv_release",))
         streamer, self.streamed = output_streamer(journal)
+        # decode's HiCache, the tree's own, where the case's failure is its load-back coming up short
+        self.hicache, self.prefix = decode_hicache(journal, self.name) if scene.shape.failure == HICACHE else (None, 0)
         self.metadata = metadata_buffers(**scene.metadata_flags())
         self.metadata_frees: list[int] = []
         self.logical_releases: list[dict[str, JSON]] = []  # a HiSparse decode's release_kv_cache: logical indices only
@@ -729,7 +857,8 @@ class DecodeRank(Rank):
                    grammar_manager=Double(journal, "grammar_manager", recorded=("abort_requests",)),
                    disaggregation_mode=modes.DECODE, collect_inflight_reqs=lambda: [],
                    ps=Double(journal, "parallel_state", pp_size=1), pp_size=1,
-                   enable_decode_hicache=False, enable_hisparse=scene.shape.hisparse, output_streamer=streamer,
+                   enable_decode_hicache=self.hicache is not None, enable_hisparse=scene.shape.hisparse,
+                   output_streamer=streamer,
                    metrics_reporter=Double(journal, "metrics_reporter", enable_metrics=False),
                    # nothing is running yet; earlier trees read the server configuration from the scheduler
                    running_batch=Double(journal, "running_batch", reqs=[]), last_batch=None, cur_batch=None,
@@ -746,14 +875,16 @@ class DecodeRank(Rank):
             req_to_metadata_buffer_idx_allocator=Double(journal, f"{self.name}.metadata_allocator",
                                                         free=lambda idx: self.metadata_frees.append(int(idx))),
             # the tree cache gives a failed request's pages back (trees before release_kv_cache call it directly)
-            tree_cache=self.scheduler.tree_cache if "tree_cache" in vars(self.scheduler) else
+            tree_cache=self.hicache if self.hicache is not None else
+            self.scheduler.tree_cache if "tree_cache" in vars(self.scheduler) else
             Double(journal, f"{self.name}.tree_cache",
                    cache_finished_req=lambda req, *args, **flags: scene._release(req, None, *args, **flags)),
             spec_algorithm=Double(journal, "spec_algorithm", is_none=lambda: True, is_eagle=lambda: False,
                                   is_standalone=lambda: False, is_ngram=lambda: False),
             enable_staging=False, staging_handler=None, _deferred_releases=[], enable_host_receive=False,
             scheduler=self.scheduler,
-            _clean_hicache_prefetch_resources=lambda decode_req: None,
+            # without decode's HiCache nothing of it is held (with it, the tree's own cleanup runs)
+            **({} if self.hicache is not None else {"_clean_hicache_prefetch_resources": lambda decode_req: None}),
             # the lifetime cases never look past the commit: it stands for the request starting to decode
             # (reading its pages); the handoff probe runs the tree's own commit and what follows it
             **({"_commit_transfer_to_req": self._commit} if scene.commit_stand_in else {}),
@@ -833,7 +964,7 @@ class DecodeRank(Rank):
             invalidate_cached_bootstrap_infos=journal.method(f"{self.name}.kv_receiver.{rid}",
                                                              "invalidate_cached_bootstrap_infos"),
         )
-        request.req = tree.make_req(rid, PAGES, "DECODE", room)
+        request.req = tree.make_req(rid, self.prefix + PAGES, "DECODE", room)
         if getattr(request.req, "vocab_size", 0) is None:  # the model's vocabulary, which the request learns from it
             request.req.vocab_size = 32000
         tree.give_kv(request.req, PAGES, row)
@@ -844,8 +975,17 @@ class DecodeRank(Rank):
         request.req.metadata_buffer_index = request.metadata_index
         if hasattr(self.metadata, "bootstrap_room") and slot is None:  # a fresh row's room: what later trees' gate reads
             self.metadata.bootstrap_room[request.metadata_index, 0] = 0
-        self.queue.queue.append(_dataclass(decode.DecodeRequest, req=request.req, kv_receiver=request.receiver,
-                                           metadata_buffer_index=request.metadata_index))
+        match = {}
+        if self.hicache is not None:  # its prompt's prefix is on decode's host tier: the tree's own preallocation match
+            hold_prefix(self.hicache, list(request.req.origin_input_ids[: self.prefix]))
+            prealloc = strict_subject(tree.resolve(f"{DECODE}.DecodePreallocQueue"), journal,
+                                      f"{self.name}.prealloc_queue", tree_cache=self.hicache, scheduler=self.scheduler,
+                                      token_to_kv_pool_allocator=self.hicache.token_to_kv_pool_allocator,
+                                      token_to_kv_pool=self.hicache.token_to_kv_pool_allocator.get_kvcache())
+            match = {"prefix_match": prealloc._match_prefix_and_lock(request.req)}
+        request.entry = _dataclass(decode.DecodeRequest, req=request.req, kv_receiver=request.receiver,
+                                   metadata_buffer_index=request.metadata_index, **match)
+        self.queue.queue.append(request.entry)
         self.requests[rid] = request
 
     def wait_for_prefill_info(self, rid: str) -> None:
@@ -934,6 +1074,7 @@ class DecodeRank(Rank):
         releases; then pages that are free go to the next request. A request handed over starts
         decoding (trees that commit inline, without ``_commit_transfer_to_req``, never called ours)."""
         for req in self.queue.pop_transferred() or ():
+            self.handed.append(req.rid)  # what the tree hands its scheduler to decode: a request left out never runs
             if req.rid not in self.committed:
                 self._commit(SimpleNamespace(req=req))
         if hasattr(self.queue, "resolve_deferred_releases"):
@@ -953,8 +1094,13 @@ class DecodeRank(Rank):
                                                                                     "abort"))}
                                   if r.metadata_index < 0 else {})}
                          for rid, r in self.requests.items()},
-            "next": self.next_pages, "committed": list(self.committed), "held": self.held(),
+            "next": self.next_pages, "committed": list(self.committed), "handed": list(self.handed),
+            "held": self.held(),
             "metadata_frees": list(self.metadata_frees),
+            # how the tree's HiCache restore of each request's cached prefix ended (PENDING, READY, FAILED)
+            **({"hicache": {rid: str(getattr(r.entry.hicache_restore_status, "name", r.entry.hicache_restore_status))
+                            for rid, r in self.requests.items() if r.entry is not None}}
+               if self.hicache is not None else {}),
             "acks_noted": [e["args"] for e in self.scene.journal.calls(f"{self.name}.kv_manager", "note_abort_ack")],
             "streamed": [list(c) for c in self.streamed],
             **({"logical_releases": list(self.logical_releases)} if self.scene.shape.hisparse else {}),
@@ -1264,11 +1410,22 @@ def script(scene: Scene) -> None:
         scene.decode_steps()
         scene.deliver("ABORT")
 
+    def restore_fails() -> None:  # decode's event loop runs its HiCache restore: the load-back comes up short
+        scene.decode_steps()
+        scene.note("decode's HiCache restore ran", status=[d.effects().get("hicache", {}).get(RID) for d in scene.decode])
+        scene.deliver("ABORT")
+
     def decode_learns_failure() -> None:
         scene.decode_steps()
         scene.deliver("ABORT")
 
-    if shape.failure == "none":
+    if shape.failure == HICACHE:
+        for p in scene.prefill:
+            p.send_last_chunk()
+        scene.holds[(0, 0)] = restore_fails
+        for p in scene.prefill:
+            p.work()
+    elif shape.failure == "none":
         for p in scene.prefill:
             p.send_last_chunk()
             p.work()
@@ -1439,7 +1596,11 @@ def space_cases(table: Any, shape_of: Callable[[Mapping[str, str]], Shape], uses
         # run the tree's send_metadata
         publishes = (shape.failure in ("metadata-send-fails", "bootstrap-fails", "peer-bootstrap-fails")
                      or shape.publish == "partial" or shape.wire_bootstrap)
+        hicache = (f"{DECODE}.DecodeTransferQueue._try_hicache_queue_load_back", f"{DECODE}.DecodePreallocQueue._match_prefix_and_lock",
+                   f"{UNIFIED}.init_hicache", "sglang.srt.mem_cache.l2_transfer.TransferCompletion",
+                   "sglang.srt.mem_cache.pool_host.common._cuda_host_register")
         return (REQUIRES + ((f"{MOONCAKE}.MooncakeKVReceiver.send_metadata",) if publishes else ())
+                + (hicache if shape.failure == HICACHE else ())
                 + ((STATE_TYPE, f"{MANAGER}.maybe_send_extra") if shape.state else ())
                 + ((f"{HISPARSE}.request_finished",) if shape.hisparse else ()))
 

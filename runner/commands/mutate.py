@@ -49,17 +49,22 @@ class _Run(BaseModel):
 
 
 def judge(source: str, tree_digest: str, raw: _Run, sites: list[str] | None = None,
-          changed: dict[str, list[conditions.Condition]] | None = None) -> mutation.Mutation:
+          changed: dict[str, list[conditions.Condition]] | None = None, read=None) -> mutation.Mutation:
     """The report, judged here from the recorded effects: the cases unmutated first, then each mutant
     by the cases that held on them. ``sites``: the configurations the fix is pinned in, whose cases
     say whether the tree unmutated is fixed (a defence off by default is measured with its option on).
     ``changed``: each hunk's conditions (``changed_conditions``): a hunk every case held on reads "fixed" only
-    when the cases that ran it saw each condition of its changed function both ways, as an audit would."""
+    when the cases that ran it saw each condition of its changed function both ways, as an audit would. ``read``: the
+    stored tree's files, where a mutant no case told from the tree may be equivalent by a reason whose premise they
+    show (``conditions.premised_equivalent``: a condition no server of the tree makes true)."""
     baseline = [judging.rejudge(raw.probe, c) for c in raw.baseline]
     held = {c.id for c in baseline if judging.state(c) == "clean"}
     mutants = []
     for m in raw.mutants:
         status, why = judging.mutant_status(raw.probe, m, held)
+        if status in ("survived", "not covered") and m["operator"] != "hunk" and read is not None \
+                and (premised := conditions.premised_equivalent(m, read)):
+            status, why = "equivalent", premised
         unvaried = judging.unvaried(raw.probe, m, baseline) if status == "survived" and not why else ""
         reads = None
         if m["operator"] == "hunk" and status not in ("error", "equivalent"):
@@ -110,7 +115,8 @@ def measure(plan: list[tuple[str, int]], p: pins.Pins, opts: pipeline.Options, i
             raw = run_mutants(environment, probe, case_timeout, sandboxed, sent)
             if raw.import_.outcome != "ok":
                 raise errors.Infrastructure(f"{text}: SGLang did not import ({raw.import_.error.message if raw.import_.error else ''})")
-            found.append((bundle.label(tree.identity), judge(text, tree.identity.tree_digest, raw, p.fix(n).sites, listed)))
+            found.append((bundle.label(tree.identity), judge(text, tree.identity.tree_digest, raw, p.fix(n).sites, listed,
+                                                                    materials.reader(tree.root))))
     return found
 
 

@@ -79,13 +79,13 @@ _WORKER_CRASHED = (
     "(disaggregation/common/utils.py) waits on a Condition until its deque is non-empty and pops it: it raises nothing "
     "an `except Exception` takes, so the test is never false; its true side needs the worker's own code to raise on a "
     "chunk (a defect of the tree: its NOTE says the handler goes once the thread is bug-free), which no case fabricates")
+_IN_CI = "true only in upstream's CI, where a mismatch raises to fail the test run; a deployment never runs it"
 REASONS: dict[tuple[str, str, str], str] = {
     (f"{_M}.transfer_worker", "True", "kv_chunk is not None"): _WORKER_CRASHED,
     (f"{_D}._verify_kv_checksums", "", "mismatch_prob > 0"): _INJECTED,
     (f"{_D}._verify_kv_checksums", "", "prealloc_queue.kv_checksum_mismatch_injector.random() < mismatch_prob"):
         _INJECTED,
-    (f"{_D}._handle_kv_checksum_mismatch", "", "is_in_ci()"):
-        "true only in upstream's CI, where a mismatch raises to fail the test run; a deployment never runs it",
+    (f"{_D}._handle_kv_checksum_mismatch", "", "is_in_ci()"): _IN_CI,
     (f"{_D}._handle_kv_checksum_mismatch", "", "envs.SGLANG_TEST_DISAGG_KV_CHECKSUM_MISMATCH_PROB.get() == 0"):
         _INJECTED,
     (f"{_D}._handle_kv_checksum_mismatch", "", "self.metrics_reporter.enable_metrics"):
@@ -202,6 +202,79 @@ PREMISES: dict[str, Callable[[Callable[[str], str | None]], bool]] = {
     _HOST: functools.partial(backends_answer, name="supports_host_destination", value=False),
     _VERIFY: functools.partial(backends_answer, name="should_verify_kv_checksum", value=True),
 }
+
+
+# Reasons that say their condition is false in every server of the tree (where their premise is shown): a mutant
+# that makes it False changes nothing, and a statement that runs only when it is true never runs. By reason (each
+# condition it explains is never true), or by the condition itself where its reason covers others that are not (the
+# injection's probability is never above 0, so its `== 0` test is always true: not listed).
+NEVER_TRUE = frozenset({_HOST})
+NEVER_TRUE_CONDITIONS = frozenset({
+    (f"{_D}._verify_kv_checksums", "", "mismatch_prob > 0"),
+    (f"{_D}._verify_kv_checksums", "", "prealloc_queue.kv_checksum_mismatch_injector.random() < mismatch_prob"),
+    (f"{_D}._handle_kv_checksum_mismatch", "", "is_in_ci()"),
+})
+
+
+def never_true(qualified: str, read: Callable[[str], str | None]) -> tuple[ast.FunctionDef | None, dict[str, str]]:
+    """A function of the fix's code as the stored tree has it, and its conditions a ``NEVER_TRUE`` reason explains
+    there (its premise shown on the tree's files): text -> reason. What ``mutate`` takes as equivalent by that reason
+    (``premised_equivalent``): the same inputs no server of the tree builds, checked the same way."""
+    try:
+        found = fixcode.locate(read, qualified)
+    except (SyntaxError, ValueError, RecursionError):
+        return None, {}
+    if found is None:
+        return None, {}
+    shown: dict[str, bool] = {}
+    texts: dict[str, str] = {}
+    for (function, around, text), reason in REASONS.items():
+        if function != qualified or (reason not in NEVER_TRUE and (function, around, text) not in NEVER_TRUE_CONDITIONS):
+            continue
+        if reason not in shown:
+            shown[reason] = reason not in PREMISES or PREMISES[reason](read)
+        if shown[reason]:
+            texts[text] = reason
+    return found[1], texts
+
+
+def _never(node: ast.expr, texts: dict[str, str]) -> str | None:
+    """The reason ``node`` is never true: it is such a condition, or an ``and`` of which one operand is."""
+    if (reason := texts.get(ast.unparse(node))) is not None:
+        return reason
+    if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.And):
+        return next((r for v in node.values if (r := _never(v, texts)) is not None), None)
+    return None
+
+
+def premised_equivalent(mutant: dict, read: Callable[[str], str | None]) -> str | None:
+    """Why a mutant of the fix's code is equivalent on this tree by a ``NEVER_TRUE`` reason shown on it (``never_true``):
+    it makes a never-true condition False, or changes (True, negated) an operand of an ``and`` another operand of
+    which is never true, or inserts ``and not X`` for a never-true X (``and True``), or changes only a statement that
+    runs when a never-true test holds (that ``if`` deleted, or a statement of its body). None: no such reason."""
+    fn, texts = never_true(mutant["function"], read)
+    if fn is None or not texts:
+        return None
+    before, line, operator = mutant["before"], int(mutant["line"]), mutant["operator"]
+    parents = {id(child): node for node in ast.walk(fn) for child in ast.iter_child_nodes(node)}
+    said = "which is never true in a server of this tree"
+    if operator.startswith("insert:") and (reason := texts.get(operator.split(":", 1)[1])) is not None:
+        return f"inserts `and not {operator.split(':', 1)[1]}`, {said} (the test gains `and True`): {reason}"
+    for node in ast.walk(fn):
+        if isinstance(node, ast.expr) and getattr(node, "lineno", None) == line and ast.unparse(node) == before:
+            if operator == "false" and (reason := _never(node, texts)) is not None:
+                return f"`{before}` is never true in a server of this tree, so making it False changes nothing: {reason}"
+            parent = parents.get(id(node))
+            if operator in ("true", "negate") and isinstance(parent, ast.BoolOp) and isinstance(parent.op, ast.And):
+                other = next((r for v in parent.values if v is not node and (r := _never(v, texts)) is not None), None)
+                if other is not None:
+                    return f"an operand of `{ast.unparse(parent)}`, another operand of which is never true: {other}"
+        if isinstance(node, ast.If) and node.body and (reason := _never(node.test, texts)) is not None:
+            last = max(n.end_lineno or n.lineno for n in node.body)
+            if node.body[0].lineno <= line <= last or (operator == "delete" and line == node.lineno
+                                                      and before == f"if {ast.unparse(node.test)}:"):
+                return f"runs only when `{ast.unparse(node.test)}`, {said}: {reason}"
+    return None
 
 
 def listed(qualified: str, path: str, fn: ast.FunctionDef, names: tuple[str, ...],

@@ -179,3 +179,48 @@ def test_every_reason_names_a_function_of_some_fixs_code():
     condition one-way while its author believes it explained."""
     listed = {qualified for code in duties.FIX_CODE.values() for qualified in code}
     assert sorted({function for function, _, _ in conditions.REASONS} - listed) == []
+
+
+def test_a_mutant_is_equivalent_by_a_never_true_reason_only_where_its_premise_is_shown(tmp_path):
+    """mutate: a survivor that makes a never-true condition False, changes an operand of an `and` beside one, inserts
+    `and not` one, or changes a statement that runs only under one, is equivalent by that reason, on a tree whose files
+    show its premise (no backend supports host destinations); on a tree with a backend that does, it stays a survivor.
+    A mutant that makes such a condition True, alone, is never equivalent."""
+    qualified = "sglang.srt.disaggregation.decode.DecodeTransferQueue.resolve_deferred_releases"
+    files = {
+        "sglang/srt/disaggregation/decode.py":
+            "class DecodeTransferQueue:\n    def resolve_deferred_releases(self):\n"
+            "        for decode_req in self.queue:\n"
+            "            if self.enable_host_receive and decode_req.host_staged:\n"
+            "                self.held.append(decode_req)\n"
+            "            if decode_req.done:\n                self.release(decode_req)\n",
+        UTILS: "def get_kv_class(backend):\n    from sglang.srt.disaggregation.mooncake.conn import Manager\n    return Manager\n",
+        "sglang/srt/disaggregation/mooncake/conn.py": "from sglang.srt.disaggregation.base.conn import Base\n"
+                                                      "class Manager(Base):\n    pass\n",
+        "sglang/srt/disaggregation/base/conn.py": "class Base:\n    supports_host_destination: bool = False\n",
+    }
+
+    def tree(**changed: str):
+        root = tmp_path / str(len(list(tmp_path.iterdir())))
+        for rel, text in {**files, **changed}.items():
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            (root / rel).write_text(text)
+        return materials.reader(root)
+
+    def mutant(line: int, operator: str, before: str) -> dict:
+        return {"function": qualified, "line": line, "operator": operator, "before": before}
+
+    read = tree()
+    equivalent = [mutant(4, "false", "self.enable_host_receive and decode_req.host_staged"),
+                  mutant(4, "true", "self.enable_host_receive"), mutant(4, "negate", "decode_req.host_staged"),
+                  mutant(4, "delete", "if self.enable_host_receive and decode_req.host_staged:"),
+                  mutant(5, "delete", "self.held.append(decode_req)"), mutant(5, "return", "self.held.append(decode_req)"),
+                  mutant(6, "insert:decode_req.host_staged", "decode_req.done")]
+    assert all(conditions.premised_equivalent(m, read) for m in equivalent), \
+        [m for m in equivalent if not conditions.premised_equivalent(m, read)]
+    kept = [mutant(6, "true", "decode_req.done"), mutant(7, "delete", "self.release(decode_req)"),
+            mutant(4, "true", "self.enable_host_receive and decode_req.host_staged"),
+            mutant(6, "insert:decode_req.rid", "decode_req.done")]
+    assert not any(conditions.premised_equivalent(m, read) for m in kept)
+    supported = tree(**{"sglang/srt/disaggregation/base/conn.py": "class Base:\n    supports_host_destination = True\n"})
+    assert not any(conditions.premised_equivalent(m, supported) for m in equivalent)
