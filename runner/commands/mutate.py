@@ -67,16 +67,26 @@ def judge(source: str, tree_digest: str, raw: _Run, sites: list[str] | None = No
             status, why = "equivalent", premised
         unvaried = judging.unvaried(raw.probe, m, baseline) if status == "survived" and not why else ""
         reads = None
+        by_site: dict[str, judging.Status] = {}
         if m["operator"] == "hunk" and status not in ("error", "equivalent"):
-            reads, failed = judging.status_with(raw.probe, baseline, m.get("cases", []))
-            why = "; ".join(failed) or why
             ran = [Case.model_validate(c) for c in m.get("cases", [])]
             one_way = [said for c in conditions.judged((changed or {}).get(m["id"], []), ran) if (said := c.one_way())]
+            # each configuration as an audit reads its site, the conditions the change wrote being the fix's (at_site)
+            for site in dict.fromkeys(c.site for c in baseline):
+                read_there, _ = judging.status_with(raw.probe, [c for c in baseline if c.site == site],
+                                                    [c for c in m.get("cases", []) if c.get("site") == site])
+                by_site[site] = judging.on_conditions(read_there, one_way)
+            # the reading: over the configurations the fix is pinned in (the baseline status is theirs), else all
+            pinned = [c for c in baseline if not sites or c.site in sites]
+            reads, failed = judging.status_with(raw.probe, pinned, [c for c in m.get("cases", [])
+                                                                     if not sites or c.get("site") in sites])
+            why = "; ".join(failed) or why
             if reads == "fixed" and one_way:
                 reads, why = judging.on_conditions(reads, one_way), "; ".join(one_way)
         mutants.append(mutation.Mutant(id=m["id"], function=m["function"], file=m["file"], line=m["line"],
                                        operator=m["operator"], before=m["before"], after=m["after"], status=status, why=why,
-                                       reached_by=len(m.get("reached_by", [])), reads=reads, unvaried=unvaried))
+                                       reached_by=len(m.get("reached_by", [])), reads=reads, reads_by_site=by_site,
+                                       unvaried=unvaried))
     cases = [mutation.BaselineCase(id=c.id, role=c.role, state=judging.state(c), site=c.site) for c in baseline]
     report = mutation.Mutation(source=source, tree_digest=tree_digest, probe=raw.probe,
                                probe_sha256=catalog.probe_digest(raw.probe), score=judging.score_of(raw.probe, raw.fix, [], []),

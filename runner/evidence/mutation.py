@@ -53,7 +53,12 @@ class Mutant(_Model):
     status: judging.MutantStatus
     why: str  # the case and failed duty that killed it, the reason it is equivalent, what no case covers
     reached_by: int = 0  # how many cases ran a line of it on the tree unmutated (0: not covered)
-    reads: judging.Status | None = None  # a hunk: what the tree with it reads, every case reaching it run
+    reads: judging.Status | None = None  # a hunk: what the tree with it reads, every case reaching it run (in the
+    # configurations the fix is pinned in, where the report names them: a defence off by default is read with it on)
+    reads_by_site: dict[str, judging.Status] = Field(
+        {}, description="a hunk: what the tree with it reads in each configuration (site) its cases run under, as an "
+                        "audit reads each site (judging.status_with over that site's cases): a change that breaks "
+                        "only the default configuration reads so there, and fixed where it does not reach")
     unvaried: str = Field("", description="a survivor of a condition's mutant: the input no case varied, or the "
                                           "condition on its line the unmutated cases never saw both ways "
                                           "(judging.unvaried); a diagnosis, never an explanation")

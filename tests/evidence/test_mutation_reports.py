@@ -128,3 +128,24 @@ def test_what_a_tree_with_a_change_reads():
     broken = _raw("prefill-door-rejected", "bug")
     assert judging.status_with("other-probe", baseline, [broken]) == ("not fixed", ["prefill-door-rejected: door-not-queued"])
     assert judging.status_with("other-probe", baseline, []) == ("fixed", [])
+
+
+def test_a_change_is_read_configuration_by_configuration(monkeypatch):
+    """A hunk that breaks a duty under one configuration only reads "not fixed" there and as the tree unchanged
+    elsewhere (reads_by_site); its reading over the configurations the fix is pinned in is the pinned ones'."""
+    from runner.commands import mutate
+
+    monkeypatch.setattr(mutate.catalog, "probe_digest", lambda probe: "0" * 64)
+    baseline = [helpers.case("rejected-default", site="default"), helpers.case("valid-default", role="guard", site="default"),
+                helpers.case("rejected-with-option", site="with-option"),
+                helpers.case("valid-with-option", role="guard", site="with-option")]
+    broken = helpers.case("rejected-default", site="default", bug=True, duties={"door-not-queued": False})
+    hunk = {"id": "h", "function": "sglang.x.Door.add", "file": "x.py", "line": 3, "operator": "hunk", "before": "a",
+            "after": "b", "reached_by": ["rejected-default"], "cases": [broken.model_dump(mode="json")]}
+    raw = mutate._Run.model_construct(schema_="diffprobe.mutation/1", probe="other-probe", fix=1, targets=[], missing=[],
+                                      operators=[], baseline=baseline, mutants=[hunk])
+    report = mutate.judge("pypi:sglang==0.5.21", "h1:x", raw)
+    [m] = report.mutants
+    assert m.reads_by_site == {"default": "not fixed", "with-option": "fixed"} and m.reads == "not fixed"
+    [m] = mutate.judge("pypi:sglang==0.5.21", "h1:x", raw, sites=["with-option"]).mutants
+    assert m.reads_by_site == {"default": "not fixed", "with-option": "fixed"} and m.reads == "fixed"
