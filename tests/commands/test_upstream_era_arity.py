@@ -165,6 +165,13 @@ TESTS = textwrap.dedent("""
         sender.buffers.set_checksum.assert_called_once_with("r", 1)
 
 
+    def test_checksum_by_a_mock_with_a_signature():
+        buffers = mock.Mock()
+        buffers.set_checksum = mock.Mock(spec=lambda req, digest, signature=0: None)
+        Sender(buffers).send("r", 9)
+        buffers.set_checksum.assert_called_once_with("r", 9)
+
+
     def test_checksum_by_fake_buffers():
         seen = []
         buffers = mock.Mock()
@@ -263,7 +270,7 @@ def test_the_tree_unpacking_a_tuple_the_test_built_for_the_old_length_is_incompa
     assert (row.grade, row.cause, row.head.kind) == (INCOMPATIBLE, "tuple arity", "ValueError (tuple arity)")
     era = row.head.incompatible
     assert era.at == "sglang/srt/queue.py:30"  # the tree's unpacking, in its comprehension
-    assert era.test == "stores a 2-tuple in Queue.held[…] at test_arity.py:62"
+    assert era.test == "stores a 2-tuple in Queue.held[…] at test_arity.py:69"
     assert era.tree == "builds only 3-tuples there (sglang/srt/queue.py:18) and unpacks 3 names"
 
 
@@ -271,6 +278,14 @@ def test_the_tree_unpacking_a_tuple_its_own_code_built_of_another_length_stays_t
     rows, _ = graded
     row = rows["test_firsts_of_an_odd_entry"]
     assert (row.grade, row.cause, row.head.incompatible) == ("pass-to-fail", "sglang", None)
+
+
+def test_a_mock_with_a_signature_compares_by_binding_and_is_not_told(graded):
+    """A mock with a signature binds both calls before comparing them: (r, 9) and (r, 9, 0) bind
+    differently, and the shape says nothing the binding did not; the failure stays the assertion."""
+    rows, _ = graded
+    row = rows["test_checksum_by_a_mock_with_a_signature"]
+    assert (row.grade, row.cause, row.head.incompatible) == ("pass-to-fail", "assertion", None)
 
 
 def test_a_tuple_the_test_built_itself_is_not_the_trees(graded):
@@ -284,4 +299,4 @@ def test_a_tuple_the_test_built_itself_is_not_the_trees(graded):
 def test_the_verdict_is_a_regression_for_the_behaviours_only(graded):
     _, g = graded
     assert g.verdict == "regression"
-    assert g.counts[INCOMPATIBLE] == 5 and g.counts["pass-to-fail"] == 5
+    assert g.counts[INCOMPATIBLE] == 5 and g.counts["pass-to-fail"] == 6
