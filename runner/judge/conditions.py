@@ -141,6 +141,24 @@ HANDED_ON = "its value is handed on, not tested (`x or y` gives y whatever its t
 _PACKAGE = "sglang.srt.disaggregation"
 
 
+@functools.lru_cache(maxsize=16)
+def parsed(text: str) -> ast.Module:
+    """A module's source, parsed once while it is among the last ones asked for: the host reads the same files of
+    the fix's code for the conditions the tree's process records (:func:`wanted`) and again for each receipt
+    (``fixcode.measure``, the backends' premises). Shared between its readers: none of them changes a node."""
+    return ast.parse(text)
+
+
+def locate(read: Callable[[str], str | None], qualified: str) -> tuple[str, ast.FunctionDef] | None:
+    """``probes/fixcode.py``'s ``locate`` (the same candidates, the same definition found) over :func:`parsed`."""
+    for rel, qualname in fixcode.candidates(qualified):
+        text = read(rel)
+        node = fixcode.function_node(parsed(text), qualname) if text is not None else None
+        if node is not None:
+            return rel, node
+    return None
+
+
 def _modules(module: ast.AST) -> list[str]:
     """The modules of the disaggregation package ``module`` imports from (absolute names)."""
     return [n.module for n in ast.walk(module) if isinstance(n, ast.ImportFrom) and n.level == 0 and n.module
@@ -151,7 +169,7 @@ def _modules(module: ast.AST) -> list[str]:
 def _only(text: str, name: str, value: bool) -> tuple[bool, tuple[str, ...]]:
     """Of one module's source: whether every ``name`` it defines (an attribute, or a property or method) is the
     constant ``value``, and the modules of the package it imports from. SyntaxError: not shown."""
-    module = ast.parse(text)
+    module = parsed(text)
     for node in ast.walk(module):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
             returns = [r.value for r in ast.walk(node) if isinstance(r, ast.Return)]
@@ -175,7 +193,7 @@ def backends_answer(read: Callable[[str], str | None], name: str, value: bool) -
 
     try:
         utils = text_of(f"{_PACKAGE}.utils")
-        chooser = [n for n in ast.parse(utils).body if isinstance(n, ast.FunctionDef) and n.name == "get_kv_class"] \
+        chooser = [n for n in parsed(utils).body if isinstance(n, ast.FunctionDef) and n.name == "get_kv_class"] \
             if utils is not None else []
         if not chooser:
             return False
@@ -344,7 +362,7 @@ def wanted(read: Callable[[str], str | None]) -> list[dict]:
     for fix_code in FIX_CODE.values():
         for qualified, names in fix_code.items():
             try:
-                found = fixcode.locate(read, qualified)
+                found = locate(read, qualified)
             except (SyntaxError, ValueError, RecursionError):
                 continue
             if found is None:
@@ -367,7 +385,7 @@ def of_change(qualified: str, names: tuple[str, ...], read: Callable[[str], str 
     and what the harness records them by. The function's other conditions are the audit's (the cases that reach
     the change need not drive them). Nothing for a change that does not apply (the harness says unappliable)."""
     try:
-        found = fixcode.locate(read, qualified)
+        found = locate(read, qualified)
         if found is None:
             return [], []
         text = read(found[0]) or ""

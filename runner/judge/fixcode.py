@@ -65,7 +65,7 @@ def measure(fix: int, read: Callable[[str], str | None], cases: Iterable[Case]) 
     functions = []
     for qualified, names in FIX_CODE[fix].items():
         try:
-            found = fixcode.locate(read, qualified)
+            found = conditions.locate(read, qualified)
         except (SyntaxError, ValueError, RecursionError):  # a file of the tree that does not parse defines nothing
             found = None
         if found is None:
