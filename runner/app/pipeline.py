@@ -168,8 +168,8 @@ def probe(
 
     Sources are resolved and their environments built in order on this thread, and each tree's
     probes start on the pool as soon as it is ready, so downloads overlap with probe runs;
-    ``on_tree`` (host-side reading of a tree, say) runs in order on a thread of its own, while the
-    pool works. A tree is
+    ``on_tree`` (host-side reading of a tree, say) runs in order on a thread of its own, once the tree's
+    probe run has started (its harness imports SGLang meanwhile), while the pool works. A tree is
     probed once: a source whose tree digest an earlier source of the plan has shares its receipts,
     and a receipt in the receipts store (runner/evidence/results.py) is reused unless
     ``opts.probe.reuse`` is off or runs are repeated.
@@ -188,9 +188,8 @@ def probe(
     if portion.note:
         ui.warn(portion.note)
 
-    def one(text: str, environment: envs.Env, probes: list[str], key: str, sandboxed: bool) -> dict[tuple[str, str], Receipt]:
-        with PARSING:
-            listed = conditions.wanted(materials.reader(environment.tree.root))
+    def one(text: str, environment: envs.Env, probes: list[str], key: str, sandboxed: bool,
+            listed: list[dict]) -> dict[tuple[str, str], Receipt]:
         with ui.step(f"probing {escape(text)}: {', '.join(probes)}", done=False) as advance:  # live on a terminal: never silent
             advance("importing SGLang")  # until the harness counts its first cases
             runs = execute.run_probes(environment, probes, case_timeout=opts.probe.case_timeout, sandboxed=sandboxed,
@@ -240,11 +239,11 @@ def probe(
             if text not in trees:
                 trees[text] = resolve(text, opts)
             digest = trees[text].identity.tree_digest
-            if on_tree:
-                read.append(beside.submit(_parsing, on_tree, text, trees[text]))
             earlier = first_of.setdefault(f"{digest} {trees[text].identity.left_out}", text)  # what each left out is its own
             if earlier != text and set(plan[text]) <= set(plan[earlier]):  # the same bytes: one probe run serves both
                 same[text] = earlier
+                if on_tree:
+                    read.append(beside.submit(_parsing, on_tree, text, trees[text]))
                 continue
             sandboxed = opts.sandboxed(trees[text])  # before anything of the tree is built or run
             if not sandboxed:
@@ -272,8 +271,12 @@ def probe(
                         rejudge_one(text, probe, stored, key)
                 else:
                     todo.append(probe)
-            if todo:
-                futures.append(pool.submit(one, text, environment, todo, key, sandboxed))
+            if todo:  # the conditions the tree's process records, read before ``on_tree`` takes its turn at parsing:
+                # the probe run waits for them, the host's own reading of the tree can wait for the probe run
+                listed = _parsing(conditions.wanted, materials.reader(environment.tree.root))
+                futures.append(pool.submit(one, text, environment, todo, key, sandboxed, listed))
+            if on_tree:
+                read.append(beside.submit(_parsing, on_tree, text, trees[text]))
         for f in futures:
             got.update(f.result())
         for f in read:
