@@ -1,0 +1,150 @@
+"""The defences found in 0.5.23 with no upstream PR number (local ids, issue 44), by behaviour, on real releases and on
+single changes of the real 0.5.23 wheel.
+
+L4 (handoff-slot): freeing a decode metadata slot zeroes its checksum row, so a request whose prefill wrote no digest
+is not checked against the digest the slot's previous owner left. L5 (lifetime-hisparse): a HiSparse decode's host
+pages, the transfer's destination, go back with the deferred release, not at failure time. Each reads "not fixed" on
+0.5.22 and "fixed" on 0.5.23, naming the duty; each single-duty change of 0.5.23's code (``mutate --hunks``: one hunk,
+every name still defined) reads "not fixed" (or "regression" where a guard breaks first), and each behaviour-preserving
+one "fixed".
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from runner import cli
+from runner.app import pipeline
+from runner.commands import options
+from runner.judge import judging
+
+pytestmark = pytest.mark.slow  # real releases, environments and SGLang imports
+
+PROBES = {4: "handoff-slot", 5: "lifetime-hisparse"}
+CLEAR_SLOT = "sglang.srt.disaggregation.utils.MetadataBuffers.clear_slot"
+QUEUE = "sglang.srt.disaggregation.decode.DecodeTransferQueue"
+HISPARSE_FREE = ("        if self.scheduler.enable_hisparse:\n"
+                 "            self.scheduler.hisparse_coordinator.request_finished(decode_req.req)\n")
+
+# (probe, case) -> its state on 0.5.22, 0.5.23
+WINDOWS = {
+    ("handoff-slot", "slot-reused-prefill-without-checksum-with-kv-checksum"): ("bug", "clean"),
+    ("handoff-slot", "slot-reused-after-abort-prefill-without-checksum-with-kv-checksum"): ("bug", "clean"),
+    ("handoff-slot", "slot-reused-short-handoff-with-kv-checksum"): ("clean", "clean"),  # still caught
+    ("handoff-slot", "slot-reused-with-kv-checksum"): ("clean", "clean"),
+    ("handoff-slot", "slot-reused"): ("clean", "clean"),
+    ("lifetime-hisparse", "hisparse-abort-in-flight"): ("bug", "clean"),
+    ("lifetime-hisparse", "hisparse-abort-in-flight-with-deferred-release"): ("bug", "clean"),
+    ("lifetime-hisparse", "hisparse-abort-in-flight-without-deferred-release"): ("clean", "clean"),
+    ("lifetime-hisparse", "plain-decode-abort-in-flight"): ("clean", "clean"),
+    ("lifetime-hisparse", "hisparse-healthy-transfer"): ("clean", "clean"),
+}
+
+# fix -> hunk id -> (function, old, new, what 0.5.23 with it reads, the duty the reading must name: None for "fixed")
+HUNKS = {
+    4: {
+        "checksum-row-kept": (CLEAR_SLOT, "        if self.kv_checksum is not None:\n            self.kv_checksum[idx] = 0\n",
+                              "", "not fixed", "slot-digest-not-inherited"),
+        "commit-path-room-only": (f"{QUEUE}.pop_transferred", "            self.metadata_buffers.clear_slot(idx)\n",
+                                  "            self.metadata_buffers.bootstrap_room[idx] = 0\n", "not fixed",
+                                  "slot-digest-not-inherited"),
+        "deferred-path-room-only": (f"{QUEUE}._do_release", "        self.metadata_buffers.clear_slot(idx)\n",
+                                    "        self.metadata_buffers.bootstrap_room[idx] = 0\n", "not fixed",
+                                    "slot-digest-not-inherited"),
+        # behaviour-preserving: the row zeroed another way
+        "row-zeroed-in-place": (CLEAR_SLOT, "            self.kv_checksum[idx] = 0\n",
+                                "            self.kv_checksum[idx].zero_()\n", "fixed", None),
+        "row-zeroed-by-slice": (CLEAR_SLOT, "            self.kv_checksum[idx] = 0\n",
+                                "            self.kv_checksum[idx, :] = 0\n", "fixed", None),
+    },
+    5: {
+        # the free not moved into the release (a backport dropping it from pop_transferred only): the pages leak,
+        # which the switched-off configuration's guard reads first
+        "host-pages-not-released": (f"{QUEUE}._release_request", HISPARSE_FREE, "", "regression",
+                                    "hisparse-host-freed-once"),
+        "host-pages-released-only-without-deferral": (
+            f"{QUEUE}._release_request", "        if self.scheduler.enable_hisparse:\n",
+            "        if self.scheduler.enable_hisparse and not self.enable_deferred_kv_release:\n", "not fixed",
+            "hisparse-host-freed-once"),
+        # behaviour-preserving: the coordinator looked up first
+        "coordinator-looked-up-first": (
+            f"{QUEUE}._release_request", HISPARSE_FREE,
+            "        coordinator = self.scheduler.hisparse_coordinator if self.scheduler.enable_hisparse else None\n"
+            "        if coordinator is not None:\n            coordinator.request_finished(decode_req.req)\n",
+            "fixed", None),
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def released(cache, release_tree):
+    """Both probes' receipts on 0.5.22 and 0.5.23: {(version, probe): receipt}."""
+    for v in ("0.5.22", "0.5.23"):
+        release_tree(v)
+    opts = pipeline.Options(cache=cache, probe=options.ProbeOptions(jobs=2, case_timeout=20))
+    _, got = pipeline.probe_sources({f"pypi:sglang=={v}": list(PROBES.values()) for v in ("0.5.22", "0.5.23")}, opts)
+    return {(text.split("==")[1], probe): receipt for (text, probe), receipt in got.items()}
+
+
+def test_each_local_defence_reads_not_fixed_before_and_fixed_in_0_5_23(released):
+    for (probe, case_id), expected in WINDOWS.items():
+        shown = tuple(judging.state(released[(v, probe)].case(case_id)) for v in ("0.5.22", "0.5.23"))
+        assert shown == expected, (probe, case_id, shown)
+    for receipt in released.values():  # every case observed: a harness gap is never a verdict
+        assert all(c.outcome == "observed" for c in receipt.cases), [(c.id, c.error) for c in receipt.cases if c.error]
+    for fix, probe in PROBES.items():
+        (before,) = judging.fixes([released[("0.5.22", probe)]])
+        (after,) = judging.fixes([released[("0.5.23", probe)]])
+        assert before.status == "not fixed" and after.status == "fixed", (fix, before, after)
+
+
+def test_a_reused_slot_carried_the_previous_digest_before_the_fix(released):
+    """0.5.22 aborted the healthy handoff with a checksum mismatch against the previous owner's digest; 0.5.23 admits
+    it unverified and it is read."""
+    case_id = "slot-reused-prefill-without-checksum-with-kv-checksum"
+    before = released[("0.5.22", "handoff-slot")].case(case_id).effects
+    after = released[("0.5.23", "handoff-slot")].case(case_id).effects
+    assert before["previous"]["subject_slot"] == before["previous"]["slot"]  # the slot the tree freed, taken again
+    assert before["request"]["finished"] and any("KV checksum mismatch" in r["message"] for r in before["log"])
+    assert not after["request"]["finished"] and any("req-A" in b["runs"] for b in after["batches"])
+
+
+def test_host_pages_went_back_while_the_write_could_land_before_the_fix(released):
+    before = released[("0.5.22", "lifetime-hisparse")].case("hisparse-abort-in-flight").effects
+    after = released[("0.5.23", "lifetime-hisparse")].case("hisparse-abort-in-flight").effects
+    (rank,) = before["decode"]
+    assert {w["how"] for w in rank["freed_while_writable"]} == {"hisparse request_finished"}
+    assert {w["owner"] for w in rank["foreign_writes"]} == {"req-B"}
+    (rank,) = after["decode"]
+    assert not rank["freed_while_writable"] and not rank["foreign_writes"]
+
+
+@pytest.fixture(scope="module")
+def tried(tmp_path_factory, cache):
+    """One ``mutate --hunks`` per fix on 0.5.23: {hunk id: its mutant in the report}."""
+    done: dict[int, dict] = {}
+
+    def get(fix: int) -> dict:
+        if fix not in done:
+            root = tmp_path_factory.mktemp(f"hunks-{fix}")
+            hunks = [{"id": h, "function": f, "old": old, "new": new} for h, (f, old, new, *_) in HUNKS[fix].items()]
+            (root / "hunks.json").write_text(json.dumps(hunks))
+            cli.main(["mutate", "pypi:sglang==0.5.23", "--fix", str(fix), "--hunks", str(root / "hunks.json"),
+                      "--out", str(root / "out"), "--cache-dir", str(cache.root)])
+            report = json.loads(next((root / "out" / "mutation").glob("*.json")).read_text())
+            done[fix] = {m["id"]: m for m in report["mutants"]}
+        return done[fix]
+
+    return get
+
+
+@pytest.mark.parametrize("fix", sorted(HUNKS))
+def test_every_single_duty_hunk_reads_broken_and_every_equivalent_fixed(fix, tried):
+    mutants = tried(fix)
+    for hunk, (_, _, _, reads, duty) in HUNKS[fix].items():
+        m = mutants[hunk]
+        assert m["reads"] == reads, (hunk, m["status"], m["why"])
+        if duty is not None:
+            assert duty in m["why"], (hunk, m["why"])
