@@ -110,11 +110,12 @@ def duties() -> str:
     """One table per fix, from its module's rows: each duty and what must hold, then which cases check which."""
     from probes import duties as d
     from probes import registry
+    from runner import fixids
 
     out: list[str] = []
     for entry in registry.PROBES:
         table = d.TABLES[entry.fix]
-        out += [f"### #{entry.fix}: probe `{entry.id}` {{#duties-{entry.fix}}}", "",
+        out += [f"### {fixids.label(entry.fix)}: probe `{entry.id}` {{#duties-{entry.fix}}}", "",
                 f"`probes/duties_{entry.fix}.py`. " + _cell((table.__doc__ or "").split("\n\n")[1]), ""]
         if table.DUTIES:
             out += ["| duty | what must hold | check |", "|---|---|---|"]

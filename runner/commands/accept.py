@@ -25,7 +25,7 @@ import time
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from runner import errors, ui
+from runner import errors, fixids, ui
 from runner.app import pipeline, server, survey
 from runner.commands import gate, options
 from runner.app.fleet import (BATCH_LIMIT, DEFERRED, DEFERRED_TIMEOUT, Fleet, Worker, ask_trees, declarations, env_read,
@@ -290,7 +290,7 @@ def audit_gates(probed: dict, fleet: Fleet) -> dict[int, tuple[list[Receipt], li
         for f in p.row.fixes:
             if f.fix not in GATE_OF_FIX:
                 if f.status != "fixed":
-                    out[2][1].append(f"{source} (run by {runs}): #{f.fix} {f.status}" + "".join(
+                    out[2][1].append(f"{source} (run by {runs}): {fixids.label(f.fix)} {f.status}" + "".join(
                         f" ({x.site} {x.status})" for x in f.sites if x.status != "fixed"))
                 continue
             for w in mine:
@@ -303,7 +303,7 @@ def audit_gates(probed: dict, fleet: Fleet) -> dict[int, tuple[list[Receipt], li
                 shown = judging.at_site(f, site)
                 if shown is None or shown.status != "fixed":
                     out[GATE_OF_FIX[f.fix]][1].append(
-                        f"{source} (run by {w.name()}, {why}): #{f.fix} " + (f"{shown.status} in that configuration"
+                        f"{source} (run by {w.name()}, {why}): {fixids.label(f.fix)} " + (f"{shown.status} in that configuration"
                         if shown else "not probed in that configuration: failing closed"))
     return out
 

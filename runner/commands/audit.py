@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from runner import errors, ui
+from runner import errors, fixids, ui
 from runner.app import baseline, survey
 from runner.commands import options
 from runner.evidence import bundle, pins, reviews
@@ -26,9 +26,9 @@ def cmd_audit(args) -> int:
     lines = verdict.of_tree(rows[0].fixes, probed[0].receipts, {n: f.sites for n, f in pinned.fixes.items()}, rows[0])
     status.print_audit(rows[0], lines, probed[0].receipts, out)
     if rows[0].on_unreviewed:
-        status.print_unreviewed(", ".join(f"#{n}" for n in rows[0].on_unreviewed), rows[0], out, args.reviews)
+        status.print_unreviewed(fixids.labels(rows[0].on_unreviewed), rows[0], out, args.reviews)
     if args.fix:
-        ui.out.print(f"only {', '.join(f'#{n}' for n in sorted(set(args.fix)))} (--fix): no other pinned fix was probed")
+        ui.out.print(f"only {fixids.labels(sorted(set(args.fix)))} (--fix): no other pinned fix was probed")
     ui.out.print(f"bundle: {out}")
     return verdict.exit_code(lines, args.accept_unreviewed)
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from rich.markup import escape
 
-from runner import errors, ui
+from runner import errors, fixids, ui
 from runner.app import baseline, pipeline
 from runner.commands import options
 from runner.views import status, verdict
@@ -218,7 +218,7 @@ def cmd_backport(args) -> int:
     out = bundle.out_path(args.out, f"backport-{args.pr}")
     started = execute.now()
     if not fix.has_commits and not (args.head and (args.patch or args.applied)):
-        raise errors.BadInput(f"#{args.pr} is pinned by release bracket only (no PR commits): give --head and --patch "
+        raise errors.BadInput(f"{fixids.label(args.pr)} is pinned by release bracket only (no PR commits): give --head and --patch "
                               "(or --applied)")
     head_text = args.head or f"git+{repo}@{fix.head}"
     head_spec = specs.parse(head_text)
@@ -280,7 +280,7 @@ def cmd_backport(args) -> int:
                        signers=signers)
     _print(record, mine, diffs, {bundle.receipt_name(r): r for r in got.values()}, out)
     if record.on_unreviewed:
-        status.print_unreviewed(f"#{record.pr} backport {record.onto}", record, out, args.reviews)
+        status.print_unreviewed(f"{fixids.label(record.pr)} backport {record.onto}", record, out, args.reviews)
     ui.out.print(f"bundle: {out}")
     if not record.behaves_like_head or (args.strict and record.rests_on):
         return errors.DIFFERS
@@ -289,7 +289,7 @@ def cmd_backport(args) -> int:
 
 def _print(record: BackportRecord, mine: dict[str, Receipt], diffs: list, receipts: dict[str, Receipt], out) -> None:
     """The verdict screen: backport against head, then the tree before the patch against it (what the patch changed)."""
-    ui.out.print(f"#{record.pr} onto {escape(record.onto)}: {record.applied}"
+    ui.out.print(f"{fixids.label(record.pr)} onto {escape(record.onto)}: {record.applied}"
                  + (f" ({len(record.files)} files, patch sha256 {record.patch_sha256[:16]}…)" if record.patch_sha256 else "")
                  + f"; compared with {escape(record.head)}")
     cases = {c.id: c for r in mine.values() for c in r.cases}
@@ -315,7 +315,7 @@ def register(sub) -> None:
         differs="it does not (each differing case and the duty it failed are named), or --strict refused it",
         more={errors.UNREVIEWED: "it behaves like head on unreviewed code: reachable changed places (the patch's among them) "
                                  "no review accepted, each named (--accept-unreviewed: exit 0)"})
-    p.add_argument("--pr", type=int, required=True, metavar="N", help="the pinned fix (pull request number) to backport")
+    p.add_argument("--pr", type=options.fix_id, required=True, metavar="N", help="the pinned fix (pull request number) to backport")
     options.source(p, "--onto", what="the tree to backport onto (or, with --applied, the backport itself)", required=True)
     p.add_argument("--repo", metavar="URL|PATH", help="repository holding the PR (default: the pinned upstream; "
                    "not needed with --patch and --head)")

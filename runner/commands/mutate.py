@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from rich.markup import escape
 from rich.table import Table
 
-from runner import errors, ui
+from runner import errors, fixids, ui
 from probes.duties import FIX_CODE
 from runner.app import pipeline
 from runner.commands import options
@@ -121,7 +121,7 @@ def measure(plan: list[tuple[str, int]], p: pins.Pins, opts: pipeline.Options, i
         environment = envs.env(tree, opts.cache, interp, torch)
         listed, sent = changed_conditions(n, hunks, materials.reader(tree.root)) if hunks is not None else ({}, None)
         for probe in p.fix(n).probes:
-            ui.err.print(f"mutating #{n}'s code in {escape(text)} ({probe})...")
+            ui.err.print(f"mutating {fixids.label(n)}'s code in {escape(text)} ({probe})...")
             raw = run_mutants(environment, probe, case_timeout, sandboxed, sent)
             if raw.import_.outcome != "ok":
                 raise errors.Infrastructure(f"{text}: SGLang did not import ({raw.import_.error.message if raw.import_.error else ''})")
@@ -184,7 +184,7 @@ LISTED = ("not covered", "survived", "error", "equivalent")
 
 def show(found: list[mutation.Mutation]) -> None:
     for m in found:
-        ui.out.print(f"#{m.score.fix} in {escape(m.source)} (probe {m.probe}, baseline {m.score.baseline}): "
+        ui.out.print(f"{fixids.label(m.score.fix)} in {escape(m.source)} (probe {m.probe}, baseline {m.score.baseline}): "
                      f"evidence strength: {m.score.strength()}; {m.score.not_covered} not covered, "
                      f"{m.score.survived} survived, {m.score.equivalent} equivalent, {m.score.error} error", markup=False)
         table = Table(title_justify="left")

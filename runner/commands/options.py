@@ -6,7 +6,7 @@ import argparse
 import os
 from pathlib import Path
 
-from runner import errors
+from runner import errors, fixids
 from runner.evidence import dsse
 from runner.sandbox.execute import DEFAULT_CASE_TIMEOUT
 from runner.store import gc, intake, specs, torch_source
@@ -172,11 +172,20 @@ def probe_options(p: argparse.ArgumentParser, *, parallel: str | None = "probe r
                    help="probe every tree even when the receipts store holds its receipts (a new observation)")
 
 
+def fix_id(text: str) -> int:
+    """argparse type of every option naming a pinned fix: 38935 (or #38935) for an upstream pull request, L3
+    (or 3) for a local id (runner/fixids.py: the one parser)."""
+    try:
+        return fixids.parse(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def fixes(p: argparse.ArgumentParser, help: str = "only this fix's probes (repeatable; default: every pinned fix)",
           *also: str) -> None:
     """--fix N (and the names in ``also``): narrow a command to some of the pinned fixes (an unknown
-    one is refused, exit 2)."""
-    p.add_argument("--fix", *also, dest="fix", type=positive_int, action="append", metavar="N", help=help)
+    one is refused, exit 2). N is a PR number (38935) or a local id (L3)."""
+    p.add_argument("--fix", *also, dest="fix", type=fix_id, action="append", metavar="N", help=help)
 
 
 def probe(args: argparse.Namespace) -> ProbeOptions:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from runner import errors, ui
+from runner import errors, fixids, ui
 from runner.app import pipeline
 from runner.commands import mutate, options
 from runner.evidence import bundle, pins, receipts
@@ -22,7 +22,7 @@ def cmd_run(args) -> int:
     numbers = args.fix or sorted(n for n, f in p.fixes.items() if args.via == "releases" or f.has_commits)
     fixes = {n: p.fix(n) for n in numbers}
     if args.via == "commits":
-        bare = [f"#{n}" for n, f in fixes.items() if not f.has_commits]
+        bare = [fixids.label(n) for n, f in fixes.items() if not f.has_commits]
         if bare:
             raise errors.BadInput(f"{', '.join(bare)}: pinned by release bracket only, no PR commits; use --via releases")
     repo = specs.check_git_url(args.repo) if args.repo else p.upstream

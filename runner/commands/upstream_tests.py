@@ -42,7 +42,7 @@ from typing import Callable
 
 from pydantic import ValidationError
 
-from runner import errors, ui
+from runner import errors, fixids, ui
 from runner.app import baseline, pipeline
 from runner.commands import options
 from runner.evidence import bundle, catalog, departures, pins, receipts
@@ -152,7 +152,7 @@ def era_of(tree: sources.Tree, path: str, repo: str, cap: str, fix: tuple[int, s
     at = lambda commit: lambda p: _read_or_none(repo, commit, p, opts)  # noqa: E731
     if ident.kind == "git" and ident.commit:
         if fix and any(ident.commit.startswith(pinned) for pinned in fix[1:]):
-            return _era(path, fix[2], at(fix[2]), f"the head of #{fix[0]}: this tree is its pinned base or head")
+            return _era(path, fix[2], at(fix[2]), f"the head of {fixids.label(fix[0])}: this tree is its pinned base or head")
         if _read_or_none(ident.repo, ident.commit, path, opts) is not None:
             return _era(path, ident.commit, lambda p: _read_or_none(ident.repo, ident.commit, p, opts), "the tree's own commit")
     mirror, top, _ = mirrors.resolve(repo, cap, opts.cache)
@@ -446,7 +446,7 @@ def register(sub) -> None:
                    help="take the test file (a repository path) at the revision of each tree's era: a fix's head "
                         "for its base and head (--fix), a commit's own, else the newest revision whose sglang "
                         "imports the tree defines; says which revision graded which tree")
-    p.add_argument("--fix", type=int, metavar="N", help="with --era: the pinned fix whose head's test grades its base and head")
+    p.add_argument("--fix", type=options.fix_id, metavar="N", help="with --era: the pinned fix whose head's test grades its base and head")
     p.add_argument("--repo", metavar="URL|PATH", help="with --era: the repository of the test's revisions "
                                                      "(default: the pinned upstream)")
     options.source(p, "--base", what="the tree before the fix", required=True)

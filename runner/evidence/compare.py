@@ -12,6 +12,7 @@ from pathlib import Path
 import orjson
 from pydantic import ValidationError
 
+from runner import fixids
 from runner.evidence import bundle, departures
 from runner.errors import BadInput
 from runner.judge.observations import NOT_OBSERVED
@@ -120,4 +121,4 @@ def compare_reviews(a: dict[str, tuple[str, list[int], set[str]]], b: dict[str, 
 
 
 def _fixes(numbers: list[int]) -> str:
-    return ", ".join(f"#{n}" for n in numbers) or "none"
+    return fixids.labels(numbers)

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from runner import fixids
 from runner.errors import BadInput
 from runner.evidence import departures
 from runner.judge import coverage
@@ -281,7 +282,7 @@ def reached(entries: list[Entry], fixes: dict[tuple[str, str], list[int]], cases
     reviewed = catalog.reviewed()
     out = []
     for e in entries:
-        by = [f"fix #{n}" for n in sorted(set(fixes.get((e.file, e.function), [])))]
+        by = [f"fix {fixids.label(n)}" for n in sorted(set(fixes.get((e.file, e.function), [])))]
         by += [f"probe {p}" for p, ran in sorted(lines.items()) if e.file in ran and coverage.overlaps(ran[e.file], e.statements)]
         missed = [s[0] for s in e.statements if not (e.file in every and coverage.overlaps(every[e.file], [s]))]
         f, u = reviewed.get(e.place, (None, None))

@@ -9,6 +9,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from runner import fixids
 from runner.evidence import catalog
 from runner.judge.judging import Verdict
 from runner.store import specs
@@ -53,6 +54,8 @@ class Fix(_Strict):
                              "e.g. with-kv-checksum for an option off by default) whose cases the differential "
                              "compares; empty: every case")
     expect: Verdict = "fix observed"
+    local: bool = Field(False, description="a local id (1-999, shown as L<n>): a defence found in a release with no "
+                        "upstream pull request number known; false: the key is the upstream PR number (shown as #<n>)")
     duties: list[DutyBracket] = Field(default_factory=list, description="parts of the fix whose release bracket differs "
                                       "from the fix's (found on the release line: sweep, per duty)")
 
@@ -106,6 +109,16 @@ class Pins(_Strict):
         return Path(v).as_posix()
 
     @model_validator(mode="after")
+    def _local_ids(self) -> "Pins":
+        for number, fix in self.fixes.items():
+            if number < 1:
+                raise ValueError(f"fixes.{number}: a fix id is a positive integer")
+            if fix.local != fixids.is_local(number):
+                raise ValueError(f"fixes.{number}: local = true exactly for ids 1-{fixids.LOCAL_LIMIT - 1} (a defence "
+                                 f"with no upstream PR number); an upstream PR number is {fixids.LOCAL_LIMIT} or more")
+        return self
+
+    @model_validator(mode="after")
     def _releases_known(self) -> "Pins":
         for number, fix in self.fixes.items():
             brackets = [("releases", fix.releases), *((f"duties[{i}].releases", d.releases) for i, d in enumerate(fix.duties))]
@@ -128,8 +141,7 @@ class Pins(_Strict):
 
     def fix(self, number: int) -> Fix:
         if number not in self.fixes:
-            known = ", ".join(f"#{n}" for n in sorted(self.fixes))
-            raise BadInput(f"unknown fix #{number} (pinned: {known})")
+            raise BadInput(f"unknown fix {fixids.label(number)} (pinned: {fixids.labels(sorted(self.fixes))})")
         return self.fixes[number]
 
 

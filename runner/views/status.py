@@ -8,7 +8,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from runner import errors, ui
+from runner import errors, fixids, ui
 from runner.judge import judging
 from runner.evidence.receipts import Receipt
 from runner.evidence.records import Reviewed, Row, SweepRecord, inconclusive_sites
@@ -43,7 +43,7 @@ def print_matrix(record: SweepRecord, probed: list, pinned: dict[int, list[str]]
     table = Table(title="fix status by source (observed behaviour)", title_justify="left")
     table.add_column("source")
     for fix in fixes:
-        table.add_column(f"#{fix}")
+        table.add_column(fixids.label(fix))
     table.add_column("static findings (not observed)")
     labels = {r.source: r.label for r in record.rows}
     for row in record.rows:
@@ -54,7 +54,7 @@ def print_matrix(record: SweepRecord, probed: list, pinned: dict[int, list[str]]
     ui.out.print(table)
     for row in record.rows:
         if row.on_unreviewed:
-            print_unreviewed(f"{row.label}: {', '.join(f'#{n}' for n in row.on_unreviewed)}", row, bundle, ledger)
+            print_unreviewed(f"{row.label}: {fixids.labels(row.on_unreviewed)}", row, bundle, ledger)
     if len(record.rows) > 1:  # a line of trees: where each bug entered and left it
         for text in timeline.strip(record, cases_of=timeline.cases_finder(r for p in probed for r in p.receipts)):
             ui.out.print(text)
@@ -63,9 +63,9 @@ def print_matrix(record: SweepRecord, probed: list, pinned: dict[int, list[str]]
         at = next((w for w in record.windows if w.fix == fix and sites == [w.site]), None)
         where = f" (configuration {escape(at.site)}, as pinned)" if at and at.site != verdict.DEFAULT else ""
         source = at.first_fixed if at else source
-        ui.out.print(f"#{fix}: first fixed in {escape(source) if source else '[red]none of these trees[/]'}{where}")
+        ui.out.print(f"{fixids.label(fix)}: first fixed in {escape(source) if source else '[red]none of these trees[/]'}{where}")
     for fix, read in (record.bisect or {}).items():
-        ui.out.print(f"#{fix}: bisection read {len(read)} of {len(record.order)} sources")
+        ui.out.print(f"{fixids.label(fix)}: bisection read {len(read)} of {len(record.order)} sources")
     distinct = len({r.tree_digest for r in record.rows})
     reused = sum(r.reused and not r.same_tree_as for r in record.rows)
     ui.out.print(f"{len(record.rows)} source(s), {distinct} distinct tree(s): {record.probe_runs} probe run(s); "
@@ -95,7 +95,7 @@ def print_audit(row: Row, lines: list[verdict.Line], receipts: list[Receipt], bu
     for f in row.static:
         state = ("present" + (f", default {f.default}" if f.default else "")) if f.present else "absent"
         caveat = f" Caveat: {f.caveat}" if f.present and f.caveat else ""
-        prs = f" ({', '.join(f'#{n}' for n in f.prs)})" if f.prs else ""
+        prs = f" ({fixids.labels(f.prs)})" if f.prs else ""
         ui.out.print(Text(f"  {f.id}{prs}: {state}. {f.what}{caveat}"))
     ui.out.print(Text(verdict.read_more(bundle), style="dim"))
 

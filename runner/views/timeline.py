@@ -13,6 +13,7 @@ from typing import Callable, Iterable
 
 from rich.markup import escape
 
+from runner import fixids
 from runner.evidence import receipts
 from runner.judge import duty_windows, judging
 from runner.judge.observations import Case
@@ -167,7 +168,7 @@ def strip(record: SweepRecord, titles: dict[int, str] | None = None,
             if i is not None:
                 under[i] = "^"
         title = escape((titles or {}).get(w.fix, ""))
-        out += [f"[bold]#{w.fix}[/]{escape(lane_name(w))} {title}".rstrip(), f"  {marks}", f"  {''.join(under)}  {escape(window_text(lane))}"]
+        out += [f"[bold]{fixids.label(w.fix)}[/]{escape(lane_name(w))} {title}".rstrip(), f"  {marks}", f"  {''.join(under)}  {escape(window_text(lane))}"]
         if cases_of is not None and w.fix not in shown:
             shown.add(w.fix)
             duties = duty_text(record, w.fix, cases_of)
@@ -206,7 +207,7 @@ def svg(record: SweepRecord, receipt_of: Callable[[str, int], str | None], href:
              f'<title>{_e("release line: status of each fix per tree, oldest first")}</title>']
     for k, lane in enumerate(ls):
         w, y = lane.window, TOP + k * LANE
-        parts.append(f'<text x="4" y="{y + 22}" font-weight="600" font-size="12">#{w.fix}</text>')
+        parts.append(f'<text x="4" y="{y + 22}" font-weight="600" font-size="12">{fixids.label(w.fix)}</text>')
         under_name = w.site if w.site else (titles or {}).get(w.fix, "")  # a configuration's lane names it
         parts.append(f'<text x="4" y="{y + 36}" fill="#57606a" font-size="9">{_e(_clip(under_name, 26))}</text>')
         lo, hi = lane.index(w.first_bug), lane.index(w.first_fixed)
@@ -220,7 +221,7 @@ def svg(record: SweepRecord, receipt_of: Callable[[str, int], str | None], href:
             parts.append(f'<text x="{tx:.0f}" y="{y + 2}" fill="#82071e" font-size="10">{_e(said)}</text>')
         for i, c in enumerate(lane.cells):
             x = LEFT + i * step
-            tip = f"{short(c.label)} · #{w.fix}{lane_name(w)}: {c.word}" + (f" ({c.detail})" if c.detail else "") + (
+            tip = f"{short(c.label)} · {fixids.label(w.fix)}{lane_name(w)}: {c.word}" + (f" ({c.detail})" if c.detail else "") + (
                 " · after the first fixed tree: shows the bug again" if c.recurred else "")
             rect = (f'<rect class="cell {_cls(c.word)}" x="{x}" y="{y + 10}" width="{CELL}" height="{CELL}" rx="2" '
                     f'fill="{styles.FILL.get(c.word, styles.FILL["not fixed"])}" stroke="{"#1f2328" if c.recurred else "#8c959f"}" '

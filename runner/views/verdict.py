@@ -16,7 +16,7 @@ from typing import Iterable
 
 from rich.text import Text
 
-from runner import errors, ui
+from runner import errors, fixids, ui
 from runner.evidence import pins
 from runner.judge import judging
 from runner.judge.observations import Case
@@ -261,7 +261,7 @@ def style(word: str) -> str:
 
 def show_duty_check(check: DutyCheck) -> None:
     """A duty-level bracket of pins.toml (part of a fix in an earlier release), as a run found it."""
-    head = f"#{check.fix} part: {check.title}: {check.without} -> {check.with_}"
+    head = f"{fixids.label(check.fix)} part: {check.title}: {check.without} -> {check.with_}"
     if check.as_pinned:
         ui.out.print(Text.assemble(("as pinned ", "green"), head))
         return
@@ -276,7 +276,7 @@ def show(lines: list[Line], receipts: Iterable[Receipt] = (), rest: str | None =
     if loose := confinement.warning(receipts):
         o.print(Text(f"WARNING: {loose}", style="bold red"))
     for line in lines:
-        o.print(Text.assemble((f"#{line.fix} ", "bold"), f"{line.what} " if line.what else "", (line.word, style(line.word)),
+        o.print(Text.assemble((f"{fixids.label(line.fix)} ", "bold"), f"{line.what} " if line.what else "", (line.word, style(line.word)),
                               f"  {line.reason}",
                               (f"  [{line.config}]", "dim")))
         for text in line.detail:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from runner import fixids
 from runner.evidence import bundle, pins, receipts
 from tests.conftest import git
 from tests.helpers import ROOT, case, receipt
@@ -72,9 +73,11 @@ ROWS = [
     Row("pins-newline-key", ("run", "--pins", "{d}/pins-newline-key.toml"), 2, r"fixes\.36988\.a\\nb: unknown key"),
     Row("pins-unknown-probe", ("run", "--pins", "{d}/pins-unknown-probe.toml"), 2, r"unknown probe 'x'"),
     Row("pins-no-fixes", ("run", "--pins", "{d}/pins-no-fixes.toml"), 2, r"pins-no-fixes\.toml: fixes: required key"),
-    Row("unknown-fix", ("run", "--pr", "1"), 2, rf"unknown fix #1 \(pinned: {', '.join(f'#{n}' for n in PINNED)}\)"),
-    Row("audit-unknown-fix", ("audit", "pypi:sglang==0.5.21", "--fix", "1"), 2, r"unknown fix #1 \(pinned: "),
-    Row("sweep-fix-word", ("sweep", "pypi:sglang==0.5.21", "--fix", "latest"), 2, r"--fix: expected a positive integer"),
+    Row("unknown-fix", ("run", "--pr", "1234"), 2, rf"unknown fix #1234 \(pinned: {re.escape(fixids.labels(PINNED))}\)"),
+    Row("audit-unknown-fix", ("audit", "pypi:sglang==0.5.21", "--fix", "1234"), 2, r"unknown fix #1234 \(pinned: "),
+    Row("audit-unknown-local-fix", ("audit", "pypi:sglang==0.5.21", "--fix", "L999"), 2, r"unknown fix L999 \(pinned: "),
+    Row("audit-local-fix-too-big", ("audit", "pypi:sglang==0.5.21", "--fix", "L1234"), 2, r"--fix: 'L1234': a local fix id is under 1000"),
+    Row("sweep-fix-word", ("sweep", "pypi:sglang==0.5.21", "--fix", "latest"), 2, r"--fix: expected a fix number \(38935\) or a local fix id \(L3\)"),
     Row("jobs-zero", ("run", "-j", "0"), 2, r"-j/--jobs: expected a positive integer, got '0'"),
     Row("repeat-word", ("audit", "pypi:sglang==0.5.21", "--repeat", "many"), 2, r"--repeat: expected a positive integer"),
     Row("out-taken", ("run", "--out", "{d}/taken", "--cache-dir", "{cache}"), 2, r"--out .*taken: exists and is not empty"),

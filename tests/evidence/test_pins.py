@@ -35,7 +35,7 @@ def test_a_tree_is_probed_with_the_probes_its_fixes_name_in_catalog_order():
     assert probes_of(p, [41402, 38935]) == ("admission", "lifetime-peers")
     narrowed = p.model_copy(update={"fixes": {36988: p.fixes[36988]}})
     assert probes_of(narrowed) == ("prefill-cleanup",)
-    with pytest.raises(BadInput, match=r"unknown fix #1 \(pinned: #36988\)"):
+    with pytest.raises(BadInput, match=r"unknown fix L1 \(pinned: #36988\)"):
         probes_of(narrowed, [1])
 
 
@@ -112,3 +112,34 @@ def test_the_pinned_duty_brackets_are_what_the_committed_release_line_shows():
                  for version in (d.releases.without, d.releases.with_)]
         assert duty_windows.bracket(d.duties, d.cases, *cases) == [], (n, d.title)
         assert version_key(d.releases.with_) < version_key(p.fixes[n].releases.with_)
+
+
+_LOCAL = """
+[fixes.7]
+title = "A defence found in a release"
+summary = "Found by sweeping the releases."
+releases = { without = "0.5.22", with = "0.5.23" }
+probes = ["admission"]
+"""
+
+
+@pytest.mark.parametrize("extra, expected", [
+    (_LOCAL, "fixes.7: local = true exactly for ids 1-999"),  # a small id not marked local
+    (_LOCAL.replace("[fixes.7]", "[fixes.40000]\nlocal = true"), "fixes.40000: local = true exactly for ids 1-999"),
+    (_LOCAL.replace("[fixes.7]", "[fixes.0]\nlocal = true"), "fixes.0: a fix id is a positive integer"),
+    (_LOCAL.replace("[fixes.7]", "[fixes.-3]\nlocal = true"), "fixes.-3: a fix id is a positive integer"),
+])
+def test_local_ids_are_exactly_the_ids_under_1000(tmp_path, extra, expected):
+    """A defence with no upstream PR number gets a local id 1-999 marked ``local = true``; an id under 1000
+    not marked local (it would be read as upstream's #7), or a PR number marked local, is refused."""
+    with pytest.raises(BadInput) as info:
+        pins.load(_write(tmp_path, PROJECT_PINS.read_text() + extra))
+    assert expected in info.value.message and "\n" not in info.value.message
+
+
+def test_a_local_fix_is_named_l_n_wherever_it_is_named(tmp_path):
+    p = pins.load(_write(tmp_path, PROJECT_PINS.read_text() + _LOCAL.replace("[fixes.7]", "[fixes.7]\nlocal = true")))
+    assert p.fixes[7].local and not p.fixes[38935].local
+    with pytest.raises(BadInput, match=r"unknown fix L8 \(pinned: L7, #36988, .*#41404\)"):
+        p.fix(8)
+    assert probes_of(p, [7]) == ("admission",)

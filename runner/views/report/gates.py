@@ -14,6 +14,7 @@ from typing import Literal
 
 from pydantic import ValidationError
 
+from runner import fixids
 from runner.judge import judging
 from runner.evidence.receipts import Receipt
 from runner.evidence.records import Acceptance, GateResult
@@ -118,7 +119,7 @@ def backer(name: str, r: Receipt, record: Acceptance, unused: set[str] = frozens
     if isinstance(source, TreeIdentity):
         runs = sorted(url for url, w in record.workers.items() if w.get("tree") == source.source)
         who = f"audit of the tree run by {', '.join(runs) or 'no worker of this fleet'}"
-        lines = [Line(fs.status, f"#{fs.fix} {fs.status}: " + ", ".join(f"{s.site} {s.status}" for s in fs.sites))
+        lines = [Line(fs.status, f"{fixids.label(fs.fix)} {fs.status}: " + ", ".join(f"{s.site} {s.status}" for s in fs.sites))
                  for fs in judging.fixes([r])]
         return Backer(name, who, source.source, source.tree_digest, lines)
     url = getattr(source, "url", source.source)

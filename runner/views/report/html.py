@@ -13,7 +13,7 @@ from urllib.parse import quote
 
 import orjson
 
-from runner import errors
+from runner import errors, fixids
 from runner.evidence import bundle, receipts
 from runner.judge import judging
 from runner.evidence.receipts import Differential, Receipt
@@ -95,12 +95,12 @@ class Page:
         ev = self.ev
         newest = of_record(ev.index.kind, ev.index.extra, ev.receipts.values())
         head = of_backport_bundle(ev.index.kind, ev.index.extra, ev.receipts.values())
-        items = [el("li", el("a", esc(f"#{line.fix}"), href=f"#fix-{line.fix}"), " ", esc(line.what), " ",
+        items = [el("li", el("a", esc(fixids.label(line.fix)), href=f"#fix-{line.fix}"), " ", esc(line.what), " ",
                     el("span", esc(line.word), class_=f"st {_cls(line.word)}"), " ", esc(line.reason),
                     *([el("ul", *[el("li", esc(d)) for d in line.detail])] if line.detail else []))
                  for line in filter(None, [head])]
         items += [el("li", self.fix_line(f)) for f in ev.fixes] or [
-            el("li", el("a", esc(f"#{line.fix}"), href="#matrix"), " ", el("span", esc(line.word), class_=f"st {_cls(line.word)}"),
+            el("li", el("a", esc(fixids.label(line.fix)), href="#matrix"), " ", el("span", esc(line.word), class_=f"st {_cls(line.word)}"),
                " ", esc(f"{line.reason} [{line.config}]"),
                *([el("ul", *[el("li", esc(d)) for d in line.detail])] if line.word == UNREVIEWED else []))
             for line in (newest[1] if newest else [])] or [el("li", esc(
@@ -129,7 +129,7 @@ class Page:
         sites = sorted({t.site for t in fixed})
         where = f" at {', '.join(sites)}" if sites else ""
         sides = f"{', '.join(describe(s.source) for s in d.base)} → {', '.join(describe(s.source) for s in d.head)}"
-        return (el("a", esc(f"#{d.fix} {d.title}"), href=f"#fix-{d.fix}") + " " + verdict(fix) + " "
+        return (el("a", esc(f"{fixids.label(d.fix)} {d.title}"), href=f"#fix-{d.fix}") + " " + verdict(fix) + " "
                 + esc(f"{sides}{where}: {len(fixed)} of {len(bugs)} bug cases bug → clean, "
                       f"{len(kept)} of {len(guards)} guard cases clean on both sides."))
 
@@ -214,7 +214,7 @@ class Page:
             base, head = self.ev.side(b.fix, t, False), self.ev.side(b.fix, t, True)
             case = self.ev.case(base, t.case)
             changed = "; ".join(effect_row(self.ev, b.fix, t).changed())
-            parts.append(el("div", esc(f"#{b.fix.judged.fix} {t.probe}/{t.case}: "),
+            parts.append(el("div", esc(f"{fixids.label(b.fix.judged.fix)} {t.probe}/{t.case}: "),
                             self.case_link(base, t.case, "bug at base"), esc(" → "),
                             self.case_link(head, t.case, "clean at head"),
                             el("div", esc(f"bug signature: {case.signature}" if case else ""), class_="note"),
@@ -238,7 +238,7 @@ class Page:
             f"Warning: the stored differential says {fix.stored.verdict}; its receipts, re-judged here, say "
             f"{d.verdict}. This report shows the re-judged result."), class_="warn")
         kind = "" if fix.cpu else el("p", esc("Model or gate receipts: not a CPU differential of SGLang code."), class_="warn")
-        return el("section", el("h2", esc(f"#{d.fix} {d.title} "), verdict(fix)), kind, warn, ids,
+        return el("section", el("h2", esc(f"{fixids.label(d.fix)} {d.title} "), verdict(fix)), kind, warn, ids,
                   el("h3", "Side effects, before → after"),
                   el("p", esc("Counts of what each case's run did, from the receipts. A highlighted cell changed "
                               "between base and head; a plain number is the same on both sides."), class_="note"),

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from runner import fixids
 from runner.evidence.receipts import CaseTransition
 from runner.views.report.verified import Fix
 
@@ -69,7 +70,7 @@ def assess(step: Step, fixes: list[Fix]) -> Finding:
                 backing.append(Backing(fix, t))
             else:
                 what = "" if fix.cpu else " (model or gate receipts: not a CPU differential)"
-                found.append(f"#{fix.judged.fix} {t.probe}/{t.case}: {arrow(t.transition)}{what}")
+                found.append(f"{fixids.label(fix.judged.fix)} {t.probe}/{t.case}: {arrow(t.transition)}{what}")
     if {(b.transition.probe, b.transition.case) for b in backing} == set(step.backing):
         return Finding(step, "CPU differential", backing, found)  # conflicting observations stay visible
     if not found:

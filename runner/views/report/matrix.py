@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from runner import fixids
 from runner.evidence import pins, receipts
 from runner.judge import judging
 from runner.judge.observations import Case
@@ -24,7 +25,7 @@ class Column:
 
     @property
     def label(self) -> str:
-        return f"#{self.fix} {self.probe}" if self.fix is not None else self.probe
+        return f"{fixids.label(self.fix)} {self.probe}" if self.fix is not None else self.probe
 
 
 @dataclass(frozen=True)

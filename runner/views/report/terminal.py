@@ -10,7 +10,7 @@ from rich.markup import escape as rich_escape
 from rich.table import Table
 from rich.text import Text
 
-from runner import errors, ui
+from runner import errors, fixids, ui
 from runner.judge import judging
 from runner.store.sources import TreeIdentity
 from runner.views import grading, styles, timeline, verdict
@@ -49,7 +49,7 @@ def show(ev: Evidence, diffs: bool = False, focus: Focus = Focus()) -> None:
     unknown = [n for n in focus.fixes if n not in about]
     if unknown:
         raise errors.BadInput(f"--fix {unknown[0]}: no receipt of this bundle is about it "
-                              f"(it has {', '.join(f'#{n}' for n in sorted(about)) or 'none'})")
+                              f"(it has {fixids.labels(sorted(about))})")
     if focus.fixes or focus.cases:
         for fix in ev.fixes:
             if fix.judged.fix in focus.fixes or (focus.cases and any(t.case in focus.cases for t in fix.judged.cases)):
@@ -76,7 +76,7 @@ def _show_summary(ev: Evidence) -> None:
     verdict.show([*filter(None, [against_head]), *lines] or (newest[1] if newest else []), ev.receipts.values())
     for score in ev.index.extra.get("scores", []) or []:
         judged = judging.MutationScore.model_validate({k: v for k, v in score.items() if k != "source"})
-        o.print(f"#{judged.fix} evidence strength at {_t(score.get('source', '?'))}: {_t(judged.strength())}")
+        o.print(f"{fixids.label(judged.fix)} evidence strength at {_t(score.get('source', '?'))}: {_t(judged.strength())}")
     if ev.graded:
         grading.show_bundle(ev.index.extra)
     elif ev.fixes:
@@ -140,7 +140,7 @@ def _show_all(ev: Evidence, diffs: bool) -> None:
         _show_fix(ev, fix)
     for score in ev.index.extra.get("scores", []) if ev.index.kind == "mutation" else []:
         judged = judging.MutationScore.model_validate({k: v for k, v in score.items() if k != "source"})
-        o.print(f"#{judged.fix} in {_t(score.get('source', '?'))}: evidence strength: {_t(judged.strength())}; "
+        o.print(f"{fixids.label(judged.fix)} in {_t(score.get('source', '?'))}: evidence strength: {_t(judged.strength())}; "
                 f"{judged.survived} survived, {judged.equivalent} equivalent, {judged.error} error "
                 f"(baseline {_t(judged.baseline)}; every mutant in mutation/)")
     if ev.graded:
@@ -148,7 +148,7 @@ def _show_all(ev: Evidence, diffs: bool) -> None:
     else:
         steps = Table("step", "evidence", "backed by / found", title="The incident's seven steps", title_justify="left")
         for f in (assess(s, ev.fixes) for s in STEPS):
-            refs = [f"#{b.fix.judged.fix} {b.transition.probe}/{b.transition.case}: bug → clean" for b in f.backing]
+            refs = [f"{fixids.label(b.fix.judged.fix)} {b.transition.probe}/{b.transition.case}: bug → clean" for b in f.backing]
             steps.add_row(f"{f.step.number}. {_t(f.step.text)}", f"[{_level_style(f.level)}]{f.level}[/]",
                           _t("; ".join(refs + f.found) or f.step.beyond))
         o.print(steps)
@@ -176,7 +176,7 @@ def _show_fix(ev: Evidence, fix: Fix, cases: tuple[str, ...] = ()) -> None:
     """One fix: its two sides and how they ran, then each case (only ``cases`` when given)."""
     d = fix.judged
     o = ui.out
-    o.print(f"\n[bold]#{d.fix} {_t(d.title)}[/]")
+    o.print(f"\n[bold]{fixids.label(d.fix)} {_t(d.title)}[/]")
     for label, sides in (("base", d.base), ("head", d.head)):
         for s in sides:
             tree = f"  tree {_t(s.source.tree_digest)}" if isinstance(s.source, TreeIdentity) else ""

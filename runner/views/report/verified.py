@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-from runner import errors
+from runner import errors, fixids
 from runner.evidence import bundle, catalog, departures, receipts
 from runner.evidence.departures import Departures
 from runner.evidence.records import Row, SweepRecord
@@ -91,7 +91,7 @@ def gather(root: Path) -> Evidence:
 def _rejudge(d: Differential, rs: dict[str, Receipt]) -> Differential:
     for side in d.base + d.head:
         if side.receipt not in rs:
-            raise errors.BadInput(f"differential #{d.fix} names {side.receipt}, which is not a receipt of this bundle")
+            raise errors.BadInput(f"differential {fixids.label(d.fix)} names {side.receipt}, which is not a receipt of this bundle")
     base, head = ([(s.receipt, rs[s.receipt]) for s in sides] for sides in (d.base, d.head))
     return receipts.differential(d.fix, d.title, d.probes, base, head, d.expected, d.sites)
 
