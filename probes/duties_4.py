@@ -1,4 +1,5 @@
-"""The duty table of L4 (0.5.23, no upstream PR number known): a freed metadata slot's checksum row is zeroed.
+"""The duty table of L4 (0.5.23, no upstream PR number known): a freed metadata slot's checksum row is zeroed (and
+the checksum covers only the pages after decode's cached prefix).
 
 Decode's metadata slot holds, beside the first output token, the KV digest prefill wrote for the request (with
 ``--disaggregation-enable-kv-checksum``). A prefill instance not running the option (a rolling restart) registers
@@ -43,6 +44,12 @@ def not_inherited(e: Effects) -> bool:
     return duties_39500.full_accepted(e)
 
 
+def past_prefix(e: Effects) -> bool:
+    """A healthy handoff past a prefix decode's cache held, that cache's KV computed by another prefill instance (the
+    same tokens, other bytes), was accepted: the digests cover only the pages prefill sent, not the cached prefix."""
+    return duties_39500.full_accepted(e)
+
+
 DUTIES: tuple[Duty, ...] = (
     Duty("slot-previous-accepted",
          "the previous owner of the subject's metadata slot, a full handoff, was committed and read, only its own KV, "
@@ -52,6 +59,11 @@ DUTIES: tuple[Duty, ...] = (
          "a request whose prefill wrote no digest into a reused metadata slot is not checked against the digest the "
          "slot's previous owner left: its full handoff is committed and read, not aborted",
          not_inherited),
+    Duty("checksum-past-prefix",
+         "a healthy handoff past the prefix decode's cache held, that prefix's KV computed by another prefill instance "
+         "(the same tokens, other bytes), is committed and read, not aborted: each side digests only the pages "
+         "prefill sent",
+         past_prefix),
 )
 
 SPACE = space.Space(
@@ -79,16 +91,28 @@ SPACE = space.Space(
                         "it registers no digest buffer, so the aux transfer leaves decode's digest row as it was",
                         label="prefill-without-checksum", says="its prefill not running the checksum"),
         ), over={"config": ("with-kv-checksum",), "transfer": ("full",)}, reads=("get_kv_checksum",)),
+        space.Dimension("decode_cache", (
+            space.Value("miss", "decode's prefix cache holds nothing of the prompt", label=""),
+            space.Value("prefix-from-another-prefill", "decode's prefix cache (--disaggregation-decode-enable-radix-cache) "
+                        "holds the prompt's first 2 tokens as another prefill instance computed and sent them for an "
+                        "earlier request (the same tokens, other bytes); this prefill's own cache holds its own "
+                        "computation: decode reserves, and prefill sends, only the other 2",
+                        label="decode-prefix-from-another-prefill",
+                        says="decode's cached prefix computed by another prefill instance"),
+        ), over={"config": ("with-kv-checksum",), "slot": ("reused",)},
+            reads=("cache_protected_len", "disagg_decode_prefix_len")),
         space.Dimension("config", (
             space.Value("default", "the stock server: the checksum off (no digest row)", label=""),
             space.Value("with-kv-checksum", "--disaggregation-enable-kv-checksum on decode (and on the prefill "
                         "instances the dimension prefill says)", says="kv checksum on"),
         ), core=True, reads=("disaggregation_enable_kv_checksum",)),
     ),
-    bug=({"config": ("with-kv-checksum",), "prefill": ("without",)},),
+    bug=({"config": ("with-kv-checksum",), "prefill": ("without",)},
+         {"decode_cache": ("prefix-from-another-prefill",)}),
     duties_by=(
         space.Rule({}, ("slot-previous-accepted",)),
-        space.Rule({"transfer": ("full",), "prefill": ("same",)}, ("handoff-full-accepted",)),
+        space.Rule({"transfer": ("full",), "prefill": ("same",), "decode_cache": ("miss",)}, ("handoff-full-accepted",)),
+        space.Rule({"decode_cache": ("prefix-from-another-prefill",)}, ("checksum-past-prefix",)),
         space.Rule({"transfer": ("short",)}, duties_39500.SHORT),
         space.Rule({"prefill": ("without",)}, ("slot-digest-not-inherited",)),
     ),
@@ -101,6 +125,9 @@ FIX_CODE: dict[str, tuple[str, ...]] = {
     "sglang.srt.disaggregation.utils.MetadataBuffers.clear_slot": (),
     f"{DECODE}.DecodeTransferQueue.pop_transferred": ("clear_slot",),
     f"{DECODE}.DecodeTransferQueue._do_release": ("clear_slot",),
+    # the digests past decode's cached prefix, on both sides
+    f"{DECODE}.SchedulerDisaggregationDecodeMixin._verify_kv_checksums": ("start_idx",),
+    "sglang.srt.disaggregation.prefill.SchedulerDisaggregationPrefillMixin.send_kv_chunk": ("start_idx",),
 }
 
 EQUIVALENT: dict[tuple[str, str, str], str] = {}

@@ -41,6 +41,9 @@ BESIDE = "req-C"  # a healthy request whose full handoff commits beside the subj
 HEALTH_CHECK = "sglang.srt.constants.HEALTH_CHECK_RID_PREFIX"  # how the tree names its health checks' requests
 PREVIOUS = "req-R"  # the request whose verified handoff held the subject's decode metadata slot just before it
 PREFIX = "req-P"  # an earlier request whose prompt began as the subject's: its KV, as prefill computed and sent it
+# another earlier request with the same prefix, handed to decode by another prefill instance: KV of the same tokens,
+# other bytes (computed in another batch)
+ELSEWHERE = "req-Q"
 CACHE = "prefix-cache"  # what holds the pages of a cached prefix on either side
 PROMPT = PAGES  # decode reserved one page per token of a 4-token prompt (page size 1)
 OUTPUT_TOKEN = 7
@@ -67,7 +70,10 @@ class HandoffShape:
     full handoff sent (by a prefill instance running the option as decode does), committed and read in the decode step
     before, and the subject was given the slot the tree's own code freed then (taken again as the tree left it);
     ``aborted``: the same, but its client aborted it after its handoff landed (KV and metadata row written, the success
-    still on the wire): the tree's deferred release gives its pages and slot back on prefill's acknowledgement."""
+    still on the wire): the tree's deferred release gives its pages and slot back on prefill's acknowledgement;
+    ``prefix_from``: with ``cached``, whose computation of the prefix decode's cache holds: ``this-prefill``'s (the
+    KV prefill holds too), or ``another-prefill``'s (``ELSEWHERE``: the same tokens' KV from another prefill instance,
+    other bytes)."""
 
     config: str = "default"
     prefill_checksum: bool = True
@@ -79,6 +85,7 @@ class HandoffShape:
     cached: int = 0
     first_chunk: int = 0
     slot: str = "fresh"
+    prefix_from: str = "this-prefill"
 
 
 class Digest:
@@ -224,13 +231,19 @@ class HandoffScene(Scene):
         pool.land(pool.begin(EARLIER_TENANT, -1, pages))
         pool.free(EARLIER_TENANT, pages, "finished")
 
+    def _prefix_owner(self, pool: PagePool) -> str:
+        """Whose KV of the cached prefix a side's cache holds."""
+        decode_side = self.handoff.prefix_from == "another-prefill" and pool is self.decode[0].pool
+        return ELSEWHERE if decode_side else PREFIX
+
     def _cached_prefix(self, pool: PagePool) -> list[int]:
         """The pages of the subject's prompt prefix a side's prefix cache holds: ``PREFIX``'s KV at positions
         0.. (the same KV on both sides: prefill computed it once, sent it, and both caches kept it)."""
         if not self.handoff.cached:
             return []
         pages = pool.alloc(CACHE, self.handoff.cached)
-        pool.land(pool.begin(CACHE, -1, pages, [(PREFIX, i) for i in range(len(pages))]))
+        owner = self._prefix_owner(pool)
+        pool.land(pool.begin(CACHE, -1, pages, [(owner, i) for i in range(len(pages))]))
         return pages
 
     def _sent(self, rid: str) -> int:
@@ -409,7 +422,8 @@ class HandoffScene(Scene):
             self.batches.append({"runs": [], "unprepared": [r.rid for r in batch.reqs]})
             return
         for req in batch.reqs:
-            matched = {page: (PREFIX, i) for i, page in enumerate(self.decode_prefix)} if req.rid == RID else {}
+            owner = self._prefix_owner(decode.pool)
+            matched = {page: (owner, i) for i, page in enumerate(self.decode_prefix)} if req.rid == RID else {}
             decode.pool.read(req.rid, [int(p) for p in self.decode_row[self.rows[req.rid], : len(req.origin_input_ids)].tolist()],
                              matched)
         self.batches.append({"runs": [r.rid for r in batch.reqs]})

@@ -25,6 +25,8 @@ pytestmark = pytest.mark.slow  # real releases, environments and SGLang imports
 PROBES = {4: "handoff-slot", 5: "lifetime-hisparse"}
 CLEAR_SLOT = "sglang.srt.disaggregation.utils.MetadataBuffers.clear_slot"
 QUEUE = "sglang.srt.disaggregation.decode.DecodeTransferQueue"
+MIXIN = "sglang.srt.disaggregation.decode.SchedulerDisaggregationDecodeMixin"
+PREFILL = "sglang.srt.disaggregation.prefill.SchedulerDisaggregationPrefillMixin"
 HISPARSE_FREE = ("        if self.scheduler.enable_hisparse:\n"
                  "            self.scheduler.hisparse_coordinator.request_finished(decode_req.req)\n")
 
@@ -35,6 +37,8 @@ WINDOWS = {
     ("handoff-slot", "slot-reused-short-handoff-with-kv-checksum"): ("clean", "clean"),  # still caught
     ("handoff-slot", "slot-reused-with-kv-checksum"): ("clean", "clean"),
     ("handoff-slot", "slot-reused"): ("clean", "clean"),
+    # the digests past decode's cached prefix: a prefix another prefill instance computed no longer mismatches
+    ("handoff-slot", "slot-reused-decode-prefix-from-another-prefill-with-kv-checksum"): ("bug", "clean"),
     ("lifetime-hisparse", "hisparse-abort-in-flight"): ("bug", "clean"),
     ("lifetime-hisparse", "hisparse-abort-in-flight-with-deferred-release"): ("bug", "clean"),
     ("lifetime-hisparse", "hisparse-abort-in-flight-without-deferred-release"): ("clean", "clean"),
@@ -53,6 +57,11 @@ HUNKS = {
         "deferred-path-room-only": (f"{QUEUE}._do_release", "        self.metadata_buffers.clear_slot(idx)\n",
                                     "        self.metadata_buffers.bootstrap_room[idx] = 0\n", "not fixed",
                                     "slot-digest-not-inherited"),
+        # either side digesting from the prompt's start again, past a prefix decode's cache holds
+        "decode-digests-the-prefix": (f"{MIXIN}._verify_kv_checksums", "            start_idx = req.kv.cache_protected_len\n",
+                                      "            start_idx = 0\n", "not fixed", "checksum-past-prefix"),
+        "prefill-digests-the-prefix": (f"{PREFILL}.send_kv_chunk", "                start_idx = req.disagg_decode_prefix_len\n",
+                                       "                start_idx = 0\n", "not fixed", "checksum-past-prefix"),
         # behaviour-preserving: the row zeroed another way
         "row-zeroed-in-place": (CLEAR_SLOT, "            self.kv_checksum[idx] = 0\n",
                                 "            self.kv_checksum[idx].zero_()\n", "fixed", None),
