@@ -247,15 +247,22 @@ def single_rank_reduce(modules: list[Any], journal: Journal) -> None:
                                                       lambda flags, group=None, op=None: list(flags))
 
 
+class Diverged(BaseException):
+    """The decode ranks reached different all-reduces, or some reached one the others never did: a server's ranks
+    would wait there forever. The tree's behaviour, observed (``Group.diverged``): the case's script stops there, as
+    nothing later happens in a hung server. Not an ``Exception``, so the tree's own handlers never take it."""
+
+
 class Group:
     """The decode ranks' process group as the tree's all-reduces see it, for a case whose ranks must agree as the
     server's do (one rank holding pages for another): a decode step of every rank runs at once, each rank in its
     own thread but one at a time, in rank order (deterministic); a rank's all-reduce waits until every rank has
     reached it, and each gets the reduction of every rank's values. Ranks that reach different all-reduces (a
-    server would hang) stop the case as a gap."""
+    server would hang) are recorded (``diverged``) and stop the case (``Diverged``)."""
 
     def __init__(self, journal: Journal) -> None:
         self.journal = journal
+        self.diverged: list[dict[str, Any]] = []  # each all-reduce the ranks did not reach alike
         self.cond = threading.Condition()
         self.local = threading.local()
         self.state: dict[int, str] = {}  # rank -> "ready" | "waiting" | "done"
@@ -299,6 +306,10 @@ class Group:
             values = [self.deposits[r] for r in waiting]
             agreed = len(waiting) == len(self.state) and len({(len(v), op) for v, op in values}) == 1
             reduced: list[int] | None = None
+            if not agreed and not self.errors:
+                self.diverged.append({"waiting": {str(r): {"size": len(self.deposits[r][0]), "op": self.deposits[r][1]}
+                                                  for r in waiting},
+                                      "done": [r for r in sorted(self.state) if self.state[r] == "done"]})
             if agreed and not self.errors:  # after a rank's step raised, the others stop at their all-reduce
                 how = {"MAX": max, "MIN": min, "SUM": sum}[values[0][1]]
                 reduced = [how(column) for column in zip(*(v for v, _ in values))]
@@ -329,7 +340,7 @@ class Group:
         if self.errors:
             raise Stop()
         if result is None:
-            raise self.journal.gap("decode ranks that reached different all-reduces (a server would hang there)")
+            raise Diverged()
         return result
 
 
@@ -1136,7 +1147,36 @@ class Scene:
         """What else a decode rank's scheduler holds in this scene."""
         journal = self.journal
         return {"disagg_decode_prealloc_queue": Double(journal, f"decode{rank.rank}.prealloc_queue", queue=[],
-                                                       retracted_queue=[])}
+                                                       retracted_queue=[]),
+                **(self.flush_state(rank) if self.shape.flush else {})}
+
+    def flush_state(self, rank: "DecodeRank") -> dict[str, Any]:
+        """What the tree's ``flush_cache`` and ``is_fully_idle`` read of a decode scheduler with nothing running (no
+        batch, no waiting request, no other cache in use), and what a flush clears: the allocator's ``clear`` gives
+        every page of the rank's pool back (the stand-in pool), the other pools only record theirs."""
+        journal, name = self.journal, f"decode{rank.rank}"
+        return {
+            "running_batch": Double(journal, f"{name}.running_batch", reqs=[], is_empty=lambda: True),
+            "dllm_manager": Double(journal, f"{name}.dllm_manager", any_staging_reqs=lambda: False),
+            "enable_overlap": False, "result_queue": [], "_engine_paused": False, "decode_offload_manager": None,
+            "enable_hierarchical_cache": False, "enable_lmcache": False, "draft_worker": None, "cur_batch_for_debug": None,
+            "grammar_manager": Double(journal, f"{name}.grammar_manager", grammar_queue=[],
+                                      recorded=("abort_requests", "clear")),
+            "metrics_reporter": Double(journal, f"{name}.metrics_reporter", enable_metrics=False,
+                                       is_stats_logging_rank=False, recorded=("reset_metrics",)),
+            "tree_cache": Double(journal, f"{name}.tree_cache", recorded=("reset",),
+                                 cache_finished_req=lambda req, *args, **flags: self._release(req, None, *args, **flags)),
+            "req_to_token_pool": Double(journal, f"{name}.req_to_token_pool", recorded=("clear", "reset_aux_cache_allocator")),
+            "token_to_kv_pool_allocator": Double(journal, f"{name}.token_to_kv_pool_allocator",
+                                                 clear=lambda: rank.pool.clear("flush_cache")),
+        }
+
+    def flush(self) -> None:
+        """A cache flush reaches every decode rank's scheduler: the tree's ``flush_cache`` (which clears the pools
+        only when its ``is_fully_idle`` says nothing is in use)."""
+        for d in self.decode:
+            flushed = d.scheduler.flush_cache(empty_cache=False)
+            self.note("flush", rank=d.rank, flushed=bool(flushed))
 
     def __init__(self, journal: Journal, shape: "Shape") -> None:
         self.journal, self.shape = journal, shape
@@ -1174,6 +1214,7 @@ class Scene:
         self.reuse = True  # free pages go to the next request as soon as a decode step sees them
         self.aux_failing: set[tuple[int, int]] = set()  # (prefill, decode) whose aux write the engine fails
         self.state_failing: set[int] = set()  # prefill ranks whose state write the engine fails
+        self.peer_late: list[dict[str, Any]] = []  # acknowledgements to decode rank 1 held back past the timeout
 
     def start_request(self, rid: str, reached: int | None = None, published: bool = False,
                       pending: bool = False) -> None:
@@ -1184,7 +1225,7 @@ class Scene:
         ``pending``: it still waits in decode's preallocation queue for its prefill's parallel info
         (nothing reserved, no prefill rank known)."""
         self.active, self.reached = rid, reached
-        self.unlearned = {1} if self.shape.failure == "peer-bootstrap-fails" else set()  # decode ranks without prefill ranks
+        self.unlearned = {1} if self.shape.failure in PEER_UNLEARNED else set()  # decode ranks without prefill ranks
         for d in self.decode:
             if pending:
                 d.wait_for_prefill_info(rid)
@@ -1235,6 +1276,18 @@ class Scene:
 
     def deliver(self, kind: str, fate: str = "delivered") -> None:
         messages = self.wire.pending(kind)
+        if kind == "ABORT_ACK" and self.shape.peer_acks:  # decode rank 1's acknowledgements: late or lost
+            peer = [m for m in messages if m["to"].endswith(f":{decode_endpoint(1)[1]}")]
+            for message in peer:
+                if self.shape.peer_acks == "lost":
+                    self.wire.drop(message)
+                else:
+                    message["fate"] = "held back"
+                    self.peer_late.append(message)
+            if peer:
+                self.note(f"ABORT_ACK to decode rank 1 {'lost' if self.shape.peer_acks == 'lost' else 'held back'}",
+                          count=len(peer))
+            messages = [m for m in messages if m not in peer]
         for message in messages:
             if fate == "lost":
                 self.wire.drop(message)
@@ -1284,10 +1337,14 @@ class Scene:
             "outstanding": [p.outstanding() for p in self.prefill],
             "decode": [d.effects() for d in self.decode],
             "log": list(self.log.records),
+            **({"diverged": list(self.group.diverged)} if self.group is not None else {}),
         }
 
 
 EARLIER = "req-A0"  # the request that held the room before RID (a stale acknowledgement's)
+# failures where decode rank 1 never learned its prefill ranks (rank 0 did: it publishes, and with "-writing" prefill
+# is writing rank 0's pages when rank 1's failure is seen)
+PEER_UNLEARNED = ("peer-bootstrap-fails", "peer-bootstrap-fails-writing")
 
 
 @dataclass(frozen=True)
@@ -1321,14 +1378,19 @@ class Shape:
     connection reset) before the failure (a ``decode-abort``: the client's abort reaches decode after
     that, while rank 0's write is in flight). ``peer-bootstrap-fails``: of two decode ranks, rank 1 never
     learned its prefill ranks while rank 0 published to them (no prefill rank knows rank 1's pages;
-    nothing is written). ``group``: the decode ranks' all-reduces reduce over every rank, as the
+    nothing is written); ``peer-bootstrap-fails-writing``: the same, seen while prefill's write into rank 0's pages
+    is in flight. ``group``: the decode ranks' all-reduces reduce over every rank, as the
     server's (``Group``), not each rank's own values.
     ``chunks``: the request's KV goes in that many chunks (with two, the
     first half lands and decode polls the room before the last chunk is sent). ``layout``: the prefill ranks
     are ``tp`` ranks (each writes every page), ``mla`` (an MLA model: decode reads rank 0, rank 1 gets a dummy
     destination), or ``cp`` (context-parallel ranks, decode pulling from both; only CP rank 0 sends the
     replicated state). ``state``: a hybrid model,
-    whose last chunk also carries its Mamba state slot (written after the KV, before the aux). More
+    whose last chunk also carries its Mamba state slot (written after the KV, before the aux). ``peer_acks``:
+    the drain acknowledgements to decode rank 1 alone arrive ``late`` (after the release timeout) or are ``lost``
+    (the others are delivered): the ranks' own readings of the room's readiness differ. ``flush``: a cache flush
+    (the scheduler's own ``flush_cache``) reaches every decode rank ``held`` (while the aborted request's pages are
+    held for a write in flight) or ``idle`` (after everything was released). More
     ``failure`` values: ``aux-write-fails`` (prefill rank 0's KV lands, its aux write fails),
     ``state-write-fails`` (its KV lands, the state write fails), ``aborted-then-write-fails`` (decode
     aborts the request twice, the client's disconnect and its explicit abort, while prefill rank 0's
@@ -1356,6 +1418,8 @@ class Shape:
     state: bool = False
     layout: str = "tp"
     hisparse: bool = False
+    peer_acks: str = ""
+    flush: str = ""
 
 
 def script(scene: Scene) -> None:
@@ -1399,6 +1463,9 @@ def script(scene: Scene) -> None:
         scene.deliver_held(stale)
         scene.decode_steps()
         scene.deliver("ABORT")
+        if shape.flush == "held":  # the pages are held for the write still in flight: a flush must not clear them
+            scene.flush()
+            scene.decode_steps()
 
     def prefill_rank_fails() -> None:
         scene.prefill[0].work()
@@ -1450,6 +1517,19 @@ def script(scene: Scene) -> None:
         scene.note("decode rank 1 could not learn its prefill ranks")
         scene.decode_steps()
         scene.deliver("ABORT")
+    elif shape.failure == "peer-bootstrap-fails-writing":  # as above, while prefill writes decode rank 0's pages
+        def peer_fails() -> None:
+            for d in scene.decode:
+                d.publish(RID)
+            scene.note("decode rank 1 could not learn its prefill ranks")
+            scene.decode_steps()
+            scene.deliver("ABORT")
+
+        for p in scene.prefill:
+            p.send_last_chunk()
+        scene.holds[(0, 0)] = peer_fails
+        for p in scene.prefill:
+            p.work()
     elif shape.failure == "prefill-failure":
         start = 0
         if shape.chunks > 1:  # the first half lands; decode's event loop polls the room meanwhile
@@ -1556,6 +1636,11 @@ def script(scene: Scene) -> None:
         late += scene.hold_back("ABORT_ACK")
         scene.deliver_held(late)
         scene.decode_steps()
+    if scene.peer_late:
+        scene.deliver_held(scene.peer_late)
+        scene.decode_steps()
+    if shape.flush == "idle":  # everything went back: a flush clears the pool
+        scene.flush()
 
 
 class LifetimeScene:
@@ -1563,7 +1648,10 @@ class LifetimeScene:
         self.scene = Scene(journal, shape)
 
     def drive(self) -> None:
-        script(self.scene)
+        try:
+            script(self.scene)
+        except Diverged:  # the ranks' collectives differ: a server hangs there; what happened so far is observed
+            self.scene.note("decode ranks diverged")
 
     def effects(self) -> dict[str, JSON]:
         return self.scene.effects()
@@ -1594,7 +1682,7 @@ def space_cases(table: Any, shape_of: Callable[[Mapping[str, str]], Shape], uses
     the space's."""
     def requires(shape: Shape) -> tuple[str, ...]:
         # run the tree's send_metadata
-        publishes = (shape.failure in ("metadata-send-fails", "bootstrap-fails", "peer-bootstrap-fails")
+        publishes = (shape.failure in ("metadata-send-fails", "bootstrap-fails", *PEER_UNLEARNED)
                      or shape.publish == "partial" or shape.wire_bootstrap)
         hicache = (f"{DECODE}.DecodeTransferQueue._try_hicache_queue_load_back", f"{DECODE}.DecodePreallocQueue._match_prefix_and_lock",
                    f"{UNIFIED}.init_hicache", "sglang.srt.mem_cache.l2_transfer.TransferCompletion",
@@ -1602,7 +1690,8 @@ def space_cases(table: Any, shape_of: Callable[[Mapping[str, str]], Shape], uses
         return (REQUIRES + ((f"{MOONCAKE}.MooncakeKVReceiver.send_metadata",) if publishes else ())
                 + (hicache if shape.failure == HICACHE else ())
                 + ((STATE_TYPE, f"{MANAGER}.maybe_send_extra") if shape.state else ())
-                + ((f"{HISPARSE}.request_finished",) if shape.hisparse else ()))
+                + ((f"{HISPARSE}.request_finished",) if shape.hisparse else ())
+                + ((f"{SCHEDULER}.flush_cache",) if shape.flush else ()))
 
     return tuple(Case.of(table, point, lambda journal, shape=shape_of(point): LifetimeScene(journal, shape),
                          requires(shape_of(point)), uses)

@@ -60,6 +60,7 @@ class PagePool:
 
     def __init__(self, size: int, clock: Clock) -> None:
         self.clock = clock
+        self.size = size
         self.free_list = list(range(size - 1, -1, -1))  # pop() hands out page 0 first
         self.owner: dict[int, str] = {}
         self.content: dict[int, dict[str, Any]] = {}
@@ -99,6 +100,19 @@ class PagePool:
             del self.owner[page]
             self.free_list.append(page)
         self._event("free", rid=rid, pages=list(pages), how=how, cached=cached)
+
+    def clear(self, how: str) -> None:
+        """The allocator's ``clear``: every page is free again, whoever owned it (a cache flush). A page a
+        transfer could still write is recorded as freed while writable, under the request that owned it."""
+        for page, rid in sorted(self.owner.items()):
+            writers = [t.rank for t in self.in_flight() if page in t.pages and page not in t.landed]
+            if writers:
+                self.freed_while_writable.append({"t": self.clock.now, "rid": rid, "page": page, "how": how,
+                                                  "ranks": sorted(set(writers))})
+        owned = {rid: sorted(p for p, r in self.owner.items() if r == rid) for rid in sorted(set(self.owner.values()))}
+        self.owner.clear()
+        self.free_list = list(range(self.size - 1, -1, -1))
+        self._event("clear", how=how, owned=owned)
 
     def held_by(self, rid: str) -> list[int]:
         return sorted(p for p, owner in self.owner.items() if owner == rid)

@@ -23,4 +23,6 @@ PROBES: tuple[Entry, ...] = (
     Entry("handoff", "handoff", 39500),
     Entry("handoff-slot", "handoff_slot", 4),
     Entry("lifetime-hisparse", "lifetime_hisparse", 5),
+    Entry("lifetime-ranks", "lifetime_ranks", 1),
+    Entry("lifetime-flush", "lifetime_flush", 2),
 )

@@ -46,7 +46,7 @@ CANARY_MODES = ("log", "raise")
 # fix not listed). Gates 3 and 4: the later defences, once their probes observe them by behaviour
 # (issue #24); a fix listed here and pinned is judged, from the tree's receipts, in its gate beside
 # the configuration checks, and its receipts back that gate.
-GATE_OF_FIX = {39500: 3, 41023: 4, 41404: 4, 40645: 4, 41402: 4, 4: 3, 5: 4}
+GATE_OF_FIX = {39500: 3, 41023: 4, 41404: 4, 40645: 4, 41402: 4, 4: 3, 5: 4, 1: 4, 2: 4}
 LIMITS = [
     "the gates read one deployment at one moment: its /server_info with every data-parallel rank's own state, "
     "the tree each worker's version names (or --tree), and the operator's --env declarations where a worker does "

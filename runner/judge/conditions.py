@@ -137,6 +137,17 @@ REASONS.update({
         "self.enable_host_receive", "req.host_staged", "decode_req.host_staged", "self._is_host_destination(decode_req)")},
     (f"{_Q}.resolve_deferred_releases", _HOST_STAGED, "next(host_ready)"): _HOST,
 })
+# L2 (0.5.23): the decode scheduler's idleness counts pending deferred releases; the tests around that one statement
+_S = "sglang.srt.managers.scheduler.Scheduler"
+REASONS.update({
+    (f"{_S}.is_fully_idle", "", "for_health_check"):
+        "true only where a health-check request asks whether it can ride on running work (process_input_requests' "
+        "is_fully_idle(for_health_check=True)): that reading skips every queue by design and clears nothing; "
+        "flush_cache, whose answer clears the pools the held pages are in, and every other caller pass it false",
+    (f"{_S}.is_fully_idle", "not for_health_check", "self.disaggregation_mode == DisaggregationMode.DECODE"):
+        "false only on a prefill scheduler, which holds no decode transfer queue and so no deferred decode release: "
+        "pages held for a write that may still land exist on decode alone, where the cases flush",
+})
 HANDED_ON = "its value is handed on, not tested (`x or y` gives y whatever its truth): it decides nothing here"
 _PACKAGE = "sglang.srt.disaggregation"
 
