@@ -33,6 +33,7 @@ from probes import fixcode, mutation
 from probes.duties import FIX_CODE
 from runner import cli
 from runner.evidence import materials
+from runner.judge import conditions
 
 pytestmark = pytest.mark.slow  # real releases, their environments and SGLang imports
 
@@ -88,15 +89,20 @@ def generated(read, fix: int, own: bool = False) -> list[dict]:
         keyword = "elif" if header.lstrip().startswith("elif") else "if"
         short = qualified.rsplit(".", 1)[-1].lstrip("_")
         for attribute in read_inputs(fn, names, own):
+            # an input no server of the tree makes true (host destinations, where no backend supports them: the
+            # premise read from the stored tree) gives the test `and True`: behaviour kept, as mutate judges it
+            kept = conditions.premised_equivalent({"function": qualified, "line": test.lineno,
+                                                   "operator": f"insert:{attribute}", "before": condition}, read)
             hunks.append({"id": f"{short}-not-{attribute.replace('.', '-')}", "function": qualified, "old": header,
-                          "new": f"{indent}{keyword} ({condition}) and not {attribute}:\n", "equivalent": False})
+                          "new": f"{indent}{keyword} ({condition}) and not {attribute}:\n", "equivalent": kept is not None})
         hunks.append({"id": f"{short}-double-negation", "function": qualified, "old": header,
                       "new": f"{indent}{keyword} not (not ({condition})):\n", "equivalent": True})
     return hunks
 
 
 def sampled(hunks: list[dict]) -> list[dict]:
-    """At most ``SAMPLE`` of the changes that condition a duty, drawn with ``SEED``; every equivalent one."""
+    """At most ``SAMPLE`` of the changes that condition a duty, drawn with ``SEED``; every equivalent one (the double
+    negations, and an inserted input no server of the tree makes true)."""
     changes = [h for h in hunks if not h["equivalent"]]
     kept = changes if len(changes) <= SAMPLE else random.Random(SEED).sample(changes, SAMPLE)
     return [h for h in hunks if h["equivalent"] or h in kept]
