@@ -92,5 +92,15 @@ FIX_CODE: dict[str, tuple[str, ...]] = {
                                                                 "all_reduce_flags"),
 }
 
+# Mutants no case can tell from the tree, each with why, keyed by (function, operator, statement before):
+# ``EQUIVALENT`` ones behave the same on every input; ``EXPLAINED`` ones do not, and stay survivors.
 EQUIVALENT: dict[tuple[str, str, str], str] = {}
-EXPLAINED: dict[tuple[str, str, str], str] = {}
+EXPLAINED: dict[tuple[str, str, str], str] = {
+    ("DecodeTransferQueue.pop_transferred", "true", "hold"):
+        "every failed transfer deferred, held or not: where no rank holds, nothing is awaited (required_acks 0, "
+        "readiness agreed) and the pages go back in the same pass's resolve_deferred_releases, as the release at "
+        "once does; switched off, a rank that sent its abort awaits its prefill ranks' acknowledgements, which the "
+        "switched-off path does not arrange, so its pages may come back only at the release timeout (logged): later, "
+        "never earlier, and no duty of the switched-off configuration promises them back before the timeout (only "
+        "back, once, a timeout release logged)",
+}
