@@ -1,7 +1,7 @@
 """This checkout against a reference commit, side by side on one tree: the probe harness and the whole audit.
 
     python bench/reference.py [--reference 653a737] [--source pypi:sglang==0.5.21] [--cache-dir DIR]
-                              [--rounds 2] [--one-core] [--keep DIR]
+                              [--this COMMIT] [--rounds 2] [--one-core] [--keep DIR]
 
 The reference is checked out in a temporary git worktree and both checkouts run with this interpreter, on the
 same cache (a warm tree and environment: run ``diffprobe env SOURCE`` first; a reference whose environment
@@ -115,6 +115,7 @@ def head(checkout: Path) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reference", default=DEFAULT_REFERENCE, help="the commit to compare with")
+    parser.add_argument("--this", metavar="COMMIT", help="a commit to run instead of this checkout (in a worktree too)")
     parser.add_argument("--source", default="pypi:sglang==0.5.21")
     parser.add_argument("--cache-dir", default=os.environ.get("DIFFPROBE_CACHE") or str(Path.home() / ".cache" / "diffprobe"))
     parser.add_argument("--rounds", type=int, default=2)
@@ -122,14 +123,17 @@ def main() -> None:
     parser.add_argument("--keep", metavar="DIR", help="keep each checkout's last audit bundle here (reference/, this/): "
                                                        "`diffprobe compare DIR/reference DIR/this` says whether they observed alike")
     args = parser.parse_args()
-    with worktree(args.reference) as ref, tempfile.TemporaryDirectory(prefix="bench-ref-out-") as tmp:
-        arms = {"reference": ref, "this": ROOT}
+    with contextlib.ExitStack() as stack:
+        ref = stack.enter_context(worktree(args.reference))
+        this = stack.enter_context(worktree(args.this)) if args.this else ROOT
+        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-ref-out-"))
+        arms = {"reference": ref, "this": this}
         names = {name: head(path) for name, path in arms.items()}
         print(f"{args.source}, cache {args.cache_dir}, {os.cpu_count()} CPUs; reference {names['reference']}, "
-              f"this checkout {names['this']}{' (uncommitted changes)' if subprocess.run(['git', '-C', str(ROOT), 'diff', '--quiet', 'HEAD']).returncode else ''}"
+              f"this {names['this']}{' (uncommitted changes)' if not args.this and subprocess.run(['git', '-C', str(ROOT), 'diff', '--quiet', 'HEAD']).returncode else ''}"
               f"{'; one case at a time' if args.one_core else ''}", flush=True)
-        for path in arms.values():  # warm: each checkout's environment and byte-code, a receipt's first run
-            audit(path, args.source, args.cache_dir, Path(tmp) / f"warm-{path.name}", args.one_core)
+        for name, path in arms.items():  # warm: each checkout's environment and byte-code, a receipt's first run
+            audit(path, args.source, args.cache_dir, Path(tmp) / f"warm-{name}", args.one_core)
         load = [os.getloadavg()[0]]
         got: dict[tuple[str, str], list[dict]] = {}
         for i in range(args.rounds):
