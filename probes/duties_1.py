@@ -83,8 +83,9 @@ SPACE = space.Space(
 )
 
 # The code the fix changed, in the release that first carries it (pins.toml), by qualified name (whole functions,
-# or the slice of a long one naming these): what ``diffprobe mutate`` changes, one statement at a time. The reduction
-# itself (utils.all_reduce_flags) is the collective, which the scene's process group stands in for.
+# or the slice of a long one naming these): what ``diffprobe mutate`` changes, one statement at a time. The tree's
+# reducer (utils.all_reduce_flags) runs in the cases, over the scene's process group standing in for torch.distributed;
+# it is not listed: its one decision (a single-rank group reduces nothing) is the group's size, two in every case.
 FIX_CODE: dict[str, tuple[str, ...]] = {
     f"{DECODE}.DecodeTransferQueue.pop_transferred": ("failed", "held", "all_reduce_flags", "hold"),
     f"{DECODE}.DecodeTransferQueue._defer_release": ("required_acks", "abort_notified"),

@@ -322,6 +322,10 @@ class Group:
             self.turn = None
         self.cond.notify_all()
 
+    def size(self) -> int:
+        """The group's world size: its ranks (1 outside ``run``, where each rank answers with its own values)."""
+        return len(self.state) if getattr(self.local, "rank", None) is not None else 1
+
     def all_reduce(self, flags: list[int], op: Any) -> list[int]:
         """``flags`` reduced by ``op`` over every decode rank (this thread's rank's own values where no group step
         runs: a call outside ``run``)."""
@@ -345,14 +349,26 @@ class Group:
 
 
 def group_reduce(modules: list[Any], journal: Journal, ranks: Group) -> None:
-    """The tree's reducers (as ``single_rank_reduce`` finds them) answering over the decode ``ranks``:
-    ``all_reduce_flags`` by its op (empty flags, as the tree's own, reduce nothing), ``_all_reduce_polls`` and
-    an inline ``poll_and_all_reduce`` by MIN (no rank commits ahead of its peers)."""
+    """The tree's reducers answering over the decode ``ranks``. Where the tree has ``all_reduce_flags`` (0.5.23 on) its
+    own reducers run and only ``torch.distributed`` as its utils module sees it stands in (``get_world_size``, the
+    group's; ``all_reduce``, the group's reduction in place). Earlier trees' reducers (as ``single_rank_reduce``
+    finds them) are replaced: ``_all_reduce_polls`` and an inline ``poll_and_all_reduce`` by MIN (no rank commits
+    ahead of its peers)."""
     utils = modules[0]
 
     def flags_reduce(flags: list[int], group: Any = None, op: Any = None) -> list[int]:
         return list(flags) if not flags else ranks.all_reduce(list(flags), op)
 
+    if hasattr(utils, "all_reduce_flags") and hasattr(utils, "dist"):
+        # the tree's own reducers run (all_reduce_flags, and _all_reduce_polls through it): only the collective
+        # stands in, torch.distributed as they see it
+        def all_reduce(tensor: Any, op: Any = None, group: Any = None, **kwargs: Any) -> None:
+            reduced = ranks.all_reduce([int(v) for v in tensor.tolist()], op)
+            tensor.copy_(tree.torch().tensor(reduced, dtype=tensor.dtype))
+
+        utils.dist = Double(journal, "torch.distributed", ReduceOp=utils.dist.ReduceOp, all_reduce=all_reduce,
+                            get_world_size=lambda group=None: ranks.size())
+        return
     if not hasattr(utils, "_all_reduce_polls") and not hasattr(utils, "all_reduce_flags"):
         for module_ in modules:
             if hasattr(module_, "poll_and_all_reduce"):
