@@ -19,6 +19,12 @@ def is_local(number: int) -> bool:
     return 0 < number < LOCAL_LIMIT
 
 
+def order(number: int) -> tuple[bool, int]:
+    """Sort key of a fix on a screen: upstream's pull requests by number, then the local ids, so the
+    incident's own fixes head a verdict."""
+    return is_local(number), number
+
+
 def label(number: int) -> str:
     """``L3`` for a local id, ``#38935`` for an upstream pull request."""
     return f"L{number}" if is_local(number) else f"#{number}"

@@ -58,7 +58,7 @@ def print_matrix(record: SweepRecord, probed: list, pinned: dict[int, list[str]]
     if len(record.rows) > 1:  # a line of trees: where each bug entered and left it
         for text in timeline.strip(record, cases_of=timeline.cases_finder(r for p in probed for r in p.receipts)):
             ui.out.print(text)
-    for fix, source in record.first_fixed.items():
+    for fix, source in sorted(record.first_fixed.items(), key=lambda item: fixids.order(item[0])):
         sites = pinned.get(fix, [])
         at = next((w for w in record.windows if w.fix == fix and sites == [w.site]), None)
         where = f" (configuration {escape(at.site)}, as pinned)" if at and at.site != verdict.DEFAULT else ""

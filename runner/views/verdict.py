@@ -154,7 +154,8 @@ def of_tree(fixes: list[judging.FixStatus], receipts: list[Receipt], pinned: dic
     """Every fix's line on one tree (``pinned``: fix -> the configurations its pin names); a carried
     one that ``row`` says rests on unreviewed code reads ``UNREVIEWED``, naming the places."""
     cases = {(r.probe.fix, c.id): c for r in receipts for c in r.cases}
-    lines = [of_fix(fs, {cid: c for (f, cid), c in cases.items() if f == fs.fix}, pinned.get(fs.fix, [])) for fs in fixes]
+    lines = [of_fix(fs, {cid: c for (f, cid), c in cases.items() if f == fs.fix}, pinned.get(fs.fix, []))
+             for fs in sorted(fixes, key=lambda fs: fixids.order(fs.fix))]
     return [unreviewed(line, row) if row is not None and line.fix in row.on_unreviewed and line.carried else line
             for line in lines]
 

@@ -9,6 +9,7 @@ import pytest
 from rich.console import Console
 
 from runner import cli, ui
+from runner.evidence import pins
 from runner.views import verdict
 from tests.helpers import EVIDENCE
 
@@ -54,12 +55,12 @@ def test_fix_case_and_all_open_the_details(screen):
     code, case = screen("--case", "prefill-door-rejected")
     assert code == 0 and "prefill-door-rejected " in case and "decode-door-rejected " not in case
     code, everything = screen("--all")
-    assert code == 0 and "The incident's seven steps" in everything and everything.count("verdict: fix observed") == 7
+    assert code == 0 and "The incident's seven steps" in everything and everything.count("verdict: fix observed") == len(pins.load().fixes)
 
 
 def test_an_unknown_fix_or_case_is_bad_input(screen, capsys):
-    assert screen("--fix", "1")[0] == 2
-    assert "--fix 1: no receipt of this bundle is about it" in capsys.readouterr().err
+    assert screen("--fix", "999")[0] == 2  # a well-formed local id no pin names
+    assert "--fix 999: no receipt of this bundle is about it" in capsys.readouterr().err
     assert screen("--case", "no-such-case")[0] == 2
     assert "--case no-such-case: no case of this bundle has that id" in capsys.readouterr().err
 

@@ -11,7 +11,7 @@ import orjson
 import pytest
 from rich.console import Console
 
-from runner import errors, ui
+from runner import errors, fixids, ui
 from runner.app import survey
 from runner.evidence import pins
 from runner.judge import judging
@@ -33,6 +33,12 @@ def tree(version: str) -> tuple[Row, list[Receipt]]:
     return row, rs
 
 
+def headlines(text: str) -> list[str]:
+    """The screen's fix lines: each starts with a pinned fix's label (#38935, L1) and a space."""
+    starts = tuple(f"{fixids.label(n)} " for n in PINNED)
+    return [line for line in text.splitlines() if line.startswith(starts)]
+
+
 def screen(row: Row, rs: list[Receipt], monkeypatch) -> tuple[str, int]:
     """What audit prints for this tree, and its exit code (the command's own rule)."""
     buffer = io.StringIO()
@@ -45,8 +51,9 @@ def screen(row: Row, rs: list[Receipt], monkeypatch) -> tuple[str, int]:
 @pytest.mark.parametrize("version", ["0.5.19", "0.5.20", "0.5.21", "0.5.22"])
 def test_headline_and_exit_code_agree(version, monkeypatch):
     text, code = screen(*tree(version), monkeypatch)
-    heads = [line for line in text.splitlines() if line.startswith("#")]
+    heads = headlines(text)
     assert len(heads) == len(PINNED)
+    assert [h.split(" ", 1)[0] for h in heads] == [fixids.label(n) for n in sorted(PINNED, key=fixids.order)]
     words = [h.split("  ")[0].split(" ", 1)[1] for h in heads]
     assert (code == errors.OK) == all(verdict.carried(w) for w in words), text
     assert all(" [" in h and h.endswith("]") for h in heads), "each line names its configuration"
@@ -59,7 +66,7 @@ def test_a_fix_off_by_default_reads_so_and_exits_0(monkeypatch):
     assert line.startswith(f"#39500 {verdict.OFF_BY_DEFAULT}") and line.endswith("[with-kv-checksum]")
     assert "    default: not fixed, early-success: failed handoff-no-unwritten-read" in text
     # off by default never fails the exit code: it follows the other fixes' headlines alone
-    others = [h.split("  ")[0].split(" ", 1)[1] for h in text.splitlines() if h.startswith("#") and not h.startswith("#39500 ")]
+    others = [h.split("  ")[0].split(" ", 1)[1] for h in headlines(text) if not h.startswith("#39500 ")]
     assert verdict.carried(verdict.OFF_BY_DEFAULT) and (code == errors.OK) == all(verdict.carried(w) for w in others)
 
 
