@@ -10,6 +10,7 @@ import re
 import pytest
 
 from runner import cli, errors
+from tests.helpers import EVIDENCE
 
 pytestmark = pytest.mark.slow
 
@@ -98,7 +99,9 @@ def test_the_reviewed_list_holds_nothing_unexplained_but_the_probes_in_flight_an
     """Issue 44: after the review, 0.5.22 -> 0.5.23 lists only what another helper is probing and the isolation
     changes left open on purpose; every other changed function is reached or declared for the bytes reviewed."""
     release_tree("0.5.22"), release_tree("0.5.23")
-    code = cli.main(["drift", "pypi:sglang==0.5.22", "pypi:sglang==0.5.23", "--all", "--cache-dir", str(cache.root)])
+    # coverage from the committed release line's receipts of 0.5.23, not from whatever a test cache holds
+    code = cli.main(["drift", "pypi:sglang==0.5.22", "pypi:sglang==0.5.23", "--all", "--cache-dir", str(cache.root),
+                     "--receipts", str(EVIDENCE / "release-line-20261201")])
     out = capsys.readouterr().out
     sections = re.split(r"^(not probed, by decision.*|reached:)$", out, flags=re.M)
     place = re.compile(r"^  (sglang/\S+?):\d+ (\S+) \(", re.M)

@@ -8,7 +8,7 @@ from probes.duties_38935 import SPACE as ADMISSION
 from runner import cli
 from runner.app import pipeline
 from runner.commands import options
-from runner.evidence import bundle, compare
+from runner.evidence import bundle, compare, pins
 from tests import forks
 
 pytestmark = pytest.mark.slow  # real releases, environments and SGLang imports
@@ -39,8 +39,7 @@ def test_run_observes_both_fixes(run_bundle):
     assert code == 0
     assert bundle.verify(out) == []
     _, _, diffs = bundle.load(out)
-    assert {d.fix: d.verdict for d in diffs.values()} == dict.fromkeys(
-        (36988, 38935, 39500, 40645, 41023, 41402, 41404), "fix observed")
+    assert {d.fix: d.verdict for d in diffs.values()} == dict.fromkeys(pins.load().fixes, "fix observed")
 
 
 def test_admission_bug_at_0_5_20_not_at_0_5_21(run_bundle):

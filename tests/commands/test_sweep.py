@@ -20,15 +20,21 @@ _LATER = {
     "0.5.22": ("not fixed", "fixed", "fixed", "fixed", "fixed"),
     "0.5.23": ("not fixed", "fixed", "fixed", "fixed", "fixed"),
 }
+# the defences 0.5.23 added with no upstream PR number (local ids, docs/fixed.md): L4 checks a checksum row
+# the trees before 0.5.21 do not have, so there only its guards run ("clean")
+_LOCAL = {
+    v: {1: "fixed" if v == "0.5.23" else "not fixed", 2: "fixed" if v == "0.5.23" else "not fixed",
+        4: "clean" if v < "0.5.21" else "fixed" if v == "0.5.23" else "not fixed",
+        5: "fixed" if v == "0.5.23" else "not fixed"}
+    for v in _LATER
+}
 EXPECTED = {
     f"sglang-{v}": {36988: "not fixed" if v == "0.5.19" else "fixed", 38935: "fixed" if v >= "0.5.21" else "not fixed",
-                    **dict(zip((39500, 40645, 41023, 41402, 41404), later))}
+                    **dict(zip((39500, 40645, 41023, 41402, 41404), later)), **_LOCAL[v]}
     for v, later in _LATER.items()
 }
-# #41023's duties hold from 0.5.21, but there its code tests a failed HiCache restore no case builds (issue 38): the
-# first release that reads "fixed" on its conditions too is 0.5.22, and 0.5.21 is left inside the window, unjudged
-FIRST_FIXED = {36988: "0.5.20", 38935: "0.5.21", 39500: None, 40645: "0.5.21", 41023: "0.5.22", 41402: "0.5.22",
-               41404: "0.5.22"}
+FIRST_FIXED = {36988: "0.5.20", 38935: "0.5.21", 39500: None, 40645: "0.5.21", 41023: "0.5.21", 41402: "0.5.22",
+               41404: "0.5.22", 1: "0.5.23", 2: "0.5.23", 4: "0.5.23", 5: "0.5.23"}
 
 
 def _record(out: Path) -> SweepRecord:
@@ -71,8 +77,9 @@ def test_sweep_releases_in_two_shards_then_merge(tmp_path, cache):
     by_config = {(w.fix, w.site): w.first_fixed for w in record.windows if w.site}
     assert by_config[(39500, "with-kv-checksum")] == "pypi:sglang==0.5.21"
     assert by_config[(39500, "default")] is None
-    assert by_config[(41023, "default")] == "pypi:sglang==0.5.22"  # 0.5.21: a condition never seen (above)
-    assert [w.unjudged for w in record.windows if (w.fix, w.site) == (41023, None)] == [["pypi:sglang==0.5.21"]]
+    # on by default from 0.5.21, where its HiCache restore condition is now seen both ways (issue 38)
+    assert by_config[(41023, "default")] == "pypi:sglang==0.5.21"
+    assert [w.unjudged for w in record.windows if (w.fix, w.site) == (41023, None)] == [[]]
     assert bundle.verify(merged) == []
     static = {row.label: {f.id: (f.present, f.default) for f in row.static} for row in record.rows}
     assert static["sglang-0.5.19"]["kv-checksum"] == (False, None)
