@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from runner import cli, errors
+from runner.app import pipeline
+from runner.commands import options
 from runner.commands.sweep import version_key
 from runner.evidence import attest, bundle, dsse, pins, receipts
 from runner.judge.observations import Case
@@ -112,3 +115,30 @@ def committed_bundles(marked: bool = True) -> list:
         return found
     return [pytest.param(p, id=p.name, marks=[pytest.mark.slow] if p.name.startswith("release-line-") else [])
             for p in found]
+
+
+def table_hunks(table: dict) -> list[dict]:
+    """A hunk table ``{id: (function, old, new, *expectations)}`` as ``mutate --hunks`` reads it."""
+    return [{"id": h, "function": f, "old": old, "new": new} for h, (f, old, new, *_) in table.items()]
+
+
+def mutate_hunks(version: str, fix: int | str, hunks: list[dict], root: Path, cache_root: Path) -> dict:
+    """``mutate --hunks`` of ``pypi:sglang==version`` for one fix (one SGLang import for every hunk, each
+    ``{id, function, old, new}``), written under ``root``: the mutation report."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "hunks.json").write_text(json.dumps([{k: h[k] for k in ("id", "function", "old", "new")} for h in hunks]))
+    cli.main(["mutate", f"pypi:sglang=={version}", "--fix", str(fix), "--hunks", str(root / "hunks.json"),
+              "--out", str(root / "out"), "--cache-dir", str(cache_root)])
+    return json.loads(next((root / "out" / "mutation").glob("*.json")).read_text())
+
+
+def mutants_by_id(report: dict) -> dict:
+    """A mutation report's mutants by hunk id."""
+    return {m["id"]: m for m in report["mutants"]}
+
+
+def probed(cache, versions: tuple[str, ...], probes: list[str], case_timeout: float) -> dict:
+    """The named probes run on each release, two trees at once: {(version, probe id): receipt}."""
+    opts = pipeline.Options(cache=cache, probe=options.ProbeOptions(jobs=2, case_timeout=case_timeout))
+    _, got = pipeline.probe_sources({f"pypi:sglang=={v}": list(probes) for v in versions}, opts)
+    return {(text.split("==")[1], probe): receipt for (text, probe), receipt in got.items()}

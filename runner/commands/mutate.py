@@ -162,7 +162,7 @@ def recorded(found: list[tuple[str, mutation.Mutation]]) -> tuple[dict[str, byte
 def cmd_mutate(args) -> int:
     signers = options.signers(args)
     p = pins.load(options.path(args.pins))
-    fixes = args.fix or sorted(p.fixes)
+    fixes = args.fix or sorted(p.fixes, key=fixids.order)
     plan = [(args.source or f"pypi:sglang=={p.fix(n).releases.with_}", n) for n in fixes]
     opts = options.resolved(args, p)
     target = bundle.out_path(args.out, "mutate")

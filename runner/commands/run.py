@@ -19,7 +19,7 @@ def cmd_run(args) -> int:
     pins_path = options.path(args.pins) or pins.default_path()
     p = pins.load(pins_path)
     out = bundle.out_path(args.out, "run")
-    numbers = args.fix or sorted(n for n, f in p.fixes.items() if args.via == "releases" or f.has_commits)
+    numbers = args.fix or sorted((n for n, f in p.fixes.items() if args.via == "releases" or f.has_commits), key=fixids.order)
     fixes = {n: p.fix(n) for n in numbers}
     if args.via == "commits":
         bare = [fixids.label(n) for n, f in fixes.items() if not f.has_commits]

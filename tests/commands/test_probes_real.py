@@ -5,11 +5,12 @@ from pathlib import Path
 import pytest
 
 from probes.duties_38935 import SPACE as ADMISSION
-from runner import cli
+from runner import cli, fixids
 from runner.app import pipeline
 from runner.commands import options
 from runner.evidence import bundle, compare, pins
 from tests import forks
+from tests.records import checked
 
 pytestmark = pytest.mark.slow  # real releases, environments and SGLang imports
 
@@ -40,6 +41,8 @@ def test_run_observes_both_fixes(run_bundle):
     assert bundle.verify(out) == []
     _, _, diffs = bundle.load(out)
     assert {d.fix: d.verdict for d in diffs.values()} == dict.fromkeys(pins.load().fixes, "fix observed")
+    # upstream's pull requests by number, then the local ids: the incident's own fixes head the screen
+    assert checked(out)["fixes"] == sorted(pins.load().fixes, key=fixids.order)
 
 
 def test_admission_bug_at_0_5_20_not_at_0_5_21(run_bundle):

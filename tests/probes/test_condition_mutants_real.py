@@ -23,7 +23,6 @@ generated list, the equivalent ones always kept; the first two fixes run their w
 from __future__ import annotations
 
 import ast
-import json
 import random
 import re
 
@@ -31,9 +30,9 @@ import pytest
 
 from probes import fixcode, mutation
 from probes.duties import FIX_CODE
-from runner import cli
 from runner.evidence import materials
 from runner.judge import conditions
+from tests import helpers
 
 pytestmark = pytest.mark.slow  # real releases, their environments and SGLang imports
 
@@ -135,19 +134,12 @@ def misread(hunks: list[dict], report: dict) -> list[tuple]:
     return wrong
 
 
-def run_hunks(version: str, fix: int, hunks: list[dict], cache, tmp_path) -> dict:
-    (tmp_path / "hunks.json").write_text(json.dumps([{k: h[k] for k in ("id", "function", "old", "new")} for h in hunks]))
-    cli.main(["mutate", f"pypi:sglang=={version}", "--fix", str(fix), "--hunks", str(tmp_path / "hunks.json"),
-              "--out", str(tmp_path / "out"), "--cache-dir", str(cache.root)])
-    return json.loads(next((tmp_path / "out" / "mutation").glob("*.json")).read_text())
-
-
 @pytest.mark.parametrize("version", ["0.5.21", "0.5.22", "0.5.23"])
 @pytest.mark.parametrize("fix", FIXES)
 def test_a_condition_on_any_input_read_never_passes_for_fixed(version, fix, release_tree, cache, tmp_path):
     hunks = generated(materials.reader(release_tree(version).root), fix)
     assert sum(not h["equivalent"] for h in hunks) >= 5  # the generator found inputs in the stored code
-    report = run_hunks(version, fix, hunks, cache, tmp_path)
+    report = helpers.mutate_hunks(version, fix, hunks, tmp_path, cache.root)
     assert report["score"]["baseline"] == "fixed"
     read = {m["id"]: m for m in report["mutants"]}
     wrong = []
@@ -170,6 +162,6 @@ def test_a_later_defence_conditioned_on_an_input_it_reads_is_told_in_some_config
     by default reads "not fixed" with it and without it)."""
     hunks = sampled(generated(materials.reader(release_tree(version).root), fix, own=True))
     assert any(not h["equivalent"] for h in hunks)  # the generator found inputs in the stored code
-    report = run_hunks(version, fix, hunks, cache, tmp_path)
+    report = helpers.mutate_hunks(version, fix, hunks, tmp_path, cache.root)
     assert report["score"]["baseline"] == "fixed"
     assert not misread(hunks, report)

@@ -9,14 +9,10 @@ guard) naming the duty; a behaviour-preserving rewrite must stay "fixed".
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from runner import cli
-from runner.app import pipeline
-from runner.commands import options
 from runner.judge import judging
+from tests import helpers
 
 pytestmark = pytest.mark.slow  # real releases, environments and SGLang imports
 
@@ -72,9 +68,7 @@ def released(cache, release_tree):
     """Both probes on 0.5.22 and 0.5.23: {(version, probe): receipt}."""
     for v in ("0.5.22", "0.5.23"):
         release_tree(v)
-    opts = pipeline.Options(cache=cache, probe=options.ProbeOptions(jobs=2, case_timeout=30))
-    _, got = pipeline.probe_sources({f"pypi:sglang=={v}": PROBES for v in ("0.5.22", "0.5.23")}, opts)
-    return {(text.split("==")[1], probe): receipt for (text, probe), receipt in got.items()}
+    return helpers.probed(cache, ("0.5.22", "0.5.23"), PROBES, case_timeout=30)
 
 
 def test_each_local_defence_enters_the_release_line_in_0_5_23(released):
@@ -101,13 +95,9 @@ def tried(tmp_path_factory, cache):
 
     def get(fix: int) -> dict:
         if fix not in done:
-            root = tmp_path_factory.mktemp(f"hunks-L{fix}")
-            hunks = [{"id": h, "function": f, "old": old, "new": new} for h, (f, old, new, *_) in HUNKS[fix].items()]
-            (root / "hunks.json").write_text(json.dumps(hunks))
-            cli.main(["mutate", "pypi:sglang==0.5.23", "--fix", f"L{fix}", "--hunks", str(root / "hunks.json"),
-                      "--out", str(root / "out"), "--cache-dir", str(cache.root)])
-            report = json.loads(next((root / "out" / "mutation").glob("*.json")).read_text())
-            done[fix] = {m["id"]: m for m in report["mutants"]}
+            report = helpers.mutate_hunks("0.5.23", f"L{fix}", helpers.table_hunks(HUNKS[fix]),
+                                          tmp_path_factory.mktemp(f"hunks-L{fix}"), cache.root)
+            done[fix] = helpers.mutants_by_id(report)
         return done[fix]
 
     return get

@@ -11,14 +11,10 @@ one "fixed".
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from runner import cli
-from runner.app import pipeline
-from runner.commands import options
 from runner.judge import judging
+from tests import helpers
 
 pytestmark = pytest.mark.slow  # real releases, environments and SGLang imports
 
@@ -92,9 +88,7 @@ def released(cache, release_tree):
     """Both probes' receipts on 0.5.22 and 0.5.23: {(version, probe): receipt}."""
     for v in ("0.5.22", "0.5.23"):
         release_tree(v)
-    opts = pipeline.Options(cache=cache, probe=options.ProbeOptions(jobs=2, case_timeout=20))
-    _, got = pipeline.probe_sources({f"pypi:sglang=={v}": list(PROBES.values()) for v in ("0.5.22", "0.5.23")}, opts)
-    return {(text.split("==")[1], probe): receipt for (text, probe), receipt in got.items()}
+    return helpers.probed(cache, ("0.5.22", "0.5.23"), list(PROBES.values()), case_timeout=20)
 
 
 def test_each_local_defence_reads_not_fixed_before_and_fixed_in_0_5_23(released):
@@ -137,13 +131,9 @@ def tried(tmp_path_factory, cache):
 
     def get(fix: int) -> dict:
         if fix not in done:
-            root = tmp_path_factory.mktemp(f"hunks-{fix}")
-            hunks = [{"id": h, "function": f, "old": old, "new": new} for h, (f, old, new, *_) in HUNKS[fix].items()]
-            (root / "hunks.json").write_text(json.dumps(hunks))
-            cli.main(["mutate", "pypi:sglang==0.5.23", "--fix", str(fix), "--hunks", str(root / "hunks.json"),
-                      "--out", str(root / "out"), "--cache-dir", str(cache.root)])
-            report = json.loads(next((root / "out" / "mutation").glob("*.json")).read_text())
-            done[fix] = {m["id"]: m for m in report["mutants"]}
+            report = helpers.mutate_hunks("0.5.23", fix, helpers.table_hunks(HUNKS[fix]),
+                                          tmp_path_factory.mktemp(f"hunks-{fix}"), cache.root)
+            done[fix] = helpers.mutants_by_id(report)
         return done[fix]
 
     return get

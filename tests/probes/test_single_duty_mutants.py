@@ -15,15 +15,13 @@ edit (a retire method renamed) and a refactor of the retire path are ``path:`` f
 
 from __future__ import annotations
 
-import json
 
 import pytest
 
-from runner import cli
 from runner.app import pipeline
 from runner.commands import options
 from runner.judge import judging
-from tests import forks
+from tests import forks, helpers
 
 pytestmark = pytest.mark.slow  # real releases, environments and SGLang imports
 
@@ -185,13 +183,9 @@ def tried(tmp_path_factory, cache):
 
     def get(version: str, fix: int) -> dict:
         if (version, fix) not in done:
-            root = tmp_path_factory.mktemp(f"hunks-{version}-{fix}")
-            hunks = [{"id": h, "function": f, "old": old, "new": new} for h, (f, old, new, *_) in _table(version, fix).items()]
-            (root / "hunks.json").write_text(json.dumps(hunks))
-            cli.main(["mutate", f"pypi:sglang=={version}", "--fix", str(fix), "--hunks", str(root / "hunks.json"),
-                      "--out", str(root / "out"), "--cache-dir", str(cache.root)])
-            report = json.loads(next((root / "out" / "mutation").glob("*.json")).read_text())
-            done[(version, fix)] = {m["id"]: m for m in report["mutants"]}
+            report = helpers.mutate_hunks(version, fix, helpers.table_hunks(_table(version, fix)),
+                                          tmp_path_factory.mktemp(f"hunks-{version}-{fix}"), cache.root)
+            done[(version, fix)] = helpers.mutants_by_id(report)
         return done[(version, fix)]
 
     return get
