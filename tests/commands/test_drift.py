@@ -239,3 +239,15 @@ def test_a_changed_signature_counts_as_its_first_statement_and_a_docstring_as_no
     assert entry.statements == [(3, 3)]  # a case that called it ran the new signature
     documented = old.replace("    def plumbing(self):\n", '    def plumbing(self):\n        """Now documented."""\n')
     assert drift.changed({DECODE: old.encode()}, {DECODE: documented.encode()}, loaded) == []
+
+
+def test_a_review_moves_no_receipt_identity():
+    """The catalog is read by drift alone: neither the judge's import closure nor any probe's holds drift or the catalog,
+    so an [[unprobed]] entry (or a widened module set) leaves every receipt comparable and may land after evidence is
+    regenerated. (The closure does see drift where something imports it: the command's does.)"""
+    from runner.evidence import catalog
+
+    ours = ("runner/evidence/drift.py", "runner/commands/drift.py", "runner/data/isolation.toml")
+    assert "runner/evidence/drift.py" in catalog.closure(["runner.commands.drift"])
+    for name, files in [("judge", catalog.judge_files()), *((p, catalog.probe_files(p)) for p in catalog.PROBES)]:
+        assert not set(ours) & set(files), name
