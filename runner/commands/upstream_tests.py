@@ -75,7 +75,7 @@ LIMITS = [
 # A failure's cause -> where its case's error lies (docs/probe-contract.md's vocabulary)
 WHERE = {"stub": "double", "sglang": "sglang", "test": "setup", "other": "setup", "environment": "setup",
          "target missing": "import", "signature mismatch": "setup", "attribute unset": "setup", "call arity": "setup",
-         "tuple arity": "setup"}
+         "tuple arity": "setup", "message shape": "setup"}
 
 
 # --- the test file ---------------------------------------------------------------------------

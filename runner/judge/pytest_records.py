@@ -22,12 +22,14 @@ Grade = Literal["fail-to-pass", "pass-to-pass", "pass-to-fail", "fail-to-fail", 
 # accept; "attribute unset": the tree read an attribute its own constructor sets from an instance the
 # test built without it; "call arity": a mock's expected call of another shape than the tree's call
 # site, as written, can ever make; "tuple arity": the test unpacked or indexed a tuple of the tree's
-# state for another length than every tuple the tree's code builds there.
+# state for another length than every tuple the tree's code builds there; "message shape": the test handed
+# the tree a tagged multipart message of a length none of the tree's producers of that tag builds (a
+# peer's message of another era's wire format).
 Cause = Literal["assertion", "sglang", "stub", "environment", "test", "other", "timeout", "crash", "target missing",
-                "signature mismatch", "attribute unset", "call arity", "tuple arity"]
+                "signature mismatch", "attribute unset", "call arity", "tuple arity", "message shape"]
 # The test and the tree are of different eras: such a failure grades "incompatible (test era)" on
 # either side, never pass-to-fail, fail-to-pass or fail-to-fail.
-ERA = ("target missing", "signature mismatch", "attribute unset", "call arity", "tuple arity")
+ERA = ("target missing", "signature mismatch", "attribute unset", "call arity", "tuple arity", "message shape")
 # Causes that say nothing about how the tree behaves: the test fell through to its own stand-ins, the
 # environment lacks a module, or the test is of another era. Such a failure at head is inconclusive,
 # never a regression or a missing fix.

@@ -33,6 +33,13 @@ class Source:
 
     root: Path
     parsed: dict[str, ast.Module | None] = field(default_factory=dict)
+    _messages: Messages | None = None
+
+    @property
+    def messages(self) -> Messages:
+        if self._messages is None:
+            self._messages = Messages(self.root)
+        return self._messages
 
     def lacks(self, name: str) -> str | None:
         """The first dotted prefix of ``name`` the tree's source certainly does not define, or None
@@ -255,6 +262,185 @@ class Source:
             if target and target[0] == PACKAGE:
                 return self._resolve([*target, *dotted[1:], *rest], depth + 1)
         return UNKNOWN
+
+
+@dataclass(frozen=True)
+class Fed:
+    """A tagged message the test built and handed to a call: its tag, frames, where it was built, the call."""
+
+    tag: bytes
+    length: int
+    built: str
+    call: ast.Call
+
+
+@dataclass(frozen=True)
+class Built:
+    """A message the test had the tree's own builder make (``Note(room, ip, port).to_zmq()``): the class,
+    the method, how many arguments the test gave the class, where, and the call it was handed to."""
+
+    cls: str
+    method: str
+    arguments: int
+    built: str
+    call: ast.Call
+
+
+def built_by(node: ast.AST) -> tuple[str, str, int] | None:
+    """``C(args).m()`` written with no spread argument: (C, m, how many arguments C was given)."""
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Call)):
+        return None
+    inner = node.func.value
+    cls = inner.func.attr if isinstance(inner.func, ast.Attribute) else inner.func.id if isinstance(inner.func, ast.Name) else None
+    if cls is None or any(isinstance(a, ast.Starred) for a in inner.args) or any(k.arg is None for k in inner.keywords):
+        return None
+    return cls, node.func.attr, len(inner.args) + len(inner.keywords)
+
+
+# --- messages: the frames a tree's producer of a tagged message builds --------------------------
+
+
+@dataclass
+class Messages:
+    """The tree's own producers of multipart messages (a list or tuple display whose first element is
+    a bytes tag, as ``send_multipart([b"ABORT", room, ip, port])`` or a builder ``frames = [TAG, room]``
+    then extended), and the functions of the modules that name the tag (its handlers), read from the
+    stored source once per tag."""
+
+    root: Path
+    texts: dict[str, str] | None = None
+    found: dict[bytes, tuple[list[tuple[int, str]] | None, set[str], set[str]]] = field(default_factory=dict)
+
+    def of(self, tag: bytes) -> tuple[list[tuple[int, str]] | None, set[str], set[str]]:
+        """(every producer's full length and place, or None when one cannot be told; the names of the
+        functions defined in the modules that name the tag; the names bound to the tag)."""
+        if tag not in self.found:
+            self.found[tag] = self._scan(tag)
+        return self.found[tag]
+
+    def _sources(self) -> dict[str, str]:
+        if self.texts is None:
+            self.texts = {}
+            for file in sorted((self.root / PACKAGE).rglob("*.py")):
+                if file.is_file() and not file.is_symlink() and file.stat().st_size <= MAX_SOURCE:
+                    self.texts[file.relative_to(self.root).as_posix()] = file.read_bytes().decode("utf-8", "replace")
+        return self.texts
+
+    def _scan(self, tag: bytes) -> tuple[list[tuple[int, str]] | None, set[str], set[str]]:
+        literals = (repr(tag), repr(tag).replace("'", '"', 1)[:-1] + '"')
+        texts = self._sources()
+        named = {path: text for path, text in texts.items() if any(lit in text for lit in literals)}
+        modules = {path: _parse(text) for path, text in named.items()}
+        names = {t.id for m in modules.values() if m for node in m.body if isinstance(node, ast.Assign)
+                 and isinstance(node.value, ast.Constant) and node.value.value == tag
+                 for t in node.targets if isinstance(t, ast.Name)}
+        for path, text in texts.items():
+            if path not in modules and any(name in text for name in names):
+                modules[path] = _parse(text)
+        built: list[tuple[int, str]] | None = []
+        handlers: set[str] = set()
+        for path, module in sorted(modules.items()):
+            if module is None:
+                return None, set(), names
+            handlers |= {n.name for n in ast.walk(module) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+            for length, line in produced(module, tag, names):
+                if length is None:
+                    built = None
+                elif built is not None:
+                    built.append((length, f"{path}:{line}"))
+        return built, handlers, names
+
+
+    def senders(self, cls: str, method: str) -> tuple[list[tuple[int, str]], set[str]] | None:
+        """How many arguments each of the tree's senders gives ``cls`` when it builds a message with
+        ``cls(...).method()``, outside the class itself (its parsers build partial ones), with the
+        place; and the functions of the modules that name the class (its handlers). None when
+        ``method`` of a class of that name is no message builder of the tree (no tagged display it
+        returns) or a sender spreads its arguments."""
+        texts = self._sources()
+        builder = False
+        found: list[tuple[int, str]] = []
+        handlers: set[str] = set()
+        for path, text in texts.items():
+            if cls not in text:
+                continue
+            module = _parse(text)
+            if module is None:
+                return None
+            handlers |= {n.name for n in ast.walk(module) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+            inside: set[ast.AST] = set()
+            tags = {t.id for node in module.body if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
+                    and isinstance(node.value.value, bytes) for t in node.targets if isinstance(t, ast.Name)}
+            for node in ast.walk(module):
+                if isinstance(node, ast.ClassDef) and node.name == cls:
+                    inside |= set(ast.walk(node))
+                    builder |= any(isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef)) and m.name == method and
+                                   any(True for _ in produced(m, None, tags)) for m in node.body)
+            for node in ast.walk(module):
+                if isinstance(node, ast.Call) and node not in inside and isinstance(node.func, ast.Attribute) and \
+                        node.func.attr == method and isinstance(node.func.value, ast.Call) and \
+                        _dotted(node.func.value.func) and _dotted(node.func.value.func)[-1] == cls:
+                    made = built_by(node)
+                    if made is None:
+                        return None
+                    found.append((made[2], f"{path}:{node.lineno}"))
+        return (found, handlers) if builder else None
+
+
+def _parse(text: str) -> ast.Module | None:
+    try:
+        return ast.parse(text)
+    except (SyntaxError, ValueError):
+        return None
+
+
+def is_tag(node: ast.expr, tag: bytes | None, names: set[str] = frozenset()) -> bool:
+    """A bytes constant (``tag`` itself when given), or a name the tree binds to it."""
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, bytes) and (tag is None or node.value == tag)
+    return isinstance(node, ast.Name) and node.id in names
+
+
+def tagged(node: ast.AST, tag: bytes | None, names: set[str] = frozenset()) -> bool:
+    return isinstance(node, (ast.List, ast.Tuple)) and bool(node.elts) and is_tag(node.elts[0], tag, names)
+
+
+def produced(module: ast.AST, tag: bytes | None, names: set[str] = frozenset()):
+    """(full length, line) of each message display of ``tag`` (None: any bytes tag) a module builds: a
+    display sent or returned as it is, or assigned to a local list that its function then extends
+    (``extend``/``+=`` a display, ``append``, ``insert``: every branch taken, the message at its
+    fullest). A display compared against (``msg[0] in (b"A", b"B")``) is no message; a starred element
+    or an extension by anything but a display is (None, line): cannot tell."""
+    parents = {child: node for node in ast.walk(module) for child in ast.iter_child_nodes(node)}
+    for node in ast.walk(module):
+        if not tagged(node, tag, names) or isinstance(parents.get(node), ast.Compare):
+            continue
+        if any(isinstance(e, ast.Starred) for e in node.elts):
+            yield None, node.lineno
+            continue
+        holder = parents.get(node)
+        if isinstance(holder, ast.Assign) and len(holder.targets) == 1 and isinstance(holder.targets[0], ast.Name):
+            yield _grown(_function_of(node, parents) or module, holder.targets[0].id, len(node.elts)), node.lineno
+        else:
+            yield len(node.elts), node.lineno
+
+
+def _grown(scope: ast.AST, name: str, length: int) -> int | None:
+    for node in ast.walk(scope):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                isinstance(node.func.value, ast.Name) and node.func.value.id == name:
+            if node.func.attr in ("append", "insert"):
+                length += 1
+            elif node.func.attr == "extend":
+                grown = node.args[0] if node.args else None
+                if not isinstance(grown, (ast.List, ast.Tuple)) or any(isinstance(e, ast.Starred) for e in grown.elts):
+                    return None
+                length += len(grown.elts)
+        elif isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name) and node.target.id == name:
+            if not isinstance(node.value, (ast.List, ast.Tuple)) or any(isinstance(e, ast.Starred) for e in node.value.elts):
+                return None
+            length += len(node.value.elts)
+    return length
 
 
 def _is_attribute(node: ast.expr, attribute: str, anyones: bool = False) -> bool:
@@ -544,6 +730,66 @@ class Code:
                 first, last = max(spans)  # the innermost function holding the frame's line
                 found.sort(key=lambda f: not (f[0] == near[0] and first <= f[1] <= last))
         return f"{found[0][0]}:{found[0][1]}" if found else None
+
+    def fed(self, path: str, function: str, line: int) -> list[Fed | Built]:
+        """The messages the test function ``function`` of ``path`` (holding ``line``, its frame) hands to
+        a call up to that line: a display whose first element is a bytes tag, written in the call or
+        returned by a helper of the test's files the call makes (each of its returns such a display, of
+        one length), or one a builder of the tree made from the test's arguments (``C(...).m()``)."""
+        module = self.module("test", path)
+        scopes = [n for n in ast.walk(module) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+                  and n.name == function and n.lineno <= line <= (n.end_lineno or n.lineno)] if module else []
+        if len(scopes) != 1:
+            return []
+        found = []
+        for call in (n for n in ast.walk(scopes[0]) if isinstance(n, ast.Call) and n.lineno <= line):
+            for arg in [*call.args, *(k.value for k in call.keywords)]:
+                if tagged(arg, None) and not any(isinstance(e, ast.Starred) for e in arg.elts):
+                    found.append(Fed(arg.elts[0].value, len(arg.elts), f"{path}:{arg.lineno}", call))
+                elif (made := built_by(arg)) is not None:
+                    found.append(Built(*made, f"{path}:{arg.lineno}", call))
+                elif isinstance(arg, ast.Call) and (made := self._helper_message(arg.func)):
+                    found.append(Fed(*made, call))
+        return found
+
+    def test_builds(self, cls: str, method: str) -> dict[int, str]:
+        """How many arguments the test's files give ``cls`` wherever they build ``cls(...).method()``."""
+        found: dict[int, str] = {}
+        for path in sorted(self.test_files):
+            for node in ast.walk(self.module("test", path) or ast.Module([], [])):
+                if (made := built_by(node)) and made[:2] == (cls, method):
+                    found.setdefault(made[2], f"{path}:{node.lineno}")
+        return found
+
+    def _helper_message(self, func: ast.expr) -> tuple[bytes, int, str] | None:
+        name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+        defs = [(path, n) for path in sorted(self.test_files) for n in ast.walk(self.module("test", path) or ast.Module([], []))
+                if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name]
+        if len(defs) != 1:
+            return None
+        path, helper = defs[0]
+        returned = [n.value for n in ast.walk(helper) if isinstance(n, ast.Return)]
+        shapes = {(v.elts[0].value, len(v.elts)) if tagged(v, None) and not any(isinstance(e, ast.Starred) for e in v.elts)
+                  else None for v in returned}
+        if len(shapes) != 1 or None in shapes:
+            return None
+        tag, length = shapes.pop()
+        return tag, length, f"{path}:{returned[0].lineno}"
+
+    def test_defines(self, name: str | None) -> bool:
+        """The test's files define a function of that name (a call to it may reach the test's own)."""
+        return any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name
+                   for path in sorted(self.test_files) for n in ast.walk(self.module("test", path) or ast.Module([], [])))
+
+    def test_lengths(self, tag: bytes, names: set[str]) -> dict[int, str]:
+        """Every length of a ``tag`` message display the test's files build (the tag written, or a
+        name the tree binds to it), with its first place."""
+        found: dict[int, str] = {}
+        for path in sorted(self.test_files):
+            module = self.module("test", path)
+            for length, line in produced(module, tag, names) if module else ():
+                found.setdefault(length, f"{path}:{line}") if length is not None else None
+        return found
 
     def enclosing(self, owner: str, path: str | None, inner: ast.AST) -> ast.AST | None:
         """The innermost function (or the module) of a file holding ``inner``."""

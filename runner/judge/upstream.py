@@ -31,7 +31,7 @@ from typing import Protocol, get_args
 from runner.judge.pytest_records import (ERA, INCOMPATIBLE, NOT_BEHAVIOUR, Cause, CollectionError, Grade, GradedTest,
                                          Frame, Grading, Incompatibility, MockCall, Outcomes, PytestCount, Raised, Result, Shape,
                                          SideState, SideSummary, Status, Unpacked)
-from runner.judge.targets import Code
+from runner.judge.targets import Built, Code
 
 PASSED = ("passed", "xpassed", "xfailed")
 _GRADE: dict[tuple[str, str], Grade] = {
@@ -67,8 +67,14 @@ def incompatibility(raised: Raised, code: Code | None) -> tuple[Cause, Incompati
         return None
     if raised.mock_call and (found := _call_arity(raised.mock_call, code)):
         return "call arity", found
-    if raised.assertion:
-        return None
+    if not raised.assertion and (found := _api(raised, code)):
+        return found
+    if raised.origin not in ("stub", "environment") and (found := _message_shape(raised, code)):
+        return "message shape", found
+    return None
+
+
+def _api(raised: Raised, code: Code) -> tuple[Cause, Incompatibility] | None:
     if raised.wanted and (missing := code.tree.lacks(raised.wanted.name)):
         w = raised.wanted
         return "target missing", Incompatibility(at=w.at or "?", test=f"{w.how} of {w.name}", tree=f"the tree lacks {missing}")
@@ -85,6 +91,66 @@ def incompatibility(raised: Raised, code: Code | None) -> tuple[Cause, Incompati
     if raised.unpacked and (found := _tuple_arity(raised.unpacked, code, raised.frames)):
         return "tuple arity", found
     return None
+
+
+def _message_shape(raised: Raised, code: Code) -> Incompatibility | None:
+    """The test handed the tree a message (a multipart display led by a bytes tag, as upstream's tests
+    hand-build a peer's ``[b"ABORT", room, ip, port]``) whose length none of the tree's own producers
+    of that tag builds, and the test's files never build one of a length the tree's producers do: the
+    test speaks the wire format of another era, and what the tree does with it says nothing of how the
+    tree answers its own peers. Only messages handed, in the failing test function up to the line it
+    failed at, to a function of a module that names the tag (the tree's handler, not the test's own);
+    a producer the source leaves open (a starred element, an extension by a non-display) is "cannot
+    tell". A message of the tree's own shape, or a test that builds that shape elsewhere (a legacy
+    message on purpose), keeps the failure's cause."""
+    test = next((f for f in raised.frames if f.owner == "test" and f.path), None)
+    if test is None:
+        return None
+    for fed in code.fed(test.path, test.function, test.line):
+        callee = _callee_name(fed.call.func)
+        if isinstance(fed, Built):
+            if (found := _built_shape(fed, callee, code)) is not None:
+                return found
+            continue
+        built, handlers, names = code.tree.messages.of(fed.tag)
+        if not built or callee not in handlers or code.test_defines(callee):
+            continue
+        lengths = sorted({n for n, _ in built})
+        if fed.length in lengths:
+            continue
+        known = code.test_lengths(fed.tag, names)
+        if set(known) & set(lengths):
+            continue
+        tag = _clip(repr(fed.tag))
+        return Incompatibility(
+            at=f"{test.path}:{fed.call.lineno}",
+            test=f"hands {_clip(ast.unparse(fed.call))} a {tag} message of {fed.length} frames built at {fed.built} "
+                 f"(the test's files build it of {_or(sorted(known))} frames only)",
+            tree=f"builds {tag} messages of {_or(lengths)} frames only ({_places(built)})")
+    return None
+
+
+def _built_shape(fed: Built, callee: str | None, code: Code) -> Incompatibility | None:
+    """A message the tree's own builder made from fewer or more arguments than every sender of the
+    tree gives it, handed to a function of the tree, and built nowhere in the test's files as the
+    senders build it: the fields of another era."""
+    found = code.tree.messages.senders(fed.cls, fed.method)
+    if not found or not found[0] or callee not in found[1] or code.test_defines(callee):
+        return None
+    senders = found[0]
+    counts = sorted({n for n, _ in senders})
+    known = code.test_builds(fed.cls, fed.method)
+    if fed.arguments in counts or set(known) & set(counts):
+        return None
+    return Incompatibility(
+        at=f"{fed.built.rsplit(':', 1)[0]}:{fed.call.lineno}",
+        test=f"hands {_clip(ast.unparse(fed.call))} a message the tree's {fed.cls}.{fed.method}() built from {fed.arguments} "
+             f"arguments at {fed.built} (the test's files build it from {_or(sorted(known))} only)",
+        tree=f"builds it from {_or(counts)} arguments only ({_places(senders)})")
+
+
+def _or(lengths: list[int]) -> str:
+    return " or ".join(map(str, lengths))
 
 
 def _shape(call: ast.Call) -> Shape | None:
@@ -259,7 +325,7 @@ def detail_of(raised: Raised, code: Code | None) -> str:
         return missing_target(raised, code) or raised.message
     era = found[1]
     return f"at {era.at}: the test {era.test}; the tree {era.tree}" \
-        if found[0] in ("signature mismatch", "call arity", "tuple arity") else f"at {era.at}: {era.test}; {era.tree}"
+        if found[0] in ("signature mismatch", "call arity", "tuple arity", "message shape") else f"at {era.at}: {era.test}; {era.tree}"
 
 
 def kind_of(r: Result, code: Code | None = None) -> str:

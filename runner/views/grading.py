@@ -20,7 +20,8 @@ ORIGINS = ("origins: (assertion) the test's own assertion failed; (stub) raised 
            "between its files and the tree that the callee's signature does not accept, (attribute unset) the tree "
            "read what its constructor sets from an object the test built without it, (call arity) a mock's expected "
            "call of a shape the tree's call site never makes, (tuple arity) a tuple of the tree's state unpacked or "
-           "indexed for a length the tree's code never builds there")
+           "indexed for a length the tree's code never builds there, (message shape) a tagged message handed to the tree "
+           "of a length none of the tree's producers of that tag builds")
 
 
 def counts_line(summary: SideSummary) -> str:
