@@ -1,9 +1,11 @@
 """A test of another era on real releases (issue 40), with hand-made upstream-style files
 (tests/commands/upstream_style): a held entry of the decode queue unpacked for the 0.5.21 era's four
 fields against 0.5.22's five, and a mock's expected ``set_kv_checksum(req, 0)`` of the 0.5.22 era
-against 0.5.23's ``set_kv_checksum(req, digest, signature)``. Both are "incompatible (test era)",
-with the call site and both sides; beside each, a failure through the same code whose shape fits (a
-changed value, a changed behaviour) stays the tree's behaviour."""
+against 0.5.23's ``set_kv_checksum(req, digest, signature)``, and a decode's ABORT handed to the
+prefill as 0.5.21 sent it (four frames) against 0.5.22's producer (five, the generation last). Each is
+"incompatible (test era)", with the call site and both sides; beside each, a failure through the same
+code whose shape fits (a changed value, a changed behaviour, a message of the tree's own shape) stays
+the tree's behaviour."""
 
 from __future__ import annotations
 
@@ -88,3 +90,42 @@ def test_an_expected_call_of_the_trees_arity_with_another_value_stays_the_tests_
     assert (row.base.cause, row.head.cause, row.head.incompatible) == ("call arity", "assertion", None)
     assert row.base.incompatible.tree.endswith("(2 positional), never 3 positional")
     assert checksum.verdict == "fails at head" and not any("regression" in b for b in checksum.blockers)
+
+
+@pytest.fixture(scope="module")
+def abort(cache, release_tree, interp, request):
+    versions = ("0.5.21", "0.5.22", "0.5.23")
+    return {name: graded(name, f"test_{name}.py", versions, cache, release_tree, interp, request)
+            for name in ("abort_message_of_its_day", "abort_message_generation")}
+
+
+def test_a_peers_message_of_the_older_wire_format_is_the_tests_era(abort):
+    """0.5.21's four-frame ABORT: acknowledged by 0.5.21, asking for nothing from 0.5.22 on (its
+    producer builds five, the generation last): another era, not a regression."""
+    rows = _rows(abort["abort_message_of_its_day"]["0.5.21", "0.5.22"])
+    row = rows["test_a_concluded_room_is_acknowledged_at_once"]
+    assert (row.base.status, row.grade, row.cause) == ("passed", INCOMPATIBLE, "message shape")
+    era = row.head.incompatible
+    assert era.at == "test_abort_message_of_its_day.py:32"
+    assert era.test == ("hands mgr._handle_abort_notification(abort_message()) a b'ABORT' message of 4 frames built "
+                        "at test_abort_message_of_its_day.py:26 (the test's files build it of 4 frames only)")
+    assert era.tree.startswith("builds b'ABORT' messages of 5 frames only (sglang/srt/disaggregation/common/conn.py:")
+    assert rows["test_another_tag_is_not_claimed"].grade == "pass-to-pass"
+    assert abort["abort_message_of_its_day"]["0.5.21", "0.5.22"].verdict == "inconclusive"
+    later = _rows(abort["abort_message_of_its_day"]["0.5.22", "0.5.23"])["test_a_concluded_room_is_acknowledged_at_once"]
+    assert (later.grade, later.base.cause, later.head.cause) == (INCOMPATIBLE, "message shape", "message shape")
+
+
+def test_a_peers_message_of_the_trees_own_shape_that_fails_stays_a_behaviour(abort):
+    """0.5.22's five frames: acknowledged by 0.5.22 and 0.5.23, so the expectation that nothing is
+    sent fails there by the test's assertion (a message of the tree's shape, compatible calls); on
+    0.5.21, whose producer builds four, the five-frame message is the test's era."""
+    g = abort["abort_message_generation"]
+    rows = _rows(g["0.5.22", "0.5.23"])
+    assert rows["test_a_concluded_room_is_acknowledged_at_once"].grade == "pass-to-pass"
+    row = rows["test_a_concluded_room_is_never_acknowledged"]
+    assert (row.grade, row.cause, row.head.incompatible) == ("fail-to-fail", "assertion", None)
+    assert g["0.5.22", "0.5.23"].verdict == "fix missing"
+    older = _rows(g["0.5.21", "0.5.22"])["test_a_concluded_room_is_never_acknowledged"]
+    assert (older.grade, older.base.cause, older.head.cause) == (INCOMPATIBLE, "message shape", "assertion")
+    assert older.base.incompatible.tree.startswith("builds b'ABORT' messages of 4 frames only (")
