@@ -599,6 +599,7 @@ class Rank:
     ``__init__`` (no sockets, no threads), with only the state its code reads, and its message loop."""
 
     role = ""
+    conn = MOONCAKE  # the transfer backend's module, whose threads ``start`` captures
 
     def __init__(self, scene: "Scene", rank: int, endpoint: tuple[str, int]) -> None:
         self.scene, self.rank, self.endpoint = scene, rank, endpoint
@@ -626,7 +627,7 @@ class Rank:
     def start(self, start: Callable[[], None]) -> None:
         """Run the tree's ``start_*_thread``, keeping the thread bodies it starts; route this
         rank's endpoint to its message loop."""
-        conn = tree.module(MOONCAKE)
+        conn = tree.module(self.conn)
         saved = conn.threading
         conn.threading = threading_capture(self.threads)
         try:

@@ -25,4 +25,5 @@ PROBES: tuple[Entry, ...] = (
     Entry("lifetime-hisparse", "lifetime_hisparse", 5),
     Entry("lifetime-ranks", "lifetime_ranks", 1),
     Entry("lifetime-flush", "lifetime_flush", 2),
+    Entry("nixl-completion", "nixl_completion", 3),
 )

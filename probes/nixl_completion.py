@@ -1,0 +1,440 @@
+"""Probe for L3 (0.5.23): a NIXL decode takes a transfer as done only once prefill reported every write of it landed,
+never from the NIXL notifications that reached it; a send after the sender concluded is dropped.
+
+One room handed from one prefill rank to one decode rank over the tree's own NIXL code: the prefill
+``NixlKVManager``'s transfer worker (its writes, its wait for every write to settle, its status messages), the prefill
+``NixlKVSender``, the decode ``NixlKVManager``'s message loop (its listener thread body) and the decode
+``NixlKVReceiver``'s ``poll``. The model is a hybrid one (an MLA KV pool and two kinds of state, the tree's own
+``StateType`` SWA and DSA), so the last chunk's writes are its KV pages, two state components and the metadata row.
+
+What stands in is the transport only (``NixlAgent``): the NIXL agents (a write posted with ``transfer`` begins writing
+decode's memory, lands or fails when the case says, ``check_xfer_state`` reads its state, and a notification posted
+with a write is delivered to the decode agent's ``get_new_notifs`` once that write landed, as NIXL delivers it), the
+zmq wire of the lifetime scene (``probes/lifetime.py``: every message logged and delivered through the receiving
+rank's own loop) and the clock. The decode pages are the page-ownership model (``probes/pages.py``): a read of a page
+no write of the request reached is observed, never inferred.
+
+A case holds one write (a state component, the KV pages or the metadata row) in flight while decode polls, every
+other write landed and its notification delivered, then lands or fails it; or sends a chunk after the sender
+concluded. The NIXL library itself is not needed: the tree imports it only in the manager's ``__init__``, which is not
+run (the managers are the tree's class built without it, as the lifetime scene builds Mooncake's).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from . import duties_3, tree
+from .case import Case, Probe
+from .doubles import Double, Journal, strict_subject
+from .lifetime import (COMMON, CONFIGS, UTILS, Rank, Stop, TreeLog, Wire, _dataclass, clocked_time, configure,
+                       decode_endpoint, prefill_endpoint, tcp)
+from .pages import Clock, PagePool, Transfer
+from .plain import JSON, plain
+
+NIXL = "sglang.srt.disaggregation.nixl.conn"
+MANAGER = f"{NIXL}.NixlKVManager"
+STATE_TYPE = "sglang.srt.disaggregation.base.conn.StateType"
+IMPORTS = ("sglang.srt.server_args", "sglang.srt.runtime_context", UTILS, "sglang.srt.disaggregation.base", COMMON,
+           NIXL)
+REQUIRES = (f"{NIXL}.NixlKVSender", f"{NIXL}.NixlKVReceiver", f"{MANAGER}.transfer_worker",
+            f"{MANAGER}._start_decode_listener_thread", f"{MANAGER}.maybe_send_extra", STATE_TYPE)
+
+ROOM = tree.BOOTSTRAP_ROOM
+RID = "req-A"
+PAGES = 4
+PREFILL_AGENT, DECODE_AGENT = "prefill-agent-0", "decode-agent-0"
+# decode's registered memory, as its KVArgsRegisterInfo tells prefill: one MLA KV buffer (a page is one item), the
+# metadata buffer (a row is one item), and one buffer per state component (a slot is one item)
+KV_BASE, AUX_BASE, ITEM = 0x300000, 0x400000, 64
+STATE_BASES = (0x600000, 0x700000)
+STATE_SLOTS = ((2,), (3,))  # the request's slot in each state component on decode (prefill's: the one before)
+AUX_ROW = 3
+STATES = ("SWA", "DSA")  # the two kinds of state of the model, by the tree's StateType names
+
+
+@dataclass
+class Write:
+    """One NIXL write prefill posted: where in decode's memory it goes, the notification NIXL delivers with it."""
+
+    handle: int
+    what: str  # "kv", "state 0", "state 1", "aux"
+    indices: list[int]
+    notif: bytes | None
+    state: str = "created"  # created | in flight | landed | failed
+    transfer: Transfer | None = None  # the pages' write, for the KV
+
+
+def named(agent: Double, name: str) -> Double:
+    """The agent's ``name`` (the NIXL agent name peers address it by)."""
+    object.__setattr__(agent, "name", name)
+    return agent
+
+
+class NixlAgent:
+    """The two NIXL agents (transport only). Prefill's posts writes into decode's registered memory; a write is in
+    flight until the case lands or fails it; ``check_xfer_state`` answers its state (the first call of a batch runs
+    the case's steps held for while the batch is in flight); a landed write's notification goes to decode's
+    ``get_new_notifs``."""
+
+    def __init__(self, scene: "NixlScene") -> None:
+        self.scene = scene
+        self.writes: dict[int, Write] = {}
+        self.notifs: list[bytes] = []  # delivered to the decode agent, not yet taken
+
+    def prefill(self) -> Double:
+        journal = self.scene.journal
+        return named(Double(journal, "prefill0.nixl_agent", get_xfer_descs=self.descs, initialize_xfer=self.initialize,
+                            transfer=self.post, check_xfer_state=self.check, check_remote_metadata=lambda name: True,
+                            release_xfer_handle=lambda handle: None), PREFILL_AGENT)
+
+    def decode(self) -> Double:
+        return named(Double(self.scene.journal, "decode0.nixl_agent", get_new_notifs=self.take_notifs), DECODE_AGENT)
+
+    def descs(self, rows: Any, mem_kind: str, *args: Any, **kwargs: Any) -> list[tuple[int, int]]:
+        """A descriptor list: (address, length) per row, as the tree built them."""
+        return [(int(r[0]), int(r[1])) for r in (rows.tolist() if hasattr(rows, "tolist") else rows)]
+
+    def initialize(self, op: str, src: list, dst: list[tuple[int, int]], peer: str, notif: bytes = b"",
+                   *args: Any, **kwargs: Any) -> int:
+        if op != "WRITE" or peer != DECODE_AGENT:
+            raise self.scene.journal.gap(f"a NIXL {op} to {peer}")
+        what, indices = self.region(dst)
+        handle = len(self.writes) + 1
+        self.writes[handle] = Write(handle, what, indices, bytes(notif) if notif else None)
+        return handle
+
+    def region(self, dst: list[tuple[int, int]]) -> tuple[str, list[int]]:
+        """Which of decode's buffers the rows address, and which items of it."""
+        for what, base in (("kv", KV_BASE), ("aux", AUX_BASE), *((f"state {i}", b) for i, b in enumerate(STATE_BASES))):
+            if all(base <= a < base + 0x100000 for a, _ in dst):
+                return what, sorted({(a - base) // ITEM + k for a, n in dst for k in range(max(1, n // ITEM))})
+        raise self.scene.journal.gap(f"a NIXL write to addresses {[hex(a) for a, _ in dst]}")
+
+    def post(self, handle: int, *args: Any, **kwargs: Any) -> str:
+        write = self.writes[handle]
+        write.state = "in flight"
+        if write.what == "kv":
+            write.transfer = self.scene.pool.begin(RID, 0, write.indices)
+        self.scene.note("write posted", write=write.what)
+        return "PROC"
+
+    def check(self, handle: int, *args: Any, **kwargs: Any) -> str:
+        self.scene.while_in_flight()
+        write = self.writes[handle]
+        if write.state == "in flight":
+            self.settle(write, fails=write.what == self.scene.shape.held and self.scene.shape.fate == "fails")
+        return {"landed": "DONE", "failed": "ERR"}.get(write.state, "PROC")
+
+    def settle(self, write: Write, fails: bool = False) -> None:
+        """The write ends: it lands (its notification is delivered to decode), or fails (nothing is delivered)."""
+        if fails:
+            write.state = "failed"
+            if write.transfer is not None:
+                self.scene.pool.fail(write.transfer)
+        else:
+            write.state = "landed"
+            if write.transfer is not None:
+                self.scene.pool.land(write.transfer)
+            if write.notif is not None:
+                self.notifs.append(write.notif)
+        self.scene.note(f"write {write.state}", write=write.what)
+
+    def take_notifs(self) -> dict[str, list[bytes]]:
+        taken, self.notifs = self.notifs, []
+        return {PREFILL_AGENT: taken} if taken else {}
+
+    def unlanded(self) -> list[str]:
+        """The room's writes not landed: in flight, failed, or never posted."""
+        return sorted(w.what for w in self.writes.values() if w.state != "landed")
+
+    def effects(self) -> list[dict[str, JSON]]:
+        return [{"what": w.what, "indices": w.indices, "state": w.state, "notified": w.notif is not None}
+                for w in self.writes.values()]
+
+
+class NixlRank(Rank):
+    """A rank whose KV manager is the tree's ``NixlKVManager`` (built without its ``__init__``: no NIXL agent, no
+    sockets, no threads), its message loop the tree's own thread body."""
+
+    conn = NIXL
+
+    def __init__(self, scene: "NixlScene", role: str, endpoint: tuple[str, int]) -> None:
+        self.role = role
+        super().__init__(scene, 0, endpoint)
+
+    def manager(self, **state: Any) -> Any:
+        journal = self.scene.journal
+        made = strict_subject(
+            tree.resolve(MANAGER), journal, f"{self.name}.kv_manager",
+            **{**self.manager_state(), "is_mla_backend": True, **state},
+            kv_args=Double(journal, f"{self.name}.kv_args", **self.kv_args()),
+            enable_all_cp_ranks_for_transfer=False, is_dummy_cp_rank=False, kv_shard_size=1, kv_shard_rank=0,
+            deferred_bootstrap=None, defer_decode_allocation=False, sender_trace_module=None, _staging_ctx=None,
+            _staging_handler=None, _dcp_pack_buffers=[], _dcp_pack_max_tokens=None, dcp_size=1, dcp_rank=0,
+            prep_handles={}, src_mem_kind="VRAM", state_tp_size=1, transfer_source_rank=0,
+            exceptions={}, _prepared_state_plans={}, _state_layout_rejections={}, _peer_reload_lock=threading.Lock(),
+            waiting_timeout=300, bootstrap_timeout=300,
+        )
+        self.config = configure(journal, tree.module(COMMON).CommonKVManager, made, ("enable_deferred_decode_kv_release",))
+        return made
+
+    def kv_args(self) -> dict[str, Any]:
+        states = tree.resolve(STATE_TYPE)
+        prefill = self.role == "prefill"
+        return dict(kv_data_ptrs=[0x100000 if prefill else KV_BASE], kv_item_lens=[ITEM], kv_data_lens=[ITEM * PAGES],
+                    kv_data_mem_kinds=["VRAM"], kv_layer_ids=[0],
+                    aux_data_ptrs=[0x200000 if prefill else AUX_BASE], aux_item_lens=[ITEM], aux_data_lens=[ITEM * 8],
+                    state_types=[getattr(states, s) for s in STATES],
+                    state_data_ptrs=[[0x500000 + i * 0x100000] if prefill else [b] for i, b in enumerate(STATE_BASES)],
+                    state_item_lens=[[ITEM] for _ in STATES], state_data_lens=[[ITEM * 8] for _ in STATES],
+                    state_layer_ids=[[] for _ in STATES], state_dim_per_tensor=[],
+                    gpu_id=0, engine_rank=0, pp_rank=0, page_size=1, num_draft_entries=0)
+
+
+class NixlScene:
+    """The two ranks, the agents, the wire, the clock; ``drive`` runs the case's script."""
+
+    def __init__(self, journal: Journal, shape: "Shape") -> None:
+        self.journal, self.shape = journal, shape
+        for name, value in CONFIGS.get(shape.config, {}).items():
+            os.environ[name] = value
+        self.clock = Clock()
+        self.wire = Wire(self.clock)
+        self.log = TreeLog(journal, self.clock)
+        self.pool = PagePool(PAGES, self.clock)
+        self.agent = NixlAgent(self)
+        self.steps: list[dict[str, JSON]] = []
+        self.polls: list[dict[str, JSON]] = []
+        self.sender_polls: list[dict[str, JSON]] = []
+        self.held_steps_run = False
+        time_ = clocked_time(self.clock)
+        for name in (NIXL, COMMON):
+            if hasattr(tree.module(name), "time"):
+                tree.module(name).time = time_
+        modes = tree.resolve(f"{UTILS}.DisaggregationMode")
+        self.decode = NixlRank(self, "decode", decode_endpoint(0))
+        self.decode_manager = self.decode.manager(
+            disaggregation_mode=modes.DECODE, agent=self.agent.decode(), required_prefill_response_num_table={},
+            prefill_response_tracker=defaultdict(set), addr_to_rooms_tracker=defaultdict(set),
+            transfer_statuses=defaultdict(tree.resolve(f"{NIXL}.TransferStatus")) if hasattr(
+                tree.module(NIXL), "TransferStatus") else {},
+            _deferred_abort_ack_tracker={}, _deferred_abort_generation=0, heartbeat_interval=2, max_failures=1,
+            _start_heartbeat_checker_thread=lambda: None)
+        self.decode.start(self.decode_manager._start_decode_listener_thread)
+        self.prefill = NixlRank(self, "prefill", prefill_endpoint(0))
+        self.queue: list[Any] = []
+        self.queued: list[dict[str, JSON]] = []
+        self.prefill_manager = self.prefill.manager(
+            disaggregation_mode=modes.PREFILL, agent=self.agent.prefill(), transfer_infos={}, decode_kv_args_table={},
+            req_to_decode_prefix_len={}, transfer_queues=[Double(journal, "prefill0.transfer_queue", put=self._put,
+                                                                 get=self._get)])
+        self.receiver: Any = None
+        self.sender: Any = None
+
+    # --- the queue between the sender and the transfer worker ----------------------------------------------
+    def _put(self, chunk: Any) -> None:
+        self.queued.append({"seq": self.clock.tick(), "last": bool(chunk.is_last_chunk),
+                            "pages": [int(p) for p in chunk.prefill_kv_indices]})
+        self.queue.append(chunk)
+
+    def _get(self, *args: Any, **kwargs: Any) -> Any:
+        if not self.queue:
+            raise Stop()
+        return self.queue.pop(0)
+
+    def note(self, step: str, **fields: JSON) -> None:
+        self.steps.append({"seq": self.clock.tick(), "t": self.clock.now, "step": step, **fields})
+
+    # --- the request ------------------------------------------------------------------------------------
+    def start_request(self) -> None:
+        """Decode preallocated the request (its pages, metadata row and state slots) and its receiver sent them to
+        prefill (the tree's ``send_metadata``; prefill's bootstrap thread took them in, as the lifetime scene's
+        bootstrap has it); prefill's scheduler made its sender (the tree's constructor) and ``init``."""
+        import numpy as np
+
+        journal, poll = self.journal, tree.kv_poll()
+        conn = tree.module(NIXL)
+        pages = self.pool.alloc(RID, PAGES)
+        dm = self.decode_manager
+        bootstrap_addr = f"{tree.BOOTSTRAP_HOST}:{tree.BOOTSTRAP_PORT}"
+        dm.required_prefill_response_num_table[ROOM] = 1
+        dm.addr_to_rooms_tracker[bootstrap_addr].add(ROOM)
+        dm.prefill_response_tracker.setdefault(ROOM, set())
+        dm.update_status(ROOM, poll.Bootstrapping)
+        dm.update_status(ROOM, poll.WaitingForInput)
+        ip, port = prefill_endpoint(0)
+        self.receiver = strict_subject(
+            conn.NixlKVReceiver, journal, f"decode0.kv_receiver.{RID}", kv_mgr=dm, bootstrap_room=ROOM,
+            conclude_state=None, abort_notified=False, started_transfer=False, init_time=None,
+            bootstrap_infos=[{"rank_ip": ip, "rank_port": port, "is_dummy": False}], bootstrap_addr=bootstrap_addr,
+            required_dst_info_num=1, _abort_generation=None, require_staging=False, chunk_staging_infos=[],
+            _connect_to_bootstrap_server=lambda info: (
+                self.wire.socket(journal, "decode0", tcp((info["rank_ip"], info["rank_port"]))), threading.Lock()),
+            invalidate_cached_bootstrap_infos=journal.method(f"decode0.kv_receiver.{RID}",
+                                                             "invalidate_cached_bootstrap_infos"))
+        first = len(self.wire.log)
+        send = self.receiver.send_metadata
+        wanted = {"kv_indices": np.array(pages, dtype=np.int32), "aux_index": AUX_ROW,
+                  "state_indices": [list(s) for s in STATE_SLOTS]}
+        send(**{k: v for k, v in wanted.items() if tree.accepts(send, k)})
+        for message in self.wire.log[first:]:
+            message["kind"] = "metadata"
+            if message["fate"] == "pending":
+                message["fate"] = "taken by the prefill rank's bootstrap"
+        pm = self.prefill_manager
+        d_ip, d_port = decode_endpoint(0)
+        pm.transfer_infos[ROOM] = {DECODE_AGENT: _dataclass(
+            conn.TransferInfo, room=ROOM, endpoint=d_ip, dst_port=d_port, agent_name=DECODE_AGENT,
+            dst_kv_indices=np.array(pages, dtype=np.int32), dst_aux_index=AUX_ROW, required_dst_info_num=1,
+            dst_state_indices=[list(s) for s in STATE_SLOTS], decode_prefix_len=0, is_dummy=False)}
+        pm.decode_kv_args_table[DECODE_AGENT] = _dataclass(
+            conn.KVArgsRegisterInfo, room="None", endpoint=d_ip, dst_port=d_port, agent_name=DECODE_AGENT,
+            agent_metadata=b"", dst_kv_ptrs=[KV_BASE], dst_kv_mem_kinds=["VRAM"], dst_aux_ptrs=[AUX_BASE],
+            dst_state_data_ptrs=[[b] for b in STATE_BASES], gpu_id=0, decode_tp_size=1, decode_tp_rank=0,
+            dst_kv_item_len=ITEM, dst_kv_item_lens=[ITEM], dst_kv_layer_ids=[0], dst_num_slots=PAGES,
+            dst_state_item_lens=[[ITEM] for _ in STATES], dst_state_layer_ids=[[] for _ in STATES],
+            dst_homogeneous_mem_kind="VRAM", dst_state_data_lens=[[ITEM * 8] for _ in STATES])
+        made = conn.NixlKVSender  # its constructor as the scheduler calls it (earlier trees also take the peer ranks)
+        self.sender = made(pm, bootstrap_addr, ROOM, **{k: v for k, v in (("dest_tp_ranks", [0]), ("pp_rank", 0))
+                                                        if tree.accepts(made, k)})
+        pm.update_status(ROOM, poll.WaitingForInput)
+        self.sender.init(PAGES, 0)
+        self.note("bootstrapped", rid=RID)
+
+    def send_chunks(self) -> None:
+        """Prefill's scheduler hands the request's chunks to its sender (the tree's ``send``): its pages in one chunk,
+        or in two; the last carries its state slots."""
+        import numpy as np
+
+        bounds = [0, PAGES] if self.shape.chunks == 1 else [0, PAGES // 2, PAGES]
+        for start, end in zip(bounds, bounds[1:]):
+            send = self.sender.send
+            wanted = {"kv_indices": np.arange(start, end, dtype=np.int32),
+                      "state_indices": [[s[0] - 1] for s in STATE_SLOTS] if end == PAGES else None}
+            send(**{k: v for k, v in wanted.items() if tree.accepts(send, k)})
+            self.note("sent", rid=RID, pages=list(range(start, end)))
+
+    def work(self) -> None:
+        """The transfer worker takes what is queued, through the tree's own ``transfer_worker``."""
+        try:
+            self.prefill_manager.transfer_worker(self.prefill_manager.transfer_queues[0], None, 0)
+        except Stop:
+            pass
+        self.note("worker idle")
+
+    def while_in_flight(self) -> None:
+        """The steps the case runs while the batch's writes are in flight (once): every write but the held one
+        lands, then decode polls, and the messages prefill sent so far reach decode."""
+        if self.held_steps_run:
+            return
+        self.held_steps_run = True
+        for write in list(self.agent.writes.values()):
+            if write.state == "in flight" and write.what != self.shape.held:
+                self.agent.settle(write)
+        self.decode_polls("while a write is in flight")
+        self.deliver()
+        self.decode_polls("while a write is in flight")
+
+    def deliver(self) -> None:
+        """Prefill's messages reach decode's loop (decode's to prefill stay logged: prefill's bootstrap thread, which
+        takes them, is not part of the scene)."""
+        for message in self.wire.pending():
+            if message["to"] in self.wire.routes:
+                self.wire.deliver(message)
+        self.note("messages delivered")
+
+    def decode_polls(self, when: str) -> None:
+        """Decode's transfer queue polls the receiver (the tree's ``poll``); what it said, and which writes of the
+        room had not landed then."""
+        result = poll_name(self.receiver.poll())
+        # the room's writes not landed, and its chunks still waiting in the transfer queue (nothing of them written)
+        unlanded = self.agent.unlanded() + ["a queued chunk"] * len(self.queue)
+        self.polls.append({"seq": self.clock.tick(), "when": when, "result": result, "unlanded": unlanded})
+        if result == "Success" and RID not in self.read:
+            self.read.add(RID)
+            self.pool.read(RID, self.pool.held_by(RID))  # the request enters a batch: its attention reads its pages
+
+    def sender_polls_(self, when: str) -> None:
+        self.sender_polls.append({"seq": self.clock.tick(), "when": when, "result": poll_name(self.sender.poll())})
+
+    def drive(self) -> None:
+        self.read: set[str] = set()
+        self.start_request()
+        if self.shape.late == "after-abort":  # prefill's scheduler aborts the request before its chunk is sent
+            self.sender.abort()
+            self.sender_polls_("after the abort")
+            self.note("sender aborted")
+        self.send_chunks()
+        self.work()
+        self.deliver()
+        self.decode_polls("after the transfer")
+        if self.shape.fate == "fails" and self.polls[-1]["result"] not in ("Success", "Failed"):
+            # no word of the failure from prefill (trees before the shared failure notification): decode's own timeout
+            self.clock.advance(self.decode_manager.waiting_timeout + 1)
+            self.note("clock", seconds=self.decode_manager.waiting_timeout + 1)
+            self.decode_polls("after decode's waiting timeout")
+        self.sender_polls_("after the transfer")
+        if self.shape.late == "after-success":
+            self.note("late send")
+            self.send_chunks()
+            self.work()
+            self.deliver()
+            self.decode_polls("after the late send")
+            self.sender_polls_("after the late send")
+        elif self.shape.late == "after-abort":
+            self.note("late send")
+            self.send_chunks()
+            self.work()
+            self.deliver()
+            self.sender_polls_("after the late send")
+
+    def effects(self) -> dict[str, JSON]:
+        return {
+            "subject": RID,
+            "config": {"name": self.shape.config, "env": dict(CONFIGS.get(self.shape.config, {})),
+                       "prefill": self.prefill.config, "decode": self.decode.config},
+            "steps": list(self.steps),
+            "wire": self.wire.effects(),
+            "writes": self.agent.effects(),
+            "queued": list(self.queued),
+            "polls": list(self.polls),
+            "sender_polls": list(self.sender_polls),
+            "pool": plain(self.pool.effects()),
+            "log": list(self.log.records),
+        }
+
+
+def poll_name(result: Any) -> JSON:
+    """A poll's answer by its name in the tree's own ``KVPoll`` (a class of int constants)."""
+    poll = tree.kv_poll()
+    return next((n for n in ("Failed", "Bootstrapping", "WaitingForInput", "Transferring", "Success")
+                 if getattr(poll, n, None) == result), plain(result))
+
+
+@dataclass(frozen=True)
+class Shape:
+    config: str = "default"
+    layout: str = "mla"  # what the lifetime scene's ranks read: the KV pool is an MLA one
+    held: str = "none"  # the write held in flight while decode polls: none, "kv", "state 1", "aux"
+    fate: str = "lands"
+    late: str = "none"  # a send after the sender concluded: none, after-success, after-abort
+    chunks: int = 1  # the chunks the request's pages are sent in
+
+
+HELD = {"none": "none", "state": "state 1", "kv": "kv", "aux": "aux"}
+
+
+def shape_of(point: Mapping[str, str]) -> Shape:
+    return Shape(config=point["config"], held=HELD[point["held"]], fate=point["fate"], late=point["late"],
+                 chunks=int(point["chunks"]))
+
+
+PROBE = Probe(id="nixl-completion", fix=3, imports=IMPORTS, table=duties_3,
+              cases=tuple(Case.of(duties_3, point, lambda journal, shape=shape_of(point): NixlScene(journal, shape),
+                                  REQUIRES) for point in duties_3.SPACE.points()))
