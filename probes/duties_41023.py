@@ -86,6 +86,14 @@ SPACE = space.Space(
                         says="after decode's metadata reached only one of two prefill ranks"),
         # switched off nothing is held, so nothing tells a partial publish apart: varied where the release is on
         ), over={"failure": ("decode-abort",), "config": ON}, reads=("init_time", "_deferred_abort_ack_tracker")),
+        space.Dimension("neighbour", (
+            space.Value("none", "no other request of the decode rank is held", label=""),
+            space.Value("held", "another request on the same decode rank, in its own room, was aborted just before "
+                        "this one started and its ABORT lost on the wire: decode holds its pages to the release "
+                        "timeout, ahead of this request in the deferred releases", label="behind-held-request",
+                        says="behind another request of the same decode rank held to the timeout"),
+        # switched off nothing is held: varied where the release is on
+        ), over={"failure": ("decode-abort",), "config": ON}, reads=("_deferred_releases", "still_held")),
         DEFERRED_CONFIG,
     ),
     # with nothing in flight the abort must still stop the request's later chunk (trees without an ABORT message
@@ -98,6 +106,8 @@ SPACE = space.Space(
         space.Rule({"failure": ("decode-abort",), "in_flight": ("yes",), "acks": ("delivered",), "stale": ("no",)}, HELD),
         space.Rule({"acks": ("lost", "late")}, GUARD_ABORT),
         space.Rule({"stale": ("yes",)}, GUARD_ABORT),
+        # the request's acknowledgements arrive while the neighbour is still held: its release must not wait for it
+        space.Rule({"neighbour": ("held",)}, ("lifetime-released-on-ack",)),
         space.Rule({"in_flight": ("no",)}, ON_ACK_IDLE),
         # decode failed the request itself while prefill writes: its pages wait for that write to drain
         space.Rule({"failure": ("hicache-restore-fails",)}, (*HELD, "lifetime-not-held-forever")),
@@ -140,20 +150,14 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
     **{("DecodeTransferQueue.resolve_deferred_releases", operator, "drained"): _METRICS_LABEL
        for operator in ("true", "false", "negate")},
 }
-_ONE_HELD = ("returning while the first entry is still held skips the entries after it: every case holds one request "
-             "per decode rank at a time, so no case has a later entry to skip")
 _STALE = ("an acknowledgement of the room's earlier generation is then taken for this one's (the stale case releases "
           "early): refusing it is #41402's duty, which lifetime-peers checks; here the stale case is a guard, as 0.5.21 "
           "(where #41023 is in) has no generations")
-_HOST = ("a host destination: no transfer backend of 0.5.21-0.5.23 supports host KV destinations (runner/judge/"
-         "conditions.py no_host_destinations), so no request is ever host-staged and the test is false in every server "
-         "these trees run, whatever enable_host_receive is")
+_HOST = ("a host destination: no transfer backend of 0.5.21-0.5.23 supports host KV destinations (every "
+         "supports_host_destination they define answers False: runner/judge/conditions.py's reason for these "
+         "conditions, checked on each tree by backends_answer), so no request is ever host-staged and the test is "
+         "false in every server these trees run, whatever enable_host_receive is")
 EXPLAINED: dict[tuple[str, str, str], str] = {
-    ("DecodeTransferQueue.resolve_deferred_releases", "return", "still_held.append((decode_req, deadline, idx, required_acks))"):
-        _ONE_HELD,
-    ("DecodeTransferQueue.resolve_deferred_releases", "return", "still_held.append(entry)"): _ONE_HELD,
-    ("DecodeTransferQueue.resolve_deferred_releases", "return",
-     "still_held.append((decode_req, start_time, deadline, idx, required_acks))"): _ONE_HELD,
     ("CommonKVManager.register_deferred_abort_room", "delete", "self._deferred_abort_generation += 1"): _STALE,
     ("CommonKVManager.note_abort_ack", "true", "state.generation == generation"): _STALE,
     ("DecodeTransferQueue._defer_release", "false", "self._is_host_destination(decode_req)"): _HOST,

@@ -6,6 +6,7 @@ or fails. Standard library only: the host judges with it too.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -111,11 +112,13 @@ def released_before_timeout(effects: Effects) -> bool:
 
 def timeout_recorded(effects: Effects) -> bool:
     """The subject's pages went back by the release timeout exactly when the tree logged a release by timeout
-    after the subject started: a timeout release is recorded as such, a release on acknowledgement is not."""
+    after the subject started: a timeout release is recorded as such, a release on acknowledgement is not. A
+    record naming another request's room (``others``: a neighbour held to its own timeout) is that request's."""
     rid = subject(effects)
     by_timeout = any(f["t"] >= timeout_at(effects) for rank in effects["decode"] for f in frees(rank, rid))
+    others = [re.compile(rf"\broom {room}\b") for room in effects.get("others", {}).values()]
     logged = any(r["seq"] > started(effects)["seq"] and "timed out" in r["message"] and "release" in r["message"].lower()
-                 for r in effects["log"])
+                 and not any(o.search(r["message"]) for o in others) for r in effects["log"])
     return by_timeout == logged
 
 

@@ -71,6 +71,7 @@ STATE_SLOT = 2  # the request's state slot on decode (prefill's is the one befor
 PAGES = 4  # pages decode reserved for the request, on each decode rank: the whole pool, so a freed page is reused
 RID = "req-A"
 NEXT_RID = "req-B"  # the request the freed pages go to next
+NEIGHBOUR, NEIGHBOUR_ROOM = "req-N", ROOM + 1  # another request on the same decode ranks, in its own room
 
 DEFERRED_ENV = "SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE"
 # Configurations: the environment a case runs under. "default" sets nothing: the tree's own defaults.
@@ -855,7 +856,8 @@ class DecodeRank(Rank):
         journal = scene.journal
         modes = tree.resolve(f"{UTILS}.DisaggregationMode")
         decode = tree.module(DECODE)
-        self.pool = PagePool(PAGES, scene.clock)
+        # with a neighbour, its pages too (it takes the first half)
+        self.pool = PagePool(PAGES * (2 if scene.shape.neighbour else 1), scene.clock)
         self.requests: dict[str, Request] = {}
         self.next_pages: list[int] | None = None
         self.committed: list[str] = []
@@ -1354,6 +1356,8 @@ class Scene:
             "outstanding": [p.outstanding() for p in self.prefill],
             "decode": [d.effects() for d in self.decode],
             "log": list(self.log.records),
+            # the rooms of other requests the case holds (what the tree's log names them by)
+            **({"others": {NEIGHBOUR: NEIGHBOUR_ROOM}} if self.shape.neighbour else {}),
             **({"diverged": list(self.group.diverged)} if self.group is not None else {}),
         }
 
@@ -1415,6 +1419,9 @@ class Shape:
     transfer's destination is each decode rank's HiSparse host pool (the pages decode hands prefill are host pages,
     recorded in the coordinator's ``req_to_host_pool`` as its preallocation does), which the tree's own
     ``HiSparseCoordinator.request_finished`` frees; ``release_kv_cache`` gives back only the logical indices.
+    ``neighbour``: another request on the same decode ranks, in its own room, was aborted just before this one
+    started and its ABORT lost on the wire: decode holds its pages to the release timeout, ahead of this request
+    in the deferred releases (a release due on this request's acknowledgements must not wait for it).
     """
 
     config: str = "default"
@@ -1437,12 +1444,23 @@ class Shape:
     hisparse: bool = False
     peer_acks: str = ""
     flush: str = ""
+    neighbour: bool = False
 
 
 def script(scene: Scene) -> None:
     """The case's interleaving, step by step (see ``Shape``)."""
     shape = scene.shape
     stale: list[dict[str, Any]] = []
+    if shape.neighbour:  # held for the timeout (nobody will acknowledge it) before the request takes its room
+        scene.reuse = False
+        for d in scene.decode:
+            d.admit(NEIGHBOUR, room=NEIGHBOUR_ROOM, row=2)
+            d.abort(NEIGHBOUR)
+        for message in scene.wire.pending("ABORT"):
+            scene.wire.drop(message)
+        scene.note("decode aborts; its ABORT lost", rid=NEIGHBOUR)
+        scene.decode_steps()
+        scene.reuse = True
     if shape.stale_ack:
         scene.reuse = False
         scene.start_request(EARLIER)

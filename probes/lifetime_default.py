@@ -6,7 +6,8 @@ In its default configuration the tree must hold the pages until prefill acknowle
 writes stopped (or the stated timeout passes), so that the late write never lands in another
 request's pages. Run in the default configuration and with the option on (releases where it is
 off by default). Guards: a healthy transfer is committed at once; an abort with nothing in flight
-releases on the acknowledgement; lost acknowledgements never hold the pages forever.
+releases on the acknowledgement, also behind another request held to the timeout on the same decode rank; lost
+acknowledgements never hold the pages forever.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ def shape_of(point: Mapping[str, str]) -> Shape:
     partial, peer = point["publish"] == "partial", point["failure"] == "peer-bootstrap-fails"
     return Shape(config=point["config"], failure=point["failure"], in_flight=point["in_flight"] == "yes",
                  acks=point["acks"], stale_ack=point["stale"] == "yes", publish=point["publish"],
+                 neighbour=point["neighbour"] == "held",
                  prefill_ranks=2 if partial else 1, decode_ranks=2 if peer else 1, group=peer)
 
 

@@ -129,3 +129,19 @@ def test_every_case_of_every_probe_declares_its_duties():
     # every duty is checked by some case
     checked = {d for cases in duties.CASES.values() for ds in cases.values() for d in ds}
     assert checked == set(duties.DUTIES)
+
+
+def test_a_timeout_release_logged_for_another_room_is_not_the_subjects():
+    """A neighbour held to its own timeout logs its release by timeout; the subject, released on its
+    acknowledgement, did not time out: its record is not the neighbour's. Its own room's record still counts."""
+    from probes.duties_lifetime import timeout_recorded
+
+    def effects(room):
+        return {"subject": "req-A", "timeout": 30, "others": {"req-N": 4243},
+                "steps": [{"seq": 1, "t": 0, "step": "bootstrapped", "rid": "req-A"}],
+                "decode": [{"events": [{"event": "free", "rid": "req-A", "t": 0, "pages": [4]}]}],
+                "log": [{"seq": 9, "message": f"Deferred KV release for room {room} timed out after 30.0s; releasing"}]}
+
+    assert timeout_recorded(effects(4243))
+    assert not timeout_recorded(effects(4242))
+    assert not timeout_recorded(effects(42430))  # a room the record names only as a prefix is not the neighbour's

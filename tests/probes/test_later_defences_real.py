@@ -74,6 +74,8 @@ WINDOWS = {
     ("lifetime-default", "abort-in-flight"): ("bug", "clean", "clean"),
     ("lifetime-default", "abort-in-flight-with-deferred-release"): ("clean", "clean", "clean"),
     ("lifetime-default", "healthy-transfer"): ("clean", "clean", "clean"),
+    # behind another request of the same decode rank held to the timeout: released on its own acknowledgement
+    ("lifetime-default", "abort-in-flight-behind-held-request"): ("bug", "clean", "clean"),
     # switched off, the deferred release is off by design: what must still hold does, on every release
     ("lifetime-default", "abort-in-flight-without-deferred-release"): ("clean", "clean", "clean"),
     ("lifetime-drain", "prefill-clears-before-drain-without-deferred-release"): ("clean", "clean", "clean"),
