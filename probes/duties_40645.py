@@ -142,6 +142,17 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
         "the same as above: an inactive room is registered and acknowledged at once; a cleared room is not resurrected",
     ("MooncakeKVManager.start_prefill_thread", "true", "self._staging_outstanding.get(room_to_be_aborted, 0) > 0"):
         "the same as above, for an inactive room with nothing outstanding",
+    # the poisoned branch #41404 added (0.5.22) inside this fix's function, which #41404's probe drives; its table
+    # declares the whole branch's removal equivalent, so each part of it is too
+    **{("CommonKVManager._maybe_ack_drained_abort", operator, "self._deferred_ack_targets.pop(room, None)"):
+       "a poisoned room has no target to pop: poison_deferred_ack_room popped them and register_deferred_ack_target "
+       "refuses a poisoned room (only a registration racing the poison from another thread leaves one, which is then "
+       "never sent: this branch returns at every later drain, and a new lifecycle of the room pops it)"
+       for operator in ("delete", "return")},
+    # the only `return` of the function's slice: the poisoned branch's
+    ("CommonKVManager._maybe_ack_drained_abort", "delete", "return"):
+        "falling through, the drain pops the poisoned room's targets again, the line before having popped them, and "
+        "sends to none: the same as returning",
 }
 EXPLAINED: dict[tuple[str, str, str], str] = {
 

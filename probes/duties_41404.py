@@ -12,13 +12,25 @@ from __future__ import annotations
 
 from . import space
 from .duties_lifetime import (ACKED, DEFERRED_CONFIG, GUARD_ABORT, HELD, OFF, OFF_DUTIES, CONN, DECODE, MOONCAKE, SUFFIXES,
-                              on, on_rules, released_before_timeout, site)
+                              on, on_rules, released_before_timeout, site, started)
 from .effects import Duty, Effects, returned
 
 
 def uninitialised_abort_quiet(effects: Effects) -> bool:
     """No failure escaped the tree's code, and no ABORT went out on the wire."""
     return returned(effects) and not any(m["kind"] == "ABORT" for m in effects["wire"])
+
+
+def no_ack_while_writing(effects: Effects) -> bool:
+    """Each prefill rank whose failed write was still running (the engine gave up on it) sent no drain
+    acknowledgement of the subject before that write landed; false where no such write landed."""
+    landed: dict[int, int] = {}
+    for s in effects["steps"]:
+        if s["step"] == "failed write lands":
+            landed[s["rank"]] = max(landed.get(s["rank"], 0), s["seq"])
+    return bool(landed) and not any(
+        m["kind"] == "ABORT_ACK" and m["from"] == f"prefill{rank}" and started(effects)["seq"] < m["seq"] < seq
+        for rank, seq in landed.items() for m in effects["wire"])
 
 
 DUTIES: tuple[Duty, ...] = (
@@ -30,6 +42,11 @@ DUTIES: tuple[Duty, ...] = (
          "the abort of a request whose KV receiver was never initialised (no prefill rank known) did not escape the "
          "tree's code and sent nothing to any prefill rank (it knows none)",
          uninitialised_abort_quiet),
+    Duty("lifetime-no-ack-while-writing",
+         "a prefill rank whose failed write (KV, aux or state) the engine gave up on while it still ran acknowledged "
+         "no drain of the room before that write landed: it cannot know the write stopped, so decode waits for its "
+         "release timeout",
+         no_ack_while_writing),
     Duty("lifetime-failure-handled",
          "decode's own failed send of its destinations did not escape the tree's code to its caller (a tree "
          "that lets it escape has no failure path for it: it can neither hold nor release the pages by its "
@@ -101,7 +118,7 @@ SPACE = space.Space(
             space.Value("keeps-writing", "the engine reported it failed while it still runs (its wall-clock timeout); it "
                         "lands after decode learned of the failure", label="failed-write-keeps-landing",
                         says="the failed write still landing"),
-        ), over={"failure": ("write-fails", "aborted-then-write-fails")},
+        ), over={"failure": ("write-fails", "aborted-then-write-fails", "aux-write-fails", "state-write-fails")},
            reads=("_poison_unsettled_send", "_deferred_ack_poisoned_rooms")),
         DEFERRED_CONFIG,
     ),
@@ -111,7 +128,7 @@ SPACE = space.Space(
          {**OFF, "failure": ("metadata-send-fails",)}),
     duties_by=(*on_rules(
         space.Rule({"prefill_ranks": ("two",)}, (*HELD, "lifetime-not-held-forever")),
-        space.Rule({"failed_write": ("keeps-writing",)}, (*HELD, "lifetime-not-held-forever")),
+        space.Rule({"failed_write": ("keeps-writing",)}, (*HELD, "lifetime-not-held-forever", "lifetime-no-ack-while-writing")),
         space.Rule({"failure": ("write-fails",), "prefill_ranks": ("one",), "failed_write": ("stops",)}, GUARD_ABORT),
         # decode's own failure: the rank that took the destinations is told, drains, acknowledges; no timeout needed
         space.Rule({"failure": ("metadata-send-fails",)},
@@ -170,6 +187,13 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
         "Success into Failed; the failed destination's further aux write lands in its own metadata row, held "
         "(poisoned) with its pages",
 }
+_WORKER_DIES = ("the transfer worker's own death (an exception out of its loop; this prefill is then dead): no case "
+                "kills the worker, and its poison there withholds an acknowledgement only while the room's count says "
+                "nothing of it is in flight (an exception before the chunk is counted, where only the tracing context's "
+                "rebuild runs, or after it settled): an engine that raises mid-write leaves the chunk counted, so no "
+                "acknowledgement fires with or without the poison, and an acknowledgement the poison withholds would "
+                "have been true (the pages released on it, not at the timeout: no duty is broken either way)")
 EXPLAINED: dict[tuple[str, str, str], str] = {
-
+    **{("MooncakeKVManager.transfer_worker", operator, "self.poison_deferred_ack_room(kv_chunk.room)"): _WORKER_DIES
+       for operator in ("delete", "return")},
 }

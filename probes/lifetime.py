@@ -775,15 +775,19 @@ class PrefillRank(Rank):
         decode = next(d for d in self.scene.decode if d.endpoint == (req.endpoint, req.dst_port))
         if (self.rank, decode.rank) in self.scene.aux_failing:  # the engine's aux write returns failure
             self.scene.note("aux write fails", rank=self.rank)
+            if self.scene.shape.failed_write == "keeps writing":  # the engine gave up waiting; the write goes on
+                self.scene.late_writes.append(("aux", self.rank, lambda: self.scene.aux(decode, int(req.dst_aux_index))))
             return -1
         self.scene.aux(decode, int(req.dst_aux_index))
         return 0
 
     def _batch_transfer_sync(self, session_id: str, src: Any, dst: Any, lengths: Any, *args: Any, **kwargs: Any) -> int:
         """The engine's write of the request's state slot (the scene's state writes are only these): it lands,
-        or returns failure where the case fails it (nothing of it lands later)."""
+        or returns failure where the case fails it (with ``failed_write`` "keeps writing" it still lands later)."""
         fails = self.rank in self.scene.state_failing
         self.scene.note("state write fails" if fails else "state write lands", rank=self.rank, session=session_id)
+        if fails and self.scene.shape.failed_write == "keeps writing":
+            self.scene.late_writes.append(("state", self.rank, lambda: None))  # decode's state slot is not modelled
         return -1 if fails else 0
 
     def send_last_chunk(self, start: int = 0) -> None:
@@ -1227,6 +1231,7 @@ class Scene:
         self.holds: dict[tuple[int, int], Callable[[], None]] = {}  # (prefill, decode) -> steps run while that write is in flight
         self.failing: dict[tuple[int, int], str] = {}  # (prefill, decode) -> "stops" | "keeps writing"
         self.late: list[Transfer] = []  # writes reported failed that are still landing
+        self.late_writes: list[tuple[str, int, Callable[[], None]]] = []  # the same of aux and state writes: (what, rank, land)
         self.active = RID  # the request whose KV the prefill ranks write
         self.reached: int | None = None  # how many prefill ranks took the request's metadata (None: all)
         self.unlearned: set[int] = set()  # decode ranks that never learned their prefill ranks
@@ -1283,12 +1288,14 @@ class Scene:
         return -1
 
     def land_late(self) -> None:
-        """Writes reported failed that were still running land now."""
+        """Writes reported failed that were still running land now (each noted: what it wrote, which prefill rank)."""
         for transfer in self.late:
             next(d for d in self.decode if transfer in d.pool.transfers).pool.land(transfer)
-        if self.late:
-            self.note("failed writes land", count=len(self.late))
-        self.late = []
+            self.note("failed write lands", write="kv", rank=transfer.rank)
+        for what, rank, land in self.late_writes:
+            land()
+            self.note("failed write lands", write=what, rank=rank)
+        self.late, self.late_writes = [], []
 
     def note(self, step: str, **fields: JSON) -> None:
         self.steps.append({"seq": self.clock.tick(), "t": self.clock.now, "step": step, **fields})
@@ -1384,7 +1391,8 @@ class Shape:
     send fails at prefill). ``stale_ack``: the
     room's previous request was aborted and its acknowledgement, held back on the wire, arrives
     while this request's write is in flight. ``failed_write``: the failed write ``stops``, or
-    ``keeps writing`` (the engine reported failure while the write still runs; it lands later).
+    ``keeps writing`` (the engine reported failure while the write still runs; it lands later): a KV write, or the
+    aux or state write of ``aux-write-fails`` and ``state-write-fails``.
     ``late_conclusion``: the prefill scheduler concludes the failed sender only after decode's release
     timeout (busy with a long batch), so only the worker's and the ABORT handler's own acknowledgements
     can release the pages in time. ``chunk`` (a decode abort with nothing in flight): ``queued`` (the

@@ -145,3 +145,20 @@ def test_a_timeout_release_logged_for_another_room_is_not_the_subjects():
     assert timeout_recorded(effects(4243))
     assert not timeout_recorded(effects(4242))
     assert not timeout_recorded(effects(42430))  # a room the record names only as a prefix is not the neighbour's
+
+
+def test_a_failed_write_still_running_is_never_acknowledged_as_drained():
+    """The rank whose failed write landed late must not have acknowledged the drain before it landed; another
+    rank's acknowledgement is its own; effects with no such write cannot show the duty."""
+    from probes.duties_41404 import no_ack_while_writing
+
+    def effects(*acks, landed=True):
+        return {"steps": [{"seq": 1, "step": "bootstrapped", "rid": "req-A"},
+                          *([{"seq": 10, "step": "failed write lands", "write": "aux", "rank": 0}] if landed else [])],
+                "wire": [{"seq": seq, "kind": "ABORT_ACK", "from": f"prefill{rank}"} for rank, seq in acks],
+                "subject": "req-A"}
+
+    assert no_ack_while_writing(effects())
+    assert no_ack_while_writing(effects((0, 11), (1, 5)))
+    assert not no_ack_while_writing(effects((0, 5)))
+    assert not no_ack_while_writing(effects(landed=False))
