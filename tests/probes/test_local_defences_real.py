@@ -1,6 +1,8 @@
 """The defences found in 0.5.23 with no upstream PR number (local ids, issue 44), by behaviour, on real releases and on
 single changes of the real 0.5.23 wheel.
 
+L3 (nixl-completion): a NIXL decode completes a transfer only once prefill reported every write of it landed (0.5.22
+completed on one state component's notification while another was in flight), and a concluded sender's send is dropped.
 L4 (handoff-slot): freeing a decode metadata slot zeroes its checksum row, so a request whose prefill wrote no digest
 is not checked against the digest the slot's previous owner left. L5 (lifetime-hisparse): a HiSparse decode's host
 pages, the transfer's destination, go back with the deferred release, not at failure time. Each reads "not fixed" on
@@ -18,16 +20,32 @@ from tests import helpers
 
 pytestmark = pytest.mark.slow  # real releases, environments and SGLang imports
 
-PROBES = {4: "handoff-slot", 5: "lifetime-hisparse"}
+PROBES = {3: "nixl-completion", 4: "handoff-slot", 5: "lifetime-hisparse"}
 CLEAR_SLOT = "sglang.srt.disaggregation.utils.MetadataBuffers.clear_slot"
 QUEUE = "sglang.srt.disaggregation.decode.DecodeTransferQueue"
 MIXIN = "sglang.srt.disaggregation.decode.SchedulerDisaggregationDecodeMixin"
 PREFILL = "sglang.srt.disaggregation.prefill.SchedulerDisaggregationPrefillMixin"
+NIXL_WORKER = "sglang.srt.disaggregation.nixl.conn.NixlKVManager.transfer_worker"
+SENDER_SEND = "sglang.srt.disaggregation.common.conn.CommonKVSender.send"
+SETTLE = "                settled, any_failed = self._await_handles(handles, failure_seen=False)\n"
+ERR_RAISES = ("                if any_failed:\n"
+              "                    raise RuntimeError(f\"NIXL transfer encountered ERR room={room}\")\n")
+DROPPED = "        if self.conclude_state in (KVPoll.Success, KVPoll.Failed):\n            return\n"
 HISPARSE_FREE = ("        if self.scheduler.enable_hisparse:\n"
                  "            self.scheduler.hisparse_coordinator.request_finished(decode_req.req)\n")
 
 # (probe, case) -> its state on 0.5.22, 0.5.23
 WINDOWS = {
+    # 0.5.22's decode completed on the first state component's notification; its sender enqueued after an abort
+    ("nixl-completion", "state-in-flight"): ("bug", "clean"),
+    ("nixl-completion", "state-in-flight-fails"): ("bug", "clean"),
+    ("nixl-completion", "late-send-after-abort"): ("bug", "clean"),
+    ("nixl-completion", "late-send-after-abort-without-deferred-release"): ("bug", "clean"),
+    ("nixl-completion", "healthy"): ("clean", "clean"),
+    ("nixl-completion", "healthy-two-chunks"): ("clean", "clean"),
+    ("nixl-completion", "kv-in-flight-fails"): ("clean", "clean"),
+    ("nixl-completion", "aux-in-flight"): ("clean", "clean"),
+    ("nixl-completion", "late-send-after-success"): ("clean", "clean"),
     ("handoff-slot", "slot-reused-prefill-without-checksum-with-kv-checksum"): ("bug", "clean"),
     ("handoff-slot", "slot-reused-after-abort-prefill-without-checksum-with-kv-checksum"): ("bug", "clean"),
     ("handoff-slot", "slot-reused-short-handoff-with-kv-checksum"): ("clean", "clean"),  # still caught
@@ -44,6 +62,23 @@ WINDOWS = {
 
 # fix -> hunk id -> (function, old, new, what 0.5.23 with it reads, the duty the reading must name: None for "fixed")
 HUNKS = {
+    3: {
+        # the room concluded Success as soon as the last chunk's writes are posted, before they settle: decode then
+        # completes with the KV pages' write in flight too, which 0.5.22 never did (a guard case reads it first)
+        "success-before-settle": (NIXL_WORKER, SETTLE, "                if kv_chunk.is_last_chunk:\n"
+                                  "                    self.conclude_transfer(bootstrap_room=room, status=KVPoll.Success)\n"
+                                  + SETTLE, "regression", "nixl-no-success-before-landed"),
+        # a write that ended in ERR no longer fails the batch: prefill concludes Success over it, also over a failed
+        # KV write (a guard case: 0.5.22 waited for its notification)
+        "err-ignored": (NIXL_WORKER, ERR_RAISES, "", "regression", "nixl-no-success-before-landed"),
+        # a concluded sender's send goes on to the manager (0.5.22's NIXL sender after an abort)
+        "late-send-enqueued": (SENDER_SEND, DROPPED, "", "not fixed", "nixl-late-send-dropped"),
+        # behaviour-preserving: the same tests written another way
+        "conclusions-reordered": (SENDER_SEND, DROPPED, DROPPED.replace("(KVPoll.Success, KVPoll.Failed)",
+                                                                        "(KVPoll.Failed, KVPoll.Success)"), "fixed", None),
+        "err-tested-as-bool": (NIXL_WORKER, ERR_RAISES, ERR_RAISES.replace("if any_failed:", "if bool(any_failed):"),
+                               "fixed", None),
+    },
     4: {
         "checksum-row-kept": (CLEAR_SLOT, "        if self.kv_checksum is not None:\n            self.kv_checksum[idx] = 0\n",
                               "", "not fixed", "slot-digest-not-inherited"),
@@ -112,6 +147,21 @@ def test_a_reused_slot_carried_the_previous_digest_before_the_fix(released):
     assert before["previous"]["subject_slot"] == before["previous"]["slot"]  # the slot the tree freed, taken again
     assert before["request"]["finished"] and any("KV checksum mismatch" in r["message"] for r in before["log"])
     assert not after["request"]["finished"] and any("req-A" in b["runs"] for b in after["batches"])
+
+
+def test_nixl_decode_completed_on_one_state_components_notification_before_the_fix(released):
+    """0.5.22's decode answered Success while the second state component's write was in flight (every other write's
+    notification had reached it), and also for one that then failed; 0.5.23's waited for prefill's Success, sent once
+    every write settled, and ended Failed on the failure."""
+    for case_id, last in (("state-in-flight", "Success"), ("state-in-flight-fails", "Success")):
+        before = released[("0.5.22", "nixl-completion")].case(case_id).effects
+        assert before["polls"][0] == {**before["polls"][0], "result": "Success", "unlanded": ["state 1"]}
+        assert before["polls"][-1]["result"] == last and all(w["notified"] for w in before["writes"])
+    after = released[("0.5.23", "nixl-completion")].case("state-in-flight").effects
+    assert [p["result"] for p in after["polls"]] == ["WaitingForInput", "WaitingForInput", "Success"]
+    assert not any(w["notified"] for w in after["writes"])  # no notification posted: decode reads none
+    failed = released[("0.5.23", "nixl-completion")].case("state-in-flight-fails").effects
+    assert failed["polls"][-1]["result"] == "Failed" and any(m["kind"] == "status" for m in failed["wire"])
 
 
 def test_host_pages_went_back_while_the_write_could_land_before_the_fix(released):
