@@ -19,6 +19,7 @@ it; both are noted in the journal.
 
 from __future__ import annotations
 
+import contextlib
 import dis
 import inspect
 import re
@@ -356,3 +357,149 @@ def same_signature(own: Callable[..., Any], around: Callable[[Callable[[], Any],
     exec(compile(source, f"<same signature as {own.__name__}>", "exec"), namespace)  # noqa: S102
     return namespace[own.__name__]
 
+
+
+class Device:
+    """The accelerator's streams and events as the tree's code sees them (``torch.cuda``'s ``Stream``, ``Event``,
+    ``stream()``, ``current_stream()``, ``synchronize()``), which CPU torch lacks.
+
+    Work on a stream is ordered only by what the tree asked for: a stream's ``wait_stream``/``wait_event``, an event's
+    ``record``/``wait``, a host ``synchronize``. Work the scene ``launch``-es (a forward pass in flight) lands at the
+    latest point that ordering allows: just before work is ``issue``-d on a stream made to wait for it (a DMA copy,
+    which runs at once), when the host synchronizes on it, else when the scene ends the step (``drain``). Every call
+    and landing is logged in order (``log``); the double adds no ordering of its own."""
+
+    class _Stream:
+        def __init__(self, device: "Device", name: str) -> None:
+            self.device, self.name = device, name
+            self.after: set[int] = set()  # the ops this stream's next work is ordered after
+            self.ops: set[int] = set()  # the ops issued or launched on it
+
+        def frontier(self) -> set[int]:
+            return self.after | self.ops
+
+        def wait_stream(self, other: "Device._Stream") -> None:
+            self.after |= other.frontier()
+            self.device.note("wait_stream", stream=self.name, on=other.name)
+
+        def wait_event(self, event: "Device._Event") -> None:
+            self.after |= event.after
+            self.device.note("wait_event", stream=self.name, name=event.name)
+
+        def record_event(self, event: "Device._Event | None" = None) -> "Device._Event":
+            event = event or self.device.Event()
+            event.record(self)
+            return event
+
+        def synchronize(self) -> None:
+            self.device.note("stream synchronize", stream=self.name)
+            self.device.land(self.frontier())
+
+        def query(self) -> bool:
+            return not (self.frontier() & set(self.device.pending))
+
+        def __repr__(self) -> str:
+            return f"<stream {self.name}>"
+
+    class _Event:
+        def __init__(self, device: "Device", name: str) -> None:
+            self.device, self.name = device, name
+            self.after: set[int] = set()
+
+        def record(self, stream: "Device._Stream | None" = None) -> None:
+            stream = stream or self.device.current
+            self.after = stream.frontier()
+            self.device.note("record", name=self.name, stream=stream.name)
+
+        def wait(self, stream: "Device._Stream | None" = None) -> None:
+            (stream or self.device.current).wait_event(self)
+
+        def synchronize(self) -> None:
+            self.device.note("event synchronize", name=self.name)
+            self.device.land(self.after)
+
+        def query(self) -> bool:
+            return not (self.after & set(self.device.pending))
+
+        def elapsed_time(self, other: Any) -> float:
+            return 0.0
+
+    def __init__(self) -> None:
+        self.log: list[dict[str, JSON]] = []
+        self.pending: dict[int, tuple[str, list[int], Callable[[], None]]] = {}  # op -> (label, slots, its effect)
+        self.counts: dict[str, int] = {}
+        self.default = Device._Stream(self, "default")
+        self.current = self.default
+
+    def _name(self, stem: str) -> str:
+        self.counts[stem] = self.counts.get(stem, 0) + 1
+        return f"{stem}#{self.counts[stem]}"
+
+    def note(self, what: str, **fields: JSON) -> None:
+        self.log.append({"seq": len(self.log) + 1, "event": what, **fields})
+
+    # what the tree's code calls (torch.cuda's names)
+    def Stream(self, *args: Any, **kwargs: Any) -> "Device._Stream":  # noqa: N802 - torch's name
+        return self.stream_named(self._name("stream"))
+
+    def Event(self, *args: Any, **kwargs: Any) -> "Device._Event":  # noqa: N802 - torch's name
+        return Device._Event(self, self._name("event"))
+
+    def stream_named(self, name: str) -> "Device._Stream":
+        return Device._Stream(self, name)
+
+    def current_stream(self, *args: Any) -> "Device._Stream":
+        return self.current
+
+    def set_stream(self, stream: "Device._Stream") -> None:
+        self.current = stream
+
+    @contextlib.contextmanager
+    def stream(self, stream: "Device._Stream | None") -> Iterator[None]:
+        saved = self.current
+        self.current = stream or saved
+        try:
+            yield
+        finally:
+            self.current = saved
+
+    StreamContext = stream
+
+    def synchronize(self, *args: Any) -> None:
+        self.note("device synchronize")
+        self.land(set(self.pending))
+
+    # what the scene and the transport stand-ins do
+    def launch(self, stream: "Device._Stream", label: str, slots: list[int], effect: Callable[[], None]) -> int:
+        """Work enqueued on ``stream`` that has not run yet (a forward pass in flight)."""
+        op = len(self.log) + 1
+        self.pending[op] = (label, slots, effect)
+        stream.ops.add(op)
+        self.note("launch", op=op, label=label, stream=stream.name, slots=slots)
+        return op
+
+    def issue(self, label: str, slots: list[int], effect: Callable[[], None]) -> None:
+        """Work on the current stream that runs now (a DMA copy): what it is ordered after lands first."""
+        stream = self.current
+        self.land(stream.after)
+        op = len(self.log) + 1
+        stream.ops.add(op)
+        effect()
+        self.note("lands", op=op, label=label, stream=stream.name, slots=slots)
+
+    def ran(self, label: str, slots: list[int]) -> None:
+        """Work the tree's own code did on the current stream (a copy it made itself), recorded as it finished: what it
+        was ordered after lands only where the tree waited for it."""
+        op = len(self.log) + 1
+        self.current.ops.add(op)
+        self.note("lands", op=op, label=label, stream=self.current.name, slots=slots)
+
+    def land(self, ops: set[int]) -> None:
+        for op in sorted(ops & set(self.pending)):
+            label, slots, effect = self.pending.pop(op)
+            effect()
+            self.note("lands", op=op, label=label, slots=slots)
+
+    def drain(self) -> None:
+        """The step ends: work still in flight lands."""
+        self.land(set(self.pending))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from . import duties_1, duties_2, duties_3, duties_4, duties_5, duties_36988, duties_38935, duties_39500, duties_40645, duties_41023, duties_41402, duties_41404, registry, space
+from . import duties_1, duties_2, duties_3, duties_4, duties_5, duties_6, duties_36988, duties_38935, duties_39500, duties_40645, duties_41023, duties_41402, duties_41404, registry, space
 from .duties_lifetime import CONFIGURATIONS
 from .effects import Duty, Effects, classify, judged, signature
 from .fixcode import mutant_key
@@ -20,7 +20,7 @@ __all__ = ["CONFIGURATIONS", "Duty", "Effects", "classify", "mutant_key", "signa
 
 _MODULES: dict[int, ModuleType] = {38935: duties_38935, 36988: duties_36988, 41023: duties_41023, 40645: duties_40645,
                                    41402: duties_41402, 41404: duties_41404, 39500: duties_39500,
-                                   1: duties_1, 2: duties_2, 3: duties_3, 4: duties_4, 5: duties_5}
+                                   1: duties_1, 2: duties_2, 3: duties_3, 4: duties_4, 5: duties_5, 6: duties_6}
 
 
 def _tables() -> dict[int, ModuleType]:

@@ -26,4 +26,5 @@ PROBES: tuple[Entry, ...] = (
     Entry("lifetime-ranks", "lifetime_ranks", 1),
     Entry("lifetime-flush", "lifetime_flush", 2),
     Entry("nixl-completion", "nixl_completion", 3),
+    Entry("lifetime-restore", "lifetime_restore", 6),
 )

@@ -71,14 +71,15 @@ def test_an_edit_to_the_judges_code_moves_the_judge(copy, edited):
 
 
 def test_editing_the_lifetime_probe_moves_only_the_probes_built_on_it(copy):
-    """The lifetime module is the scene of the lifetime probes and of handoff, handoff-slot and nixl-completion (which
-    import it): exactly those move; admission, prefill-cleanup, upstream-tests and the judge do not."""
+    """The lifetime module is the scene of the lifetime probes and of handoff, handoff-slot, nixl-completion and
+    lifetime-restore (which import it): exactly those move; admission, prefill-cleanup, upstream-tests and the judge do not."""
     before = identities(copy)
     edit_docstring(copy / "probes" / "lifetime.py")
     after = identities(copy)
     moved = {k for k in before if before[k] != after[k]}
     assert moved == {"lifetime-default", "lifetime-drain", "lifetime-peers", "lifetime-failures", "lifetime-hisparse",
-                     "lifetime-ranks", "lifetime-flush", "handoff", "handoff-slot", "nixl-completion"}
+                     "lifetime-ranks", "lifetime-flush", "handoff", "handoff-slot", "nixl-completion",
+                     "lifetime-restore"}
 
 
 def test_editing_one_probe_module_moves_that_probe_alone(copy):
@@ -159,6 +160,7 @@ def test_one_registry_names_every_probe_for_the_host_the_harness_and_the_duty_ta
     ("duties_1.py", {"judge", "lifetime-ranks"}),
     ("duties_2.py", {"judge", "lifetime-flush"}),
     ("duties_3.py", {"judge", "nixl-completion"}),
+    ("duties_6.py", {"judge", "lifetime-restore"}),
 ])
 def test_a_duty_table_moves_the_judge_and_only_the_probes_it_judges(copy, edited, moved):
     """A probe's cases are judged by its own fix's table (probes/case.py holds no other), so one table's edit moves

@@ -11,7 +11,7 @@ PROJECT_PINS = Path(__file__).resolve().parents[2] / "pins.toml"
 
 def test_project_pins_are_valid_and_complete():
     p = pins.load(PROJECT_PINS)
-    assert set(p.fixes) == {1, 2, 3, 4, 5, 36988, 38935, 39500, 40645, 41023, 41402, 41404}
+    assert set(p.fixes) == {1, 2, 3, 4, 5, 6, 36988, 38935, 39500, 40645, 41023, 41402, 41404}
     assert (p.fixes[36988].releases.without, p.fixes[36988].releases.with_) == ("0.5.19", "0.5.20")
     assert (p.fixes[38935].releases.without, p.fixes[38935].releases.with_) == ("0.5.20", "0.5.21")
     assert p.fixes[38935].base == "17ba2c2e7c7b81f31a8a9e693e7435ab262c16b4"
@@ -26,7 +26,7 @@ def test_project_pins_are_valid_and_complete():
         41402: ("0.5.21", "0.5.22"), 41404: ("0.5.21", "0.5.22"), 1: ("0.5.22", "0.5.23"), 2: ("0.5.22", "0.5.23"), 3: ("0.5.22", "0.5.23"),
         4: ("0.5.22", "0.5.23"),
         5: ("0.5.22", "0.5.23")}
-    assert {n for n, f in p.fixes.items() if f.local} == {1, 2, 3, 4, 5}  # found in a release, no upstream PR number
+    assert {n for n, f in p.fixes.items() if f.local} == {1, 2, 3, 4, 5, 6}  # found in a release, no upstream PR number
     assert p.fixes[39500].sites == ["with-kv-checksum"] and p.fixes[41023].sites == ["default"]
 
 
@@ -95,7 +95,7 @@ def test_missing_pins_file(tmp_path):
 
 
 def test_unknown_fix_number():
-    with pytest.raises(BadInput, match=r"unknown fix #12345 \(pinned: L1, L2, L3, L4, L5, #36988, #38935, #39500, #40645, #41023, #41402, #41404\)"):
+    with pytest.raises(BadInput, match=r"unknown fix #12345 \(pinned: L1, L2, L3, L4, L5, L6, #36988, #38935, #39500, #40645, #41023, #41402, #41404\)"):
         pins.load(PROJECT_PINS).fix(12345)
 
 
