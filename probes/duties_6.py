@@ -74,8 +74,9 @@ SPACE = space.Space(
         space.Dimension("overlap", (
             space.Value("on", "the stock decode server: overlap scheduling (the next batch's forward is launched, on "
                         "the forward stream, before the last batch's results are processed)", label=""),
-            space.Value("off", "--disable-overlap-schedule: each forward, on the scheduling stream, is waited for "
-                        "before its results are processed; no forward is in flight when a retracted request resumes",
+            space.Value("off", "--disable-overlap-schedule: each forward runs on the scheduling stream (the forward "
+                        "stream idle) and is waited for before its results are processed; no forward is in flight when "
+                        "a retracted request resumes",
                         label="without-overlap", says="without overlap scheduling",
                         implies={"in_flight": "none"}),
         ), core=True, reads=("enable_overlap",)),
@@ -108,5 +109,9 @@ FIX_CODE: dict[str, tuple[str, ...]] = {
     f"{DECODE}.DecodePreallocQueue.resume_retracted_reqs": ("enable_overlap", "wait_stream"),
 }
 
-EQUIVALENT: dict[tuple[str, str, str], str] = {}
+EQUIVALENT: dict[tuple[str, str, str], str] = {
+    ("DecodePreallocQueue.resume_retracted_reqs", "true", "self.scheduler.enable_overlap"):
+        "waiting without overlap too: without overlap the tree's run_batch runs the forward on the scheduling stream "
+        "and waits for its result before scheduling again, so the forward stream has no work to wait for",
+}
 EXPLAINED: dict[tuple[str, str, str], str] = {}

@@ -65,13 +65,15 @@ class RestoreScene:
         self.host: dict[tuple[int, int], tuple[Any, Any]] = {}  # (layer, host slot) -> the bytes copied there
         self._dma(controller.mem_pool_host)
         self._platform()
-        # the event loop runs under the scheduling stream; without overlap the forward runs on it too
+        # the event loop runs under the scheduling stream; the model runner's forward stream runs the forward only with
+        # overlap (the tree's run_batch), without it the forward runs on the scheduling stream
         self.schedule = self.device.stream_named("schedule")
-        self.forward = self.device.stream_named("forward") if self.overlap else self.schedule
+        forward_stream = self.device.stream_named("forward")
+        self.forward = forward_stream if self.overlap else self.schedule
         self.device.set_stream(self.schedule)
         self.scheduler = Double(
             journal, f"{NAME}.scheduler", enable_overlap=self.overlap, schedule_stream=self.schedule,
-            forward_stream=self.forward, last_batch=None, enable_hisparse=False, waiting_queue=[],
+            forward_stream=forward_stream, last_batch=None, enable_hisparse=False, waiting_queue=[],
             enable_decode_hicache=False,  # the stock decode: no prefix load-back from its host tier
             running_batch=Double(journal, f"{NAME}.running_batch", reqs=[]),
             tp_worker=Double(journal, f"{NAME}.tp_worker", is_hybrid_swa=False),
@@ -197,8 +199,10 @@ class RestoreScene:
         name, _ = keep_flag()
         tree.module(DECODE).release_kv_cache(finished, self.cache, **{name: False})  # it finished: its pages go back
         self.note("finished", rid=FINISHED)
-        self.resumed = [r.rid for r in self.prealloc.resume_retracted_reqs()]
-        self.note("resume", resumed=self.resumed)
+        returned = self.prealloc.resume_retracted_reqs()
+        # what the tree hands its scheduler's waiting queue (anything but a list of requests resumes none of them)
+        self.resumed = [r.rid for r in returned] if isinstance(returned, list) else []
+        self.note("resume", resumed=self.resumed, returned=plain(returned) if not isinstance(returned, list) else "list")
         self.device.drain()
         self.note("step ends")
 
