@@ -378,7 +378,7 @@ def rejudge(probe: str, case: Case) -> Case:
         failed = [d for d, ok in held.items() if not ok]
         return _misjudged(case, f"reported {case.classification}, but its effects show {derived}"
                                 + (f" (failed: {', '.join(failed)})" if failed else ""))
-    return Case.model_validate({**case.model_dump(mode="json"), "duties": held})
+    return case.model_copy(update={"duties": dict(held)})  # the case was validated when read; its duties are ours
 
 
 def _misjudged(case: Case, message: str) -> Case:

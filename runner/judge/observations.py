@@ -20,16 +20,38 @@ NOT_OBSERVED = frozenset({"duration_ms", "lines", "renamed", "conditions"})
 
 
 def reject_floats(value: Any, where: str = "effects") -> Any:
-    """Floats have no canonical text form; observations must not contain them."""
-    if isinstance(value, float):
-        raise ValueError(f"{where}: floats are not allowed in observations")
-    if isinstance(value, dict):
-        for k, v in value.items():
-            reject_floats(v, f"{where}.{k}")
-    elif isinstance(value, list):
-        for i, v in enumerate(value):
-            reject_floats(v, f"{where}[{i}]")
+    """Floats have no canonical text form; observations must not contain them. Every receipt is checked
+    several times over (its cases read, judged, sealed): one walk without paths, and the path of the first
+    float only when there is one."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind is str or kind is int or kind is bool or item is None:  # most of what JSON holds
+            continue
+        if kind is dict:
+            stack.extend(item.values())
+        elif kind is list:
+            stack.extend(item)
+        elif isinstance(item, float):
+            raise ValueError(f"{_first_float(value, where)}: floats are not allowed in observations")
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
     return value
+
+
+def _first_float(value: Any, where: str) -> str | None:
+    """Where the first float in ``value`` is, depth first in order (``effects.a[2].b``), or None."""
+    if isinstance(value, float):
+        return where
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        found = _first_float(item, f"{where}.{key}" if isinstance(value, dict) else f"{where}[{key}]")
+        if found is not None:
+            return found
+    return None
 
 
 class _Model(BaseModel):

@@ -141,16 +141,17 @@ def run_probes(
         if run.code != 0:
             how = f"killed by {signal.Signals(-run.code).name}" if run.code < 0 else f"exit {run.code}"
             raise Infrastructure(f"probe harness failed ({how}) in {environment.root.name}", detail=run.log_tail)
-        runs = {}
+        read, named = {}, {}
         for probe in probes:
             try:
-                observations = Observations.model_validate_json(read_result(out / f"{probe}.json"))
+                read[probe] = Observations.model_validate_json(read_result(out / f"{probe}.json"))
             except ValidationError as e:
                 raise Infrastructure(f"probe {probe} returned observations that break the contract: {e.errors()[0]['msg']}") from None
-            ran = {path for case in observations.cases for path in case.lines or ()}  # a file that ran is a material too
-            runs[probe] = Run(observations, rederive(environment.tree, [*observations.imported, *ran]), run.started_at,
-                              run.finished_at, run.isolation, run.log_tail)
-    return runs
+            ran = {path for case in read[probe].cases for path in case.lines or ()}  # a file that ran is a material too
+            named[probe] = {*read[probe].imported, *ran}
+        hashed = rederive(environment.tree, set().union(*named.values()))  # each file once: the probes share most of them
+        return {probe: Run(observations, {name: hashed[name] for name in sorted(named[probe])}, run.started_at,
+                           run.finished_at, run.isolation, run.log_tail) for probe, observations in read.items()}
 
 
 def condition_args(environment: Env, listed: list[dict] | None = None) -> tuple[str, str]:

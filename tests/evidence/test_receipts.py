@@ -34,6 +34,22 @@ def test_floats_are_refused():
         case("rejected", effects={"latency": 0.5})
 
 
+class _Real(float):  # numpy's float64 is one
+    pass
+
+
+@pytest.mark.parametrize("value, where", [
+    ({"a": [1, "x", None, True, {"b": [2, 0.5]}], "c": 1.5}, "effects.a[4].b[1]"),  # the first in order, not the last walked
+    ([[True], {"k": _Real(1)}], "effects[1].k"),
+    (0.0, "effects"),
+])
+def test_a_float_anywhere_is_refused_where_it_is_first(value, where):
+    from runner.judge.observations import reject_floats
+    with pytest.raises(ValueError, match=f"^{where.replace('[', '[[]')}: floats"):
+        reject_floats(value)
+    assert reject_floats({"a": [1, "x", None, True, {"b": [False]}]}) == {"a": [1, "x", None, True, {"b": [False]}]}
+
+
 @pytest.mark.parametrize("outcome", ["error", "not_applicable", "timeout"])
 def test_only_observed_cases_are_classified(outcome):
     with pytest.raises(ValueError):
