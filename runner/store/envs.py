@@ -380,9 +380,14 @@ def scrubbed_env(home: Path | None = None) -> dict[str, str]:
     ignores them anyway: a ``PYTHONHASHSEED`` here never took effect); one thread per library so
     that runs are comparable. String hashing stays randomised per run, as in production: a fixed
     seed would be one more thing a tree could read (``sys.flags``) to tell it is probed, and
-    ``--repeat`` shows an observation that depends on it.
+    ``--repeat`` shows an observation that depends on it. The C heap on transparent huge pages
+    (``glibc.malloc.hugetlb=1``, where the kernel's THP mode is ``madvise``): a harness forks one process
+    per case from ~420 MiB of imported memory, and page tables of 2 MiB pages make each fork and exit
+    cheaper (0.5.21, 170 cases two at a time: ~85 -> ~75 ms of CPU a case, the same observations;
+    docs/performance.md). Only where memory lands changes, never what a tree computes.
     """
     env = {
+        "GLIBC_TUNABLES": "glibc.malloc.hugetlb=1",
         "PATH": "/usr/bin:/bin",
         "LANG": "C.UTF-8",
         "LC_ALL": "C.UTF-8",
