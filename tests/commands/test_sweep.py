@@ -25,7 +25,7 @@ _LATER = {
 _LOCAL = {
     v: {1: "fixed" if v == "0.5.23" else "not fixed", 2: "fixed" if v == "0.5.23" else "not fixed",
         4: "clean" if v < "0.5.21" else "fixed" if v == "0.5.23" else "not fixed",
-        5: "fixed" if v == "0.5.23" else "not fixed"}
+        **{n: "fixed" if v == "0.5.23" else "not fixed" for n in (3, 5, 6)}}
     for v in _LATER
 }
 EXPECTED = {
@@ -34,7 +34,7 @@ EXPECTED = {
     for v, later in _LATER.items()
 }
 FIRST_FIXED = {36988: "0.5.20", 38935: "0.5.21", 39500: None, 40645: "0.5.21", 41023: "0.5.21", 41402: "0.5.22",
-               41404: "0.5.22", 1: "0.5.23", 2: "0.5.23", 4: "0.5.23", 5: "0.5.23"}
+               41404: "0.5.22", **dict.fromkeys((1, 2, 3, 4, 5, 6), "0.5.23")}
 
 
 def _record(out: Path) -> SweepRecord:
@@ -143,4 +143,5 @@ def test_audit_of_a_fork_reports_exactly_the_removed_part(tmp_path, cache, relea
 
 @pytest.mark.slow
 def test_audit_of_a_fixed_release_exits_0(tmp_path, cache):
-    assert cli.main(["audit", "pypi:sglang==0.5.22", "--out", str(tmp_path / "a"), "--cache-dir", str(cache.root)]) == 0
+    """0.5.23, the first release carrying every pinned fix (the local defences came with it)."""
+    assert cli.main(["audit", "pypi:sglang==0.5.23", "--out", str(tmp_path / "a"), "--cache-dir", str(cache.root)]) == 0
