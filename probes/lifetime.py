@@ -531,6 +531,18 @@ class Transport:
         return self._completion()
 
 
+DECODE_HICACHE = "sglang.srt.disaggregation.decode_hicache_mixin"
+STORAGE_HIT = "query_storage_hit_length"
+
+
+def _reads(module_name: str, attribute: str) -> bool:
+    """Whether a method of the tree's module reads ``attribute`` (the names its code objects use)."""
+    if not tree._is_module(module_name):
+        return False
+    return any(attribute in getattr(getattr(f, "__code__", None), "co_names", ())
+               for c in vars(tree.module(module_name)).values() if isinstance(c, type) for f in vars(c).values())
+
+
 def decode_hicache(journal: Journal, name: str) -> tuple[Any, int]:
     """Decode's tree cache with HiCache on, as the tree's own start-up builds it (``UnifiedRadixCache`` and its
     ``init_hicache``: the tree's host pool and ``HybridCacheController``), on CPU tensors, write-back: the tree's
@@ -882,6 +894,10 @@ class DecodeRank(Rank):
         streamer, self.streamed = output_streamer(journal)
         # decode's HiCache, the tree's own, where the case's failure is its load-back coming up short
         self.hicache, self.prefix = decode_hicache(journal, self.name) if scene.shape.failure == HICACHE else (None, 0)
+        if self.hicache is not None and _reads(DECODE_HICACHE, STORAGE_HIT) and not hasattr(self.hicache, STORAGE_HIT):
+            # decode's HiCache asks its cache what the storage tier holds; a tree whose unified cache cannot answer
+            # (0.5.18: its server builds the HiRadixCache for decode HiCache) has no such decode on this cache
+            raise tree.Missing(f"{UNIFIED}.{STORAGE_HIT}")
         self.metadata = metadata_buffers(**scene.metadata_flags())
         self.metadata_frees: list[int] = []
         self.logical_releases: list[dict[str, JSON]] = []  # a HiSparse decode's release_kv_cache: logical indices only

@@ -48,9 +48,12 @@ class RestoreScene:
         self.cache, _ = decode_hicache(journal, NAME)
         backend = BACKUPS[point["backup"]]
         # a decode server's configuration, its retraction backing KV up as the case's backup says
-        if tree.publish_config(enable_hierarchical_cache=True, hicache_write_policy="write_back",
-                               disaggregation_mode="decode", disaggregation_decode_retraction_backup=backend) is None:
+        options = dict(enable_hierarchical_cache=True, hicache_write_policy="write_back", disaggregation_mode="decode",
+                       disaggregation_decode_retraction_backup=backend)
+        if tree.publish_config(**options) is None:
             raise tree.Missing("sglang.srt.runtime_context.publish")
+        # the same configuration as an argument: 0.5.18's release_req reads the server's mode from it
+        self.decode_args = tree.resolve("sglang.srt.server_args.ServerArgs")(model_path="dummy", **options)
         if not any(hasattr(self.cache, n) for n in ("restore_kv_cache", "retraction_restore")):
             raise tree.Missing(f"{UNIFIED}.restore_kv_cache")
         self.r2t = self.cache.req_to_token_pool
@@ -184,7 +187,8 @@ class RestoreScene:
         self.note("running", pages={FINISHED: self.slots(finished, PROMPT), RID: self.slots(subject, self.length)})
         release = tree.resolve(f"{BATCH}.release_req")
         wanted = {"req": subject, "remaing_req_count": 1, "req_to_token_pool": self.r2t,
-                  "token_to_kv_pool_allocator": self.allocator, "tree_cache": self.cache, "hisparse_coordinator": None}
+                  "token_to_kv_pool_allocator": self.allocator, "tree_cache": self.cache, "hisparse_coordinator": None,
+                  "server_args": self.decode_args}
         saved = release(**{k: v for k, v in wanted.items() if tree.accepts(release, k)})
         self.prealloc.add(subject, is_retracted=True)
         self.note("retracted", rid=RID, backed_up=plain(saved), queued=[r.rid for r in self.prealloc.retracted_queue])
