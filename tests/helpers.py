@@ -137,6 +137,31 @@ def mutants_by_id(report: dict) -> dict:
     return {m["id"]: m for m in report["mutants"]}
 
 
+def hunk_trials(tmp_path_factory, cache_root: Path):
+    """``get(version, fix, table)``: one ``mutate --hunks`` of the table per release and fix, kept for the
+    module (one SGLang import for all its hunks): {hunk id: its mutant in the report}."""
+    done: dict[tuple[str, str], dict] = {}
+
+    def get(version: str, fix: int | str, table: dict) -> dict:
+        if (version, str(fix)) not in done:
+            report = mutate_hunks(version, fix, table_hunks(table), tmp_path_factory.mktemp(f"hunks-{version}-{fix}"),
+                                  cache_root)
+            done[(version, str(fix))] = mutants_by_id(report)
+        return done[(version, str(fix))]
+
+    return get
+
+
+def check_hunk_reads(mutants: dict, table: dict) -> None:
+    """Each hunk of ``{id: (function, old, new, reads, ..., duty)}`` reads ``reads``, and the reason names
+    ``duty`` (None: an equivalent rewrite, or a hunk whose reason is not asserted)."""
+    for hunk, row in table.items():
+        m, reads, duty = mutants[hunk], row[3], row[-1]
+        assert m["reads"] == reads, (hunk, m["status"], m["why"])
+        if duty is not None:
+            assert duty in m["why"], (hunk, m["why"])
+
+
 def probed(cache, versions: tuple[str, ...], probes: list[str], case_timeout: float) -> dict:
     """The named probes run on each release, two trees at once: {(version, probe id): receipt}."""
     opts = pipeline.Options(cache=cache, probe=options.ProbeOptions(jobs=2, case_timeout=case_timeout))

@@ -176,24 +176,9 @@ def test_host_pages_went_back_while_the_write_could_land_before_the_fix(released
 
 @pytest.fixture(scope="module")
 def tried(tmp_path_factory, cache):
-    """One ``mutate --hunks`` per fix on 0.5.23: {hunk id: its mutant in the report}."""
-    done: dict[int, dict] = {}
-
-    def get(fix: int) -> dict:
-        if fix not in done:
-            report = helpers.mutate_hunks("0.5.23", fix, helpers.table_hunks(HUNKS[fix]),
-                                          tmp_path_factory.mktemp(f"hunks-{fix}"), cache.root)
-            done[fix] = helpers.mutants_by_id(report)
-        return done[fix]
-
-    return get
+    return helpers.hunk_trials(tmp_path_factory, cache.root)
 
 
 @pytest.mark.parametrize("fix", sorted(HUNKS))
 def test_every_single_duty_hunk_reads_broken_and_every_equivalent_fixed(fix, tried):
-    mutants = tried(fix)
-    for hunk, (_, _, _, reads, duty) in HUNKS[fix].items():
-        m = mutants[hunk]
-        assert m["reads"] == reads, (hunk, m["status"], m["why"])
-        if duty is not None:
-            assert duty in m["why"], (hunk, m["why"])
+    helpers.check_hunk_reads(tried("0.5.23", fix, HUNKS[fix]), HUNKS[fix])
