@@ -1502,11 +1502,15 @@ def script(scene: Scene) -> None:
     scene.start_request(RID, reached=1 if shape.publish == "partial" else
                         {"metadata-send-fails": 1, "bootstrap-fails": 0, "aborted-before-init": 0}.get(shape.failure),
                         published=shape.wire_bootstrap, pending=shape.failure == "aborted-before-init")
-    if shape.publish == "partial":  # decode's send of its destinations to prefill rank 1 fails; rank 0 took them
+
+    def metadata_send_fails() -> None:  # decode's send of its destinations to prefill rank 1 fails; rank 0 took them
         scene.wire.resets[tcp(prefill_endpoint(1))] = None
         for d in scene.decode:
             d.publish(RID)
         scene.note("decode's metadata send to prefill rank 1 failed")
+
+    if shape.publish == "partial":
+        metadata_send_fails()
     if shape.acks == "reset":  # each drain acknowledgement's send fails at prefill: it never leaves
         for d in scene.decode:
             scene.wire.resets[tcp(d.endpoint)] = b"ABORT_ACK"
@@ -1545,50 +1549,40 @@ def script(scene: Scene) -> None:
         scene.decode_steps()
         scene.deliver("ABORT")
 
-    if shape.failure == HICACHE:
+    def bootstrap_fails(who: str) -> None:
+        for d in scene.decode:
+            d.publish(RID)
+        scene.note(f"{who} could not learn its prefill ranks")
+        scene.decode_steps()
+
+    def peer_fails() -> None:
+        bootstrap_fails("decode rank 1")
+        scene.deliver("ABORT")
+
+    def write_holding(step: Callable[[], None]) -> None:
+        """Every prefill rank sends its last chunk and writes it; ``step`` runs while rank 0's write into decode
+        rank 0 is in flight."""
         for p in scene.prefill:
             p.send_last_chunk()
-        scene.holds[(0, 0)] = restore_fails
+        scene.holds[(0, 0)] = step
         for p in scene.prefill:
             p.work()
+
+    if shape.failure == HICACHE:
+        write_holding(restore_fails)
     elif shape.failure == "none":
         for p in scene.prefill:
             p.send_last_chunk()
             p.work()
     elif shape.failure == "metadata-send-fails":
-        scene.wire.resets[tcp(prefill_endpoint(1))] = None
-        for d in scene.decode:
-            d.publish(RID)
-        scene.note("decode's metadata send to prefill rank 1 failed")
-        for p in scene.prefill:
-            p.send_last_chunk()
-        scene.holds[(0, 0)] = decode_learns_failure
-        for p in scene.prefill:
-            p.work()
+        metadata_send_fails()
+        write_holding(decode_learns_failure)
     elif shape.failure == "bootstrap-fails":
-        for d in scene.decode:
-            d.publish(RID)
-        scene.note("decode could not learn its prefill ranks")
-        scene.decode_steps()
+        bootstrap_fails("decode")
     elif shape.failure == "peer-bootstrap-fails":
-        for d in scene.decode:
-            d.publish(RID)
-        scene.note("decode rank 1 could not learn its prefill ranks")
-        scene.decode_steps()
-        scene.deliver("ABORT")
+        peer_fails()
     elif shape.failure == "peer-bootstrap-fails-writing":  # as above, while prefill writes decode rank 0's pages
-        def peer_fails() -> None:
-            for d in scene.decode:
-                d.publish(RID)
-            scene.note("decode rank 1 could not learn its prefill ranks")
-            scene.decode_steps()
-            scene.deliver("ABORT")
-
-        for p in scene.prefill:
-            p.send_last_chunk()
-        scene.holds[(0, 0)] = peer_fails
-        for p in scene.prefill:
-            p.work()
+        write_holding(peer_fails)
     elif shape.failure == "prefill-failure":
         start = 0
         if shape.chunks > 1:  # the first half lands; decode's event loop polls the room meanwhile
@@ -1647,11 +1641,7 @@ def script(scene: Scene) -> None:
         scene.decode_steps()
         scene.deliver("ABORT")
     elif shape.in_flight:
-        for p in scene.prefill:
-            p.send_last_chunk()
-        scene.holds[(0, 0)] = aborts
-        for p in scene.prefill:
-            p.work()
+        write_holding(aborts)
     elif shape.chunk:
         for p in scene.prefill:  # the last chunk is queued; with "landed" the worker writes it before the abort
             p.send_last_chunk()
