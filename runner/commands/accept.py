@@ -46,7 +46,10 @@ CANARY_MODES = ("log", "raise")
 # fix not listed). Gates 3 and 4: the later defences, once their probes observe them by behaviour
 # (issue #24); a fix listed here and pinned is judged, from the tree's receipts, in its gate beside
 # the configuration checks, and its receipts back that gate.
-GATE_OF_FIX = {39500: 3, 41023: 4, 41404: 4, 40645: 4, 41402: 4, 4: 3, 5: 4, 1: 4, 2: 4}
+GATE_OF_FIX = {39500: 3, 41023: 4, 41404: 4, 40645: 4, 41402: 4, 4: 3, 5: 4, 1: 4, 2: 4, 3: 3}
+# A later defence whose code is one KV-transfer backend's (L3: NIXL's completion rule) is judged only on a worker
+# that runs that backend, or whose backend cannot be read (failing closed).
+BACKEND_OF_FIX = {3: "nixl"}
 LIMITS = [
     "the gates read one deployment at one moment: its /server_info with every data-parallel rank's own state, "
     "the tree each worker's version names (or --tree), and the operator's --env declarations where a worker does "
@@ -264,8 +267,14 @@ def negative_case(args, pool: int, context: int, ends: float) -> Case | None:
 
 def running_configuration(fix: int, w: Worker, fleet: Fleet) -> tuple[str | None, str]:
     """Which configuration of a later defence's probe cases (their site: judging.CONFIGURATIONS) worker ``w``
-    runs, read on every rank, and why; None: no probed configuration is the one it runs."""
-    if GATE_OF_FIX[fix] == 3:
+    runs, read on every rank, and why; None: no probed configuration is the one it runs, or the defence's
+    backend is not the one it runs."""
+    backend = BACKEND_OF_FIX.get(fix)
+    if backend is not None:
+        used = [server_arg(w, r, "disaggregation_transfer_backend", fleet.of(w)) for r in w.ranks()]
+        if all(s.known and s.value != backend for s in used):
+            return None, f"it runs the {used[0].value} backend, not {backend}, whose code the defence is"
+    elif GATE_OF_FIX[fix] == 3:
         on = all(server_arg(w, r, "disaggregation_enable_kv_checksum", fleet.of(w)).value is True for r in w.ranks())
         return ("with-kv-checksum", "the checksum on") if on else (None, "the checksum off (the canary must cover the handoff)")
     reads = [env_read(w, r, DEFERRED, fleet.declared[w.url]) for r in w.ranks()]
@@ -274,6 +283,9 @@ def running_configuration(fix: int, w: Worker, fleet: Fleet) -> tuple[str | None
     values = [fleet.of(w).env_of(DEFERRED, read.raw) for read in reads]
     if all(v is not None and v.value is True for v in values):
         return "with-deferred-release", f"{DEFERRED} switched on"
+    if backend is not None and all(v is not None and v.value is False for v in values):
+        # gate 3 does not ask for the deferred release: a defence of its own is judged with it off too
+        return "without-deferred-release", f"{DEFERRED} switched off"
     return None, f"{DEFERRED} not on on every rank: no probed configuration is the one it runs"
 
 

@@ -254,6 +254,36 @@ def test_a_later_defence_is_judged_in_the_configuration_each_worker_runs():
     assert reason.startswith(f"{TREE} (run by prefill {P}, ") and "not probed in that configuration" in reason
 
 
+@pytest.mark.parametrize("backend,deferred,reads", [
+    ("mooncake", None, None),  # NIXL's own completion rule is not what a Mooncake worker runs
+    ("nixl", None, "default"),
+    ("nixl", ("1", True), "with-deferred-release"),
+    ("nixl", ("0", False), "without-deferred-release"),  # gate 3 does not ask for the deferred release
+    (None, None, "default"),  # a backend not reported: judged, failing closed
+])
+def test_a_backends_own_defence_is_judged_only_where_that_backend_runs(backend, deferred, reads):
+    from types import SimpleNamespace as NS
+
+    from runner.judge.judging import FixStatus, SiteStatus
+
+    top = {"disaggregation_transfer_backend": backend} if backend else {}
+    ws = [worker("prefill", P, [{}], **top), worker("decode", D, [{}], **top)]
+    values = [["dp_size", 1], ["disaggregation_transfer_backend", backend]] if backend else [["dp_size", 1]]
+    declared = {w.url: {DEFERRED: (deferred[0], "--env for every worker")} for w in ws} if deferred else None
+    env = {(DEFERRED, deferred[0]): deferred[1]} if deferred else None
+    fleet = fleet_of(ws, declared=declared, tree_answers=answers(env=env, values=values))
+    lacking = FixStatus(fix=3, status="not fixed", sites=[
+        SiteStatus(fix=3, site=site, status="not fixed", cases={})
+        for site in ("default", "with-deferred-release", "without-deferred-release")])
+    audit = accept.audit_gates({TREE: NS(receipts=[NS(probe=NS(fix=3))], row=NS(fixes=[lacking]))}, fleet)
+    assert len(audit[3][0]) == 1 and audit[2] == ([], []) and audit[4] == ([], [])  # L3 backs gate 3, its receipt too
+    if reads is None:
+        assert audit[3][1] == []
+    else:
+        assert len(audit[3][1]) == 2 and all(r.endswith("L3 not fixed in that configuration") for r in audit[3][1])
+        assert accept.running_configuration(3, ws[0], fleet)[0] == reads
+
+
 # --- gate 3: the pair rule is the tree's -------------------------------------------------------------
 
 
