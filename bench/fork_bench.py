@@ -21,7 +21,6 @@ observations.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -102,7 +101,9 @@ def main() -> None:
     from runner.store.cache import Store
     cache = Store.at(args.cache_dir)
     environment = envs.env(sources.resolve(specs.parse(args.source), cache), cache, envs.interpreter(None))
-    base = {k: v for k, v in envs.scrubbed_env().items() if k != "GLIBC_TUNABLES"}
+    fixed = envs.scrubbed_env()  # a tree's own environment; ``plain`` leaves out its heap tunable
+    tunable = {"GLIBC_TUNABLES": fixed.pop("GLIBC_TUNABLES")}
+    base = fixed
     print(f"{args.source}, every {args.every}. case, {args.jobs} at once; load average {os.getloadavg()[0]:.1f}", flush=True)
     with tempfile.TemporaryDirectory(prefix="fork-bench-") as tmp:
         inner = Path(tmp) / "inner.py"
@@ -110,7 +111,7 @@ def main() -> None:
         base["HOME"] = tmp
         for _ in range(args.rounds):
             for mode in args.modes.split(","):
-                env = {**base, **({"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"} if mode == "hugetlb" else {})}
+                env = {**base, **(tunable if mode == "hugetlb" else {})}
                 run = subprocess.run([str(environment.python), "-I", "-B", str(inner), str(ROOT), mode, str(args.every),
                                       str(args.jobs)], env=env, capture_output=True, text=True)
                 lines = [line for line in run.stdout.splitlines() if line.startswith("{")]
