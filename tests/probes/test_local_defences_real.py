@@ -13,10 +13,13 @@ one "fixed".
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
+from runner import cli
 from runner.judge import judging
-from tests import helpers
+from tests import forks, helpers
 
 pytestmark = pytest.mark.slow  # real releases, environments and SGLang imports
 
@@ -182,3 +185,21 @@ def tried(tmp_path_factory, cache):
 @pytest.mark.parametrize("fix", sorted(HUNKS))
 def test_every_single_duty_hunk_reads_broken_and_every_equivalent_fixed(fix, tried):
     helpers.check_hunk_reads(tried("0.5.23", fix, HUNKS[fix]), HUNKS[fix])
+
+
+NIXL_ACK = ("sglang/srt/disaggregation/nixl/conn.py",
+            "        self.register_deferred_ack_target(room_to_be_aborted, ack_target)\n"
+            "        self._maybe_ack_drained_abort(room_to_be_aborted)\n",
+            "        self._send_abort_acks(room_to_be_aborted, {(ack_target.ip, ack_target.port): ack_target})\n")
+
+
+def test_a_fork_that_breaks_only_nixls_half_of_the_drain_never_reads_plain_fixed(release_tree, cache, tmp_path):
+    """NIXL acknowledging an ABORT at once, not after the drain: no case of #40645 runs NIXL's half (docs/fixed.md,
+    "Which backend's half"), so the verdict rests on that changed, reachable place and says so by name."""
+    fork = forks.make(release_tree("0.5.23").root, tmp_path / "nixl-acks-at-once", [NIXL_ACK])
+    out = tmp_path / "audit"
+    code = cli.main(["audit", f"path:{fork}", "--fix", "40645", "--out", str(out), "--cache-dir", str(cache.root)])
+    [row] = json.loads((out / "bundle.json").read_text())["extra"]["rows"]
+    assert code == 4 and row["on_unreviewed"] == [40645]
+    assert [u.split(" ")[:3] for u in row["unreviewed"]] == [
+        ["sglang/srt/disaggregation/nixl/conn.py:3352", "in", "NixlKVManager._handle_deferred_abort_ack"]]
