@@ -304,8 +304,7 @@ SPACE = space.Space(
             space.Value("off", "no logprobs asked for", label=""),
             space.Value("on", "the client asked for logprobs (return_logprob): the result's logprob pointer advances "
                         "past it", label="logprob", says="asking for logprobs"),
-        ), over={"abort": ("pending", "retired"), **FINAL}, reads=("return_logprob",)),  # a healthy one needs the
-        # forward's logprob outputs, which no case builds
+        ), over=FINAL, reads=("return_logprob",)),
         space.Dimension("extent", (
             space.Value("unset", "no extend range recorded on it", label=""),
             space.Value("mid", "the extend range of the middle chunk that ran: it ends inside the input, so no later "

@@ -11,9 +11,9 @@ audit of the changed tree would be: its duties on the cases that reach it, and t
 those cases must drive both ways, in each configuration its cases run under (``reads_by_site``: a change that
 breaks only the default configuration reads so there). The claim: none reads as the tree unchanged does in every
 configuration; each reads "not fixed", "regression" or "inconclusive" naming its own condition in at least one.
-It holds for #38935; for #36988 one change still reads "fixed" (``GAP``). Behaviour-preserving changes (a double
-negation of the same test) read as the tree unchanged does, configuration by configuration (the fresh equivalents
-of tests/probes/fresh_hunks.py run in test_fresh_hunks.py).
+It holds for #38935 and #36988. Behaviour-preserving changes (a double negation of the same test) read as the
+tree unchanged does, configuration by configuration (the fresh equivalents of tests/probes/fresh_hunks.py run in
+test_fresh_hunks.py).
 
 Bounded: the later defences read many inputs (the lifetime scenes' functions read a dozen each), so their
 changes are a sample, ``SAMPLE`` per release and fix drawn with a fixed seed (``random.Random(SEED)``) from the
@@ -36,13 +36,7 @@ from tests import helpers
 
 pytestmark = pytest.mark.slow  # real releases, their environments and SGLang imports
 
-# Left of issue 38 (found by this generator): the final-result gate of #36988 made to skip requests that asked
-# for logprobs (``req.inflight_middle_chunks <= 0 and not req.return_logprob``) reads "fixed": the cases drive
-# return_logprob both ways, but only on aborted results, which the middle-chunk path retires all the same; a
-# healthy final result asking for logprobs (a guard: it must still be sent) needs the forward's logprob outputs,
-# which no case builds yet. Strict: the day a case builds it, this marker must go.
-GAP = pytest.mark.xfail(strict=True, reason="no guard case of a healthy final result asking for logprobs (issue 38)")
-FIXES = (38935, pytest.param(36988, marks=GAP))
+FIXES = (38935, 36988)
 LATER = {39500: ("0.5.21", "0.5.22", "0.5.23"), 40645: ("0.5.21", "0.5.22", "0.5.23"),
          41023: ("0.5.21", "0.5.22", "0.5.23"), 41402: ("0.5.22", "0.5.23"), 41404: ("0.5.22", "0.5.23")}
 SAMPLE, SEED = 6, 38  # changes of a later defence's code tried per release, drawn with this seed
