@@ -81,6 +81,12 @@ SPACE = space.Space(
                         "each prefill rank's bootstrap thread takes them in, the ABORT later reaching the same loop",
                         label="destinations-over-the-wire", says="decode's destinations reaching prefill over the wire"),
         ), over={"in_flight": ("yes",), "clears": ("no",)}, reads=("room",)),
+        # each backend's prefill manager has its own transfer worker and ABORT handling (its half of the fix)
+        space.Dimension("backend", (
+            space.Value("mooncake", "Mooncake's KV managers, sender and receiver (the engine's writes)", label=""),
+            space.Value("nixl", "NIXL's KV managers, sender and receiver, writing through NIXL agent transfers (one "
+                        "prefill and one decode rank, an MLA model's KV)", says="over NIXL"),
+        ), reads=("NixlKVManager",)),
         DEFERRED_CONFIG,
     ),
     unreachable=(space.Unreachable("with nothing sent, prefill has no write to clear the room under",
@@ -100,7 +106,8 @@ SPACE = space.Space(
         space.Rule({"in_flight": ("no", "queued", "taken", "landed")}, ON_ACK_IDLE),
         space.Rule({"clears": ("late",)}, ON_ACK),
     ), space.Rule(OFF, OFF_DUTIES), space.Rule({**OFF, "in_flight": ("no", "queued", "taken")}, ("lifetime-no-foreign-write",))),
-    aliases={f"{old}{suffix}": f"{new}{suffix}" for suffix in SUFFIXES for old, new in (
+    aliases={f"{old}{backend}{suffix}": f"{new}{backend}{suffix}" for suffix in SUFFIXES for backend in ("", "-nixl")
+             for old, new in (
         ("in-flight", "abort-in-flight"), ("in-flight-prefill-clears-before-drain", "prefill-clears-before-drain"),
         ("in-flight-prefill-clears-before-drain-second-rank", "abort-after-room-cleared"),
         ("in-flight-acks-lost", "acks-lost"), ("in-flight-acks-late", "acks-late"),

@@ -683,16 +683,26 @@ class PrefillRank(Rank):
     """One prefill rank: its KV manager, and a KV sender per request."""
 
     role = "prefill"
+    requires = (f"{MANAGER}.transfer_worker", f"{MANAGER}.start_prefill_thread", f"{MANAGER}.add_transfer_request",
+                f"{MOONCAKE}.MooncakeKVSender")
 
     def __init__(self, scene: "Scene", rank: int) -> None:
         super().__init__(scene, rank, prefill_endpoint(rank))
         journal = scene.journal
-        modes = tree.resolve(f"{UTILS}.DisaggregationMode")
         self.queue_items: list[Any] = []
         self.senders: dict[str, Any] = {}
         self.concluded: set[str] = set()
         self.status = RoomStatus()
-        self.manager = strict_subject(
+        self.manager = self.make_manager()
+        self.config = configure(journal, tree.module(COMMON).CommonKVManager, self.manager,
+                                ("enable_deferred_decode_kv_release",))
+        self.start(self.listener())
+
+    def make_manager(self) -> Any:
+        """The tree's prefill KV manager of this rank's backend (Mooncake's), built without its ``__init__``."""
+        journal, scene = self.scene.journal, self.scene
+        modes = tree.resolve(f"{UTILS}.DisaggregationMode")
+        return strict_subject(
             tree.resolve(MANAGER), journal, f"{self.name}.kv_manager",
             **{**self.manager_state(), "request_status": self.status, **self._layout()},
             disaggregation_mode=modes.PREFILL, transfer_infos={}, decode_kv_args_table={},
@@ -709,9 +719,10 @@ class PrefillRank(Rank):
                                                      batch_transfer_sync=self._batch_transfer_sync)}
                if scene.shape.state else {}),
         )
-        self.config = configure(journal, tree.module(COMMON).CommonKVManager, self.manager,
-                                ("enable_deferred_decode_kv_release",))
-        self.start(self.manager.start_prefill_thread)
+
+    def listener(self) -> Callable[[], None]:
+        """The tree's start of this rank's message loop (the bootstrap thread, which also takes decode's ABORTs)."""
+        return self.manager.start_prefill_thread
 
     def _layout(self) -> dict[str, Any]:
         """Where this rank sits: a tensor-parallel rank (the scene's default, as ``manager_state`` has it), or
@@ -866,6 +877,7 @@ class DecodeRank(Rank):
     and a scheduler whose ``abort_request`` is the tree's."""
 
     role = "decode"
+    requires = (f"{MANAGER}.start_decode_thread", f"{MOONCAKE}.MooncakeKVReceiver")
 
     def __init__(self, scene: "Scene", rank: int) -> None:
         super().__init__(scene, rank, decode_endpoint(rank))
@@ -878,17 +890,7 @@ class DecodeRank(Rank):
         self.next_pages: list[int] | None = None
         self.committed: list[str] = []
         self.handed: list[str] = []  # the requests pop_transferred returned (the scheduler's to decode)
-        self.manager = strict_subject(
-            tree.resolve(MANAGER), journal, f"{self.name}.kv_manager", spies=("note_abort_ack",),
-            **self.manager_state(),
-            disaggregation_mode=modes.DECODE, required_prefill_response_num_table={},
-            prefill_response_tracker=defaultdict(set), addr_to_rooms_tracker=defaultdict(set),
-            _deferred_abort_ack_tracker={}, _deferred_abort_generation=0, _staging_handler=None,
-            # the transfer engine's session id for this rank (what later trees' send_metadata sends)
-            engine=Double(journal, f"{self.name}.engine", get_session_id=lambda: session_of(rank)),
-            waiting_timeout=300, heartbeat_interval=2, max_failures=1,
-            _start_heartbeat_checker_thread=lambda: None,
-        )
+        self.manager = self.make_manager()
         self.config = configure(journal, tree.module(COMMON).CommonKVManager, self.manager,
                                 ("enable_deferred_decode_kv_release",))
         streamer, self.streamed = output_streamer(journal)
@@ -943,7 +945,31 @@ class DecodeRank(Rank):
         object.__setattr__(self.scheduler, "disagg_decode_transfer_queue", self.queue)
         self.config.update(configure(journal, decode.DecodeTransferQueue, self.queue,
                                      ("enable_deferred_kv_release", "deferred_kv_release_timeout")))
-        self.start(self.manager.start_decode_thread)
+        self.start(self.listener())
+
+    def make_manager(self) -> Any:
+        """The tree's decode KV manager of this rank's backend (Mooncake's), built without its ``__init__``."""
+        journal, rank = self.scene.journal, self.rank
+        return strict_subject(
+            tree.resolve(MANAGER), journal, f"{self.name}.kv_manager", spies=("note_abort_ack",),
+            **self.manager_state(),
+            disaggregation_mode=tree.resolve(f"{UTILS}.DisaggregationMode").DECODE,
+            required_prefill_response_num_table={},
+            prefill_response_tracker=defaultdict(set), addr_to_rooms_tracker=defaultdict(set),
+            _deferred_abort_ack_tracker={}, _deferred_abort_generation=0, _staging_handler=None,
+            # the transfer engine's session id for this rank (what later trees' send_metadata sends)
+            engine=Double(journal, f"{self.name}.engine", get_session_id=lambda: session_of(rank)),
+            waiting_timeout=300, heartbeat_interval=2, max_failures=1,
+            _start_heartbeat_checker_thread=lambda: None,
+        )
+
+    def listener(self) -> Callable[[], None]:
+        """The tree's start of this rank's message loop (status messages and ABORT_ACKs from prefill)."""
+        return self.manager.start_decode_thread
+
+    def receiver(self) -> tuple[type, dict[str, Any]]:
+        """The tree's KV receiver class of this rank's backend, and the state of it only that backend's has."""
+        return tree.module(MOONCAKE).MooncakeKVReceiver, {"session_id": session_of(self.rank)}
 
     def _hisparse(self) -> Any:
         """The tree's own ``HiSparseCoordinator`` (made without its ``__init__``), holding the state its
@@ -988,7 +1014,8 @@ class DecodeRank(Rank):
         ``reserve``: the pages reserved for the KV prefill sends (fewer than its prompt's past a prefix decode held);
         ``slot``: a metadata row the tree's own code freed before (taken again as it was left; None: a fresh row)."""
         journal, scene = self.scene.journal, self.scene
-        decode, conn = tree.module(DECODE), tree.module(MOONCAKE)
+        decode = tree.module(DECODE)
+        receiver, own = self.receiver()
         request = Request(rid=rid, pages=self.pool.alloc(rid, reserve),
                           metadata_index=3 + len(self.requests) if slot is None else slot)
         poll = tree.kv_poll()
@@ -1003,11 +1030,11 @@ class DecodeRank(Rank):
         self.manager.update_status(room, poll.WaitingForInput)
         infos = [{"rank_ip": p.endpoint[0], "rank_port": p.endpoint[1], "is_dummy": p.dummy()} for p in scene.prefill]
         request.receiver = strict_subject(
-            conn.MooncakeKVReceiver, journal, f"{self.name}.kv_receiver.{rid}",
+            receiver, journal, f"{self.name}.kv_receiver.{rid}", **own,
             kv_mgr=self.manager, bootstrap_room=room, conclude_state=None, abort_notified=False,
             bootstrap_infos=infos if (scene.reached is None or scene.reached) and self.rank not in scene.unlearned else None,
             init_time=0,
-            bootstrap_addr=bootstrap_addr, session_id=session_of(self.rank), required_dst_info_num=len(scene.decode),
+            bootstrap_addr=bootstrap_addr, required_dst_info_num=len(scene.decode),
             _abort_generation=None, require_staging=False,
             _connect_to_bootstrap_server=lambda info: (
                 scene.wire.socket(journal, self.name, tcp((info["rank_ip"], info["rank_port"]))), threading.Lock()),
@@ -1229,7 +1256,8 @@ class Scene:
         self.wire = Wire(self.clock)
         self.log = TreeLog(journal, self.clock)
         self.steps: list[dict[str, JSON]] = []
-        decode_mod, conn, common, utils = (tree.module(n) for n in (DECODE, MOONCAKE, COMMON, UTILS))
+        decode_cls, prefill_cls = ranks_of(shape.backend)
+        decode_mod, conn, common, utils = (tree.module(n) for n in (DECODE, prefill_cls.conn, COMMON, UTILS))
         time_ = clocked_time(self.clock)
         for mod in (decode_mod, conn, common):
             if hasattr(mod, "time"):
@@ -1242,8 +1270,8 @@ class Scene:
             single_rank_reduce([utils, decode_mod], journal)
         self.keep_flag = keep_flag()
         decode_mod.release_kv_cache = self._release
-        self.decode = [DecodeRank(self, d) for d in range(shape.decode_ranks)]
-        self.prefill = [PrefillRank(self, p) for p in range(shape.prefill_ranks)]
+        self.decode = [decode_cls(self, d) for d in range(shape.decode_ranks)]
+        self.prefill = [prefill_cls(self, p) for p in range(shape.prefill_ranks)]
         self.holds: dict[tuple[int, int], Callable[[], None]] = {}  # (prefill, decode) -> steps run while that write is in flight
         self.failing: dict[tuple[int, int], str] = {}  # (prefill, decode) -> "stops" | "keeps writing"
         self.late: list[Transfer] = []  # writes reported failed that are still landing
@@ -1385,6 +1413,16 @@ class Scene:
         }
 
 
+def ranks_of(backend: str) -> tuple[type[DecodeRank], type[PrefillRank]]:
+    """The decode and prefill rank classes of a transfer backend: Mooncake's here, NIXL's in
+    ``probes/nixl_completion.py`` (which builds on this module)."""
+    if backend == "nixl":
+        from .nixl_completion import NixlDecodeRank, NixlPrefillRank
+
+        return NixlDecodeRank, NixlPrefillRank
+    return DecodeRank, PrefillRank
+
+
 EARLIER = "req-A0"  # the request that held the room before RID (a stale acknowledgement's)
 # failures where decode rank 1 never learned its prefill ranks (rank 0 did: it publishes, and with "-writing" prefill
 # is writing rank 0's pages when rank 1's failure is seen)
@@ -1446,6 +1484,8 @@ class Shape:
     ``neighbour``: another request on the same decode ranks, in its own room, was aborted just before this one
     started and its ABORT lost on the wire: decode holds its pages to the release timeout, ahead of this request
     in the deferred releases (a release due on this request's acknowledgements must not wait for it).
+    ``backend``: the transfer backend whose KV managers, sender and receiver run (``mooncake``, or ``nixl``: its
+    writes NIXL agent transfers, one prefill and one decode rank, the KV of an MLA model).
     """
 
     config: str = "default"
@@ -1469,6 +1509,7 @@ class Shape:
     peer_acks: str = ""
     flush: str = ""
     neighbour: bool = False
+    backend: str = "mooncake"
 
 
 def script(scene: Scene) -> None:
@@ -1709,14 +1750,9 @@ class LifetimeScene:
 # --- cases ---------------------------------------------------------------------------------------
 
 # What every lifetime case drives: the scene cannot be set without them (the defences' own names never
-# belong here: a tree without a defence must still run its cases and show the bug).
+# belong here: a tree without a defence must still run its cases and show the bug), besides its backend's own
+# (``PrefillRank.requires``, ``DecodeRank.requires``).
 REQUIRES = (
-    f"{MANAGER}.transfer_worker",
-    f"{MANAGER}.start_prefill_thread",
-    f"{MANAGER}.start_decode_thread",
-    f"{MANAGER}.add_transfer_request",
-    f"{MOONCAKE}.MooncakeKVReceiver",
-    f"{MOONCAKE}.MooncakeKVSender",
     f"{QUEUE}.pop_transferred",
     # the commit of a completed transfer as a step of its own (trees that commit inline, 0.5.5 and
     # earlier, check the committed request against model state this scene does not build)
@@ -1736,7 +1772,9 @@ def space_cases(table: Any, shape_of: Callable[[Mapping[str, str]], Shape], uses
         hicache = (f"{DECODE}.DecodeTransferQueue._try_hicache_queue_load_back", f"{DECODE}.DecodePreallocQueue._match_prefix_and_lock",
                    f"{UNIFIED}.init_hicache", "sglang.srt.mem_cache.l2_transfer.TransferCompletion",
                    "sglang.srt.mem_cache.pool_host.common._cuda_host_register")
-        return (REQUIRES + ((f"{MOONCAKE}.MooncakeKVReceiver.send_metadata",) if publishes else ())
+        decode_cls, prefill_cls = ranks_of(shape.backend)
+        return (prefill_cls.requires + decode_cls.requires + REQUIRES
+                + ((f"{MOONCAKE}.MooncakeKVReceiver.send_metadata",) if publishes else ())
                 + (hicache if shape.failure == HICACHE else ())
                 + ((STATE_TYPE, f"{MANAGER}.maybe_send_extra") if shape.state else ())
                 + ((f"{HISPARSE}.request_finished",) if shape.hisparse else ())

@@ -7,6 +7,8 @@ reaches prefill after the room was cleared, a write still outstanding, was never
 An abort whose chunk is still queued for the transfer worker (taken after the room failed, or after
 the scheduler cleared it) or whose transfer already succeeded is acknowledged once and releases on it,
 nothing written. Guards: lost and late acknowledgements never hold the pages forever nor free them twice.
+Each backend has its half (``backend``): Mooncake's prefill manager, and NIXL's (its own transfer worker and ABORT
+handling, decode's NIXL manager reading its status messages and acknowledgements).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from collections.abc import Mapping
 from . import duties_40645, duties_41023
 from .case import Probe
 from .lifetime import IMPORTS, Shape, space_cases
+from .nixl_completion import NIXL
 
 
 def shape_of(point: Mapping[str, str]) -> Shape:
@@ -23,8 +26,9 @@ def shape_of(point: Mapping[str, str]) -> Shape:
                  chunk={"queued": "queued", "taken": "taken", "landed": "landed"}.get(point["in_flight"], ""),
                  wire_bootstrap=point["bootstrap"] == "published",
                  late_conclusion=point["clears"] == "late",
-                 decode_ranks=2 if point["decode_ranks"] == "two" else 1, acks=point["acks"])
+                 decode_ranks=2 if point["decode_ranks"] == "two" else 1, acks=point["acks"],
+                 backend=point["backend"])
 
 
-PROBE = Probe(id="lifetime-drain", fix=40645, imports=IMPORTS, table=duties_40645,
+PROBE = Probe(id="lifetime-drain", fix=40645, imports=(*IMPORTS, NIXL), table=duties_40645,
               cases=space_cases(duties_40645, shape_of, uses=(duties_41023,)))
