@@ -222,6 +222,16 @@ def decode_state(agent: NixlAgent) -> dict[str, Any]:
                 _start_heartbeat_checker_thread=lambda: None)
 
 
+def send_pages(sender: Any, start: int, end: int, state_indices: list[list[int]] | None) -> None:
+    """The prefill scheduler hands pages ``start`` to ``end`` (and the state slots of the last chunk) to the room's
+    sender: the tree's ``send``, which numbers the chunk and tells the last from the pages its ``init`` expects."""
+    import numpy as np
+
+    send = sender.send
+    wanted = {"kv_indices": np.arange(start, end, dtype=np.int32), "state_indices": state_indices}
+    send(**{k: v for k, v in wanted.items() if tree.accepts(send, k)})
+
+
 def hand_room(manager: Any, pages: list[int], aux_row: int, state_slots: list[list[int]]) -> Any:
     """Decode rank 0's destinations for the room (its ``pages``, metadata row ``aux_row``, state slots) and its
     registered memory, as prefill's bootstrap thread records them from its messages; then the prefill scheduler's
@@ -340,14 +350,9 @@ class NixlScene:
     def send_chunks(self) -> None:
         """Prefill's scheduler hands the request's chunks to its sender (the tree's ``send``): its pages in one chunk,
         or in two; the last carries its state slots."""
-        import numpy as np
-
         bounds = [0, PAGES] if self.shape.chunks == 1 else [0, PAGES // 2, PAGES]
         for start, end in zip(bounds, bounds[1:]):
-            send = self.sender.send
-            wanted = {"kv_indices": np.arange(start, end, dtype=np.int32),
-                      "state_indices": [[s[0] - 1] for s in STATE_SLOTS] if end == PAGES else None}
-            send(**{k: v for k, v in wanted.items() if tree.accepts(send, k)})
+            send_pages(self.sender, start, end, [[s[0] - 1] for s in STATE_SLOTS] if end == PAGES else None)
             self.note("sent", rid=RID, pages=list(range(start, end)))
 
     def work(self) -> None:
@@ -500,6 +505,12 @@ class NixlPrefillRank(PrefillRank):
         """Decode rank 0's preallocation for ``rid`` reached this rank (its bootstrap thread recorded it)."""
         request = self.scene.decode[0].requests[rid]
         self.senders[rid] = hand_room(self.manager, request.pages, request.metadata_index, [])
+
+    def send_chunk(self, start: int, end: int, last: bool) -> None:
+        """The chunk through the room's sender, as the scheduler sends (NIXL's ``add_transfer_request`` takes the
+        chunk's number from it in trees before 0.5.23); the sender tells the last chunk itself."""
+        if self.scene.active in self.senders:
+            send_pages(self.senders[self.scene.active], start, end, None)
 
     def work(self) -> None:
         try:
