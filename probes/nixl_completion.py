@@ -451,7 +451,9 @@ class NixlScene:
 class NixlDecodeRank(DecodeRank):
     """A lifetime scene's decode rank on NIXL: the tree's decode ``NixlKVManager`` (its listener thread body takes
     prefill's status messages and ABORT_ACKs) and ``NixlKVReceiver``; its memory is written by the NIXL agents
-    (``agent``), its KV pages this rank's page pool. The scene's one decode rank."""
+    (``agent``), its KV pages this rank's page pool. The scene's one decode rank. A NIXL decode without a listener
+    thread (0.5.18 and earlier: it took no status message and no acknowledgement from prefill) cannot be this rank:
+    the NIXL cases are not applicable there, naming it."""
 
     conn = NIXL
     requires = (f"{MANAGER}._start_decode_listener_thread", f"{NIXL}.NixlKVReceiver", STATE_TYPE)
@@ -482,17 +484,13 @@ class NixlDecodeRank(DecodeRank):
 class NixlPrefillRank(PrefillRank):
     """A lifetime scene's prefill rank on NIXL: the tree's prefill ``NixlKVManager`` (its own transfer worker, its
     bootstrap thread body taking decode's ABORTs) and ``NixlKVSender``, writing through the decode rank's NIXL
-    agents. Trees whose NIXL transfer worker never acknowledges a drained abort have no deferred release on NIXL:
-    its cases are not applicable there."""
+    agents."""
 
     conn = NIXL
     requires = (f"{MANAGER}.transfer_worker", f"{MANAGER}._start_bootstrap_thread", f"{MANAGER}.add_transfer_request",
                 f"{NIXL}.NixlKVSender")
 
     def make_manager(self) -> Any:
-        if "_maybe_ack_drained_abort" not in tree.resolve(f"{MANAGER}.transfer_worker").__code__.co_names:
-            raise tree.Missing(f"{MANAGER}.transfer_worker: a call of _maybe_ack_drained_abort (NIXL's deferred "
-                               "release)")
         agent = self.scene.decode[0].agent
         return nixl_manager(self, disaggregation_mode=tree.resolve(f"{UTILS}.DisaggregationMode").PREFILL,
                             agent=agent.prefill(), request_status=self.status, transfer_infos={},

@@ -194,12 +194,22 @@ NIXL_ACK = ("sglang/srt/disaggregation/nixl/conn.py",
 
 
 def test_a_fork_that_breaks_only_nixls_half_of_the_drain_never_reads_plain_fixed(release_tree, cache, tmp_path):
-    """NIXL acknowledging an ABORT at once, not after the drain: no case of #40645 runs NIXL's half (docs/fixed.md,
-    "Which backend's half"), so the verdict rests on that changed, reachable place and says so by name."""
+    """NIXL acknowledging an ABORT at once, not after the drain, reads "not fixed" from behaviour: lifetime-drain's
+    NIXL cases run NIXL's own ABORT handling and transfer worker, and where the ABORT meets a write in flight the
+    acknowledgement goes out before the write lands (docs/fixed.md, "Which backend's half"). Mooncake's cases stay
+    clean; the changed place is still named unreviewed."""
     fork = forks.make(release_tree("0.5.23").root, tmp_path / "nixl-acks-at-once", [NIXL_ACK])
     out = tmp_path / "audit"
     code = cli.main(["audit", f"path:{fork}", "--fix", "40645", "--out", str(out), "--cache-dir", str(cache.root)])
     [row] = json.loads((out / "bundle.json").read_text())["extra"]["rows"]
-    assert code == 4 and row["on_unreviewed"] == [40645]
+    [fix] = row["fixes"]
+    assert code == 1 and row["on_unreviewed"] == [] and fix["status"] == "not fixed", (code, row)
+    assert fix["bug_at"] == ["default", "with-deferred-release"]
     assert [u.split(" ")[:3] for u in row["unreviewed"]] == [
         ["sglang/srt/disaggregation/nixl/conn.py:3352", "in", "NixlKVManager._handle_deferred_abort_ack"]]
+    [receipt] = [json.loads(p.read_text()) for p in (out / "receipts").glob("*.json")]
+    failed = {c["id"]: sorted(d for d, held in c["duties"].items() if not held)
+              for c in receipt["cases"] if c["classification"] != "clean"}
+    assert failed == {f"{case}{site}": ["lifetime-acked-after-drain"]
+                      for case in ("abort-in-flight-nixl", "prefill-clears-before-drain-nixl")
+                      for site in ("", "-with-deferred-release")}, failed
