@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from . import space
 from .duties_lifetime import (ACKED, ACKS, DEFERRED_CONFIG, GUARD_ABORT, HELD, IN_FLIGHT, OFF, OFF_DUTIES, ON_ACK,
-                              ON_ACK_IDLE, CONN, MOONCAKE, SUFFIXES, aborted_after_clear, aborting, acked_after_drain, on,
+                              ON_ACK_IDLE, CONN, MOONCAKE, NIXL, SUFFIXES, aborted_after_clear, aborting, acked_after_drain, on,
                               on_rules, released_before_timeout, site)
 from .effects import Duty, Effects
 
@@ -86,7 +86,7 @@ SPACE = space.Space(
             space.Value("mooncake", "Mooncake's KV managers, sender and receiver (the engine's writes)", label=""),
             space.Value("nixl", "NIXL's KV managers, sender and receiver, writing through NIXL agent transfers (one "
                         "prefill and one decode rank, an MLA model's KV)", says="over NIXL"),
-        ), reads=("NixlKVManager",)),
+        )),
         DEFERRED_CONFIG,
     ),
     unreachable=(space.Unreachable("with nothing sent, prefill has no write to clear the room under",
@@ -129,6 +129,12 @@ FIX_CODE: dict[str, tuple[str, ...]] = {
     f"{MOONCAKE}.MooncakeKVManager.transfer_worker": ("_maybe_ack_drained_abort",),
     f"{MOONCAKE}.MooncakeKVManager.start_prefill_thread": ("room_active", "register_deferred_ack_target",
                                                      "_maybe_ack_drained_abort", "_send_abort_ack"),
+    # NIXL's half (the lifetime-drain cases with backend nixl): its worker's drains, and its ABORT handling (inline
+    # before 0.5.22, in _handle_deferred_abort_ack from 0.5.22)
+    f"{NIXL}.NixlKVManager.transfer_worker": ("_maybe_ack_drained_abort",),
+    f"{NIXL}.NixlKVManager._handle_abort_notification": ("register_deferred_ack_target", "_maybe_ack_drained_abort",
+                                                        "_send_abort_ack", "_handle_deferred_abort_ack"),
+    f"{NIXL}.NixlKVManager._handle_deferred_abort_ack": (),
 }
 
 # Mutants no case can tell from the tree, each with why, keyed by (function, operator, statement before):

@@ -198,5 +198,5 @@ def site(point: Mapping[str, str]) -> str:
 
 
 # The SGLang modules the later defences' code is in (their FIX_CODE names functions of these).
-CONN, MOONCAKE, DECODE = ("sglang.srt.disaggregation.common.conn", "sglang.srt.disaggregation.mooncake.conn",
-                          "sglang.srt.disaggregation.decode")
+CONN, MOONCAKE, DECODE, NIXL = ("sglang.srt.disaggregation.common.conn", "sglang.srt.disaggregation.mooncake.conn",
+                                "sglang.srt.disaggregation.decode", "sglang.srt.disaggregation.nixl.conn")

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import duties_3, tree
+from .duties_lifetime import NIXL
 from .case import Case, Probe
 from .doubles import Double, Journal, strict_subject
 from .lifetime import (COMMON, CONFIGS, UTILS, DecodeRank, PrefillRank, Rank, Stop, TreeLog, Wire, _dataclass,
@@ -37,7 +38,6 @@ from .lifetime import (COMMON, CONFIGS, UTILS, DecodeRank, PrefillRank, Rank, St
 from .pages import Clock, PagePool, Transfer
 from .plain import JSON, plain
 
-NIXL = "sglang.srt.disaggregation.nixl.conn"
 MANAGER = f"{NIXL}.NixlKVManager"
 STATE_TYPE = "sglang.srt.disaggregation.base.conn.StateType"
 IMPORTS = ("sglang.srt.server_args", "sglang.srt.runtime_context", UTILS, "sglang.srt.disaggregation.base", COMMON,
