@@ -1193,6 +1193,10 @@ def state_result_tested() -> bool:
                for node in ast.walk(ast.parse(source)))
 
 
+# a transfer backend's decode and prefill rank classes (``probes/nixl.py`` has NIXL's)
+Ranks = tuple[type[DecodeRank], type[PrefillRank]]
+
+
 class Scene:
     """The ranks, the wire, the clock; the case's script drives them."""
 
@@ -1244,7 +1248,8 @@ class Scene:
             flushed = d.scheduler.flush_cache(empty_cache=False)
             self.note("flush", rank=d.rank, flushed=bool(flushed))
 
-    def __init__(self, journal: Journal, shape: "Shape") -> None:
+    def __init__(self, journal: Journal, shape: "Shape", ranks: "Ranks" = (DecodeRank, PrefillRank)) -> None:
+        """``ranks``: the decode and prefill rank classes of the case's transfer backend (Mooncake's by default)."""
         self.journal, self.shape = journal, shape
         if shape.failure == "state-write-fails" and not state_result_tested():
             # the tree's worker drops the state write's result: a failed one is no failure of the transfer (the
@@ -1256,7 +1261,7 @@ class Scene:
         self.wire = Wire(self.clock)
         self.log = TreeLog(journal, self.clock)
         self.steps: list[dict[str, JSON]] = []
-        decode_cls, prefill_cls = ranks_of(shape.backend)
+        decode_cls, prefill_cls = ranks
         decode_mod, conn, common, utils = (tree.module(n) for n in (DECODE, prefill_cls.conn, COMMON, UTILS))
         time_ = clocked_time(self.clock)
         for mod in (decode_mod, conn, common):
@@ -1411,16 +1416,6 @@ class Scene:
             **({"others": {NEIGHBOUR: NEIGHBOUR_ROOM}} if self.shape.neighbour else {}),
             **({"diverged": list(self.group.diverged)} if self.group is not None else {}),
         }
-
-
-def ranks_of(backend: str) -> tuple[type[DecodeRank], type[PrefillRank]]:
-    """The decode and prefill rank classes of a transfer backend: Mooncake's here, NIXL's in
-    ``probes/nixl_completion.py`` (which builds on this module)."""
-    if backend == "nixl":
-        from .nixl_completion import NixlDecodeRank, NixlPrefillRank
-
-        return NixlDecodeRank, NixlPrefillRank
-    return DecodeRank, PrefillRank
 
 
 EARLIER = "req-A0"  # the request that held the room before RID (a stale acknowledgement's)
@@ -1734,8 +1729,8 @@ def script(scene: Scene) -> None:
 
 
 class LifetimeScene:
-    def __init__(self, journal: Journal, shape: Shape) -> None:
-        self.scene = Scene(journal, shape)
+    def __init__(self, journal: Journal, shape: Shape, ranks: "Ranks") -> None:
+        self.scene = Scene(journal, shape, ranks)
 
     def drive(self) -> None:
         try:
@@ -1761,10 +1756,14 @@ REQUIRES = (
 )
 
 
-def space_cases(table: Any, shape_of: Callable[[Mapping[str, str]], Shape], uses: tuple[Any, ...] = ()) -> tuple[Case, ...]:
+def space_cases(table: Any, shape_of: Callable[[Mapping[str, str]], Shape], uses: tuple[Any, ...] = (),
+                backends: Mapping[str, Ranks] | None = None) -> tuple[Case, ...]:
     """Every reachable point of a lifetime probe's case space (``table``: its ``probes/duties_N.py``; ``uses``: the
     other tables whose rows its rules name) as a case: its site is the configuration it runs under, its duties
-    the space's."""
+    the space's. ``backends``: the rank classes of each transfer backend its shapes name besides Mooncake's."""
+    def ranks(shape: Shape) -> Ranks:
+        return {**(backends or {}), "mooncake": (DecodeRank, PrefillRank)}[shape.backend]
+
     def requires(shape: Shape) -> tuple[str, ...]:
         # run the tree's send_metadata
         publishes = (shape.failure in ("metadata-send-fails", "bootstrap-fails", *PEER_UNLEARNED)
@@ -1772,7 +1771,7 @@ def space_cases(table: Any, shape_of: Callable[[Mapping[str, str]], Shape], uses
         hicache = (f"{DECODE}.DecodeTransferQueue._try_hicache_queue_load_back", f"{DECODE}.DecodePreallocQueue._match_prefix_and_lock",
                    f"{UNIFIED}.init_hicache", "sglang.srt.mem_cache.l2_transfer.TransferCompletion",
                    "sglang.srt.mem_cache.pool_host.common._cuda_host_register")
-        decode_cls, prefill_cls = ranks_of(shape.backend)
+        decode_cls, prefill_cls = ranks(shape)
         return (prefill_cls.requires + decode_cls.requires + REQUIRES
                 + ((f"{MOONCAKE}.MooncakeKVReceiver.send_metadata",) if publishes else ())
                 + (hicache if shape.failure == HICACHE else ())
@@ -1780,6 +1779,6 @@ def space_cases(table: Any, shape_of: Callable[[Mapping[str, str]], Shape], uses
                 + ((f"{HISPARSE}.request_finished",) if shape.hisparse else ())
                 + ((f"{SCHEDULER}.flush_cache",) if shape.flush else ()))
 
-    return tuple(Case.of(table, point, lambda journal, shape=shape_of(point): LifetimeScene(journal, shape),
+    return tuple(Case.of(table, point, lambda journal, shape=shape_of(point): LifetimeScene(journal, shape, ranks(shape)),
                          requires(shape_of(point)), uses)
                  for point in table.SPACE.points())

@@ -17,8 +17,9 @@ from collections.abc import Mapping
 
 from . import duties_40645, duties_41023
 from .case import Probe
+from .duties_lifetime import NIXL
 from .lifetime import IMPORTS, Shape, space_cases
-from .nixl_completion import NIXL
+from .nixl import NixlDecodeRank, NixlPrefillRank
 
 
 def shape_of(point: Mapping[str, str]) -> Shape:
@@ -31,4 +32,5 @@ def shape_of(point: Mapping[str, str]) -> Shape:
 
 
 PROBE = Probe(id="lifetime-drain", fix=40645, imports=(*IMPORTS, NIXL), table=duties_40645,
-              cases=space_cases(duties_40645, shape_of, uses=(duties_41023,)))
+              cases=space_cases(duties_40645, shape_of, uses=(duties_41023,),
+                                backends={"nixl": (NixlDecodeRank, NixlPrefillRank)}))
