@@ -167,7 +167,32 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
         "falling through, the drain pops the poisoned room's targets again, the line before having popped them, and "
         "sends to none: the same as returning",
 }
+# NIXL's half (0.5.22 on: _handle_deferred_abort_ack, and both skips of the worker acknowledging)
+NIXL_OFF = ("with deferred release off on prefill the ABORT falls to the next test, which returns as well for the "
+            "generation-less ABORT a decode with it off sends: only a decode with it on beside a prefill with it off (a "
+            "mixed configuration; the scene's ranks share one environment) would be registered and acknowledged")
+NIXL_UNARMED = ("no case sends NIXL's handler a generation-less ABORT with deferred release on (a decode that never "
+                "armed the room: aborted before it published its destinations; every NIXL case's decode published "
+                "first); registering its None target would raise in register_deferred_ack_target and end the bootstrap "
+                "thread")
 EXPLAINED: dict[tuple[str, str, str], str] = {
+    ("NixlKVManager.transfer_worker", "delete", "self._maybe_ack_drained_abort(room)"):
+        "two of the worker's tries go untold: its skip of a chunk whose room was cleared acknowledges something only "
+        "for a chunk counted before the clear, which only staging's re-enqueue leaves (staging is off by default and no "
+        "case builds it; otherwise a room's chunk is counted after this test, and the ABORT handler's immediate try or "
+        "the drain of the chunk before has acknowledged); its failure path's (every handle settled after a write "
+        "failed) runs in no case: the NIXL cases land every write, and #41404's failure cases run Mooncake's worker",
+    ("NixlKVManager.transfer_worker", "return", "self._maybe_ack_drained_abort(room)"):
+        "as its deletion; returning there also ends the worker thread (no later chunk of its queue is written), which "
+        "no case can see: each has one request, and the scene runs the worker body afresh at each step",
+    ("NixlKVManager._handle_deferred_abort_ack", "delete", "if not self.enable_deferred_decode_kv_release:"): NIXL_OFF,
+    ("NixlKVManager._handle_deferred_abort_ack", "false", "not self.enable_deferred_decode_kv_release"): NIXL_OFF,
+    ("NixlKVManager._handle_deferred_abort_ack", "insert:notification.room", "not self.enable_deferred_decode_kv_release"):
+        f"with the case's room (not 0) the test is never true, as with the statement deleted: {NIXL_OFF}",
+    ("NixlKVManager._handle_deferred_abort_ack", "delete", "return"):
+        f"either early return: the first, {NIXL_OFF}; the second, {NIXL_UNARMED}",
+    ("NixlKVManager._handle_deferred_abort_ack", "delete", "if ack_target is None:"): NIXL_UNARMED,
+    ("NixlKVManager._handle_deferred_abort_ack", "false", "ack_target is None"): NIXL_UNARMED,
     # 0.5.21's clear(): the branch for a manager with acknowledgement targets but no outstanding counts
     **{("CommonKVSender.clear", operator, "self.kv_mgr._deferred_ack_targets.pop(self.bootstrap_room, None)"):
        "runs only on a KV manager without _staging_outstanding, of this tree's the Mori backend's alone (Mooncake, "

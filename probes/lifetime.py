@@ -683,6 +683,7 @@ class PrefillRank(Rank):
     """One prefill rank: its KV manager, and a KV sender per request."""
 
     role = "prefill"
+    room_status = RoomStatus  # the class of its manager's request_status
     requires = (f"{MANAGER}.transfer_worker", f"{MANAGER}.start_prefill_thread", f"{MANAGER}.add_transfer_request",
                 f"{MOONCAKE}.MooncakeKVSender")
 
@@ -692,7 +693,7 @@ class PrefillRank(Rank):
         self.queue_items: list[Any] = []
         self.senders: dict[str, Any] = {}
         self.concluded: set[str] = set()
-        self.status = RoomStatus()
+        self.status = self.room_status()
         self.manager = self.make_manager()
         self.config = configure(journal, tree.module(COMMON).CommonKVManager, self.manager,
                                 ("enable_deferred_decode_kv_release",))

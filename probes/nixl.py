@@ -19,7 +19,7 @@ from typing import Any
 from . import tree
 from .doubles import Double, Journal, strict_subject
 from .duties_lifetime import NIXL
-from .lifetime import UTILS, DecodeRank, PrefillRank, Rank, Stop, _dataclass, decode_endpoint
+from .lifetime import UTILS, DecodeRank, PrefillRank, Rank, RoomStatus, Stop, _dataclass, decode_endpoint
 from .pages import PagePool, Transfer
 from .plain import JSON
 
@@ -258,12 +258,28 @@ class NixlDecodeRank(DecodeRank):
             self.scene.aux(self, write.indices[0])
 
 
+class CountedRoomStatus(RoomStatus):
+    """NIXL's ``request_status``: its transfer worker tests a taken chunk's room for presence before counting the chunk,
+    and for its status (``check_status``: ``get``) after. The step held for the worker's test of the room runs at the
+    status test, the chunk counted, as at the first test of Mooncake's worker, which counts first."""
+
+    def __contains__(self, key: object) -> bool:
+        return dict.__contains__(self, key)
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        hold, self.hold = self.hold, None
+        if hold is not None:
+            hold()
+        return super().get(key, default)
+
+
 class NixlPrefillRank(PrefillRank):
     """A lifetime scene's prefill rank on NIXL: the tree's prefill ``NixlKVManager`` (its own transfer worker, its
     bootstrap thread body taking decode's ABORTs) and ``NixlKVSender``, writing through the decode rank's NIXL
     agents."""
 
     conn = NIXL
+    room_status = CountedRoomStatus
     requires = (f"{MANAGER}.transfer_worker", f"{MANAGER}._start_bootstrap_thread", f"{MANAGER}.add_transfer_request",
                 f"{NIXL}.NixlKVSender")
 
