@@ -16,7 +16,8 @@ message is logged and delivered, dropped or held back by the case), and the cloc
 ``__init__`` expressions, under the environment of the case's configuration.
 
 A case is a script of steps in the order the ranks' threads could interleave them; a step held
-"in flight" runs inside the engine's write, before it lands.
+"in flight" runs inside the engine's write, before it lands. A case on NIXL (``Shape.backend``) runs the
+tree's NIXL managers, sender and receiver instead, its writes through NIXL agent doubles (``probes/nixl.py``).
 """
 
 from __future__ import annotations

@@ -156,7 +156,7 @@ def nixl_manager(rank: Rank, spies: tuple[str, ...] = (), **state: Any) -> Any:
         prep_handles={}, src_mem_kind="VRAM", state_tp_size=1, transfer_source_rank=0,
         exceptions={}, _prepared_state_plans={}, _state_layout_rejections={}, _peer_reload_lock=threading.Lock(),
         waiting_timeout=300, bootstrap_timeout=300,
-        )
+    )
 
 
 def kv_args(role: str) -> dict[str, Any]:
@@ -233,6 +233,7 @@ class NixlDecodeRank(DecodeRank):
     the NIXL cases are not applicable there, naming it."""
 
     conn = NIXL
+    # its kv_args name the model's state kinds by the tree's StateType
     requires = (f"{MANAGER}._start_decode_listener_thread", f"{NIXL}.NixlKVReceiver", STATE_TYPE)
 
     def make_manager(self) -> Any:
@@ -293,7 +294,8 @@ class NixlPrefillRank(PrefillRank):
         return self.manager._start_bootstrap_thread
 
     def bootstrap(self, rid: str, room: int = ROOM, published: bool = False) -> None:
-        """Decode rank 0's preallocation for ``rid`` reached this rank (its bootstrap thread recorded it)."""
+        """Decode rank 0's preallocation for ``rid`` reached this rank (its bootstrap thread recorded it): the scene's
+        one room, its destinations handed (NIXL's cases never publish them over the wire)."""
         request = self.scene.decode[0].requests[rid]
         self.senders[rid] = hand_room(self.manager, request.pages, request.metadata_index, [])
 
