@@ -16,7 +16,8 @@ from tests.conftest import git
 _LATER = {
     "0.5.19": ("not fixed",) * 5,
     "0.5.20": ("not fixed",) * 5,
-    "0.5.21": ("not fixed", "fixed", "fixed", "not fixed", "not fixed"),
+    # #40645 on 0.5.21: its NIXL worker skips a chunk whose metadata the clear dropped without acknowledging
+    "0.5.21": ("not fixed", "not fixed", "fixed", "not fixed", "not fixed"),
     "0.5.22": ("not fixed", "fixed", "fixed", "fixed", "fixed"),
     "0.5.23": ("not fixed", "fixed", "fixed", "fixed", "fixed"),
 }
@@ -33,7 +34,7 @@ EXPECTED = {
                     **dict(zip((39500, 40645, 41023, 41402, 41404), later)), **_LOCAL[v]}
     for v, later in _LATER.items()
 }
-FIRST_FIXED = {36988: "0.5.20", 38935: "0.5.21", 39500: None, 40645: "0.5.21", 41023: "0.5.21", 41402: "0.5.22",
+FIRST_FIXED = {36988: "0.5.20", 38935: "0.5.21", 39500: None, 40645: "0.5.22", 41023: "0.5.21", 41402: "0.5.22",
                41404: "0.5.22", **dict.fromkeys((1, 2, 3, 4, 5, 6), "0.5.23")}
 
 
