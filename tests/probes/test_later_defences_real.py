@@ -88,6 +88,15 @@ WINDOWS = {
     ("lifetime-drain", "abort-as-chunk-taken-prefill-clears-before-drain-with-deferred-release"): ("bug", "clean", "clean"),
     # the worker skips a chunk of a room cleared before it took it: acknowledged once, nothing written
     ("lifetime-drain", "abort-with-chunk-queued-prefill-clears-before-drain-with-deferred-release"): ("clean", "clean", "clean"),
+    # NIXL's half: its own worker and ABORT handling. Off by default on 0.5.20, NIXL acknowledges nothing; switched on,
+    # 0.5.20's clear() drops the target; 0.5.21's worker, the room cleared while its chunk was counted, skips the chunk
+    # (its metadata gone) without acknowledging, which 0.5.22 does
+    ("lifetime-drain", "abort-in-flight-nixl"): ("bug", "clean", "clean"),
+    ("lifetime-drain", "abort-in-flight-nixl-with-deferred-release"): ("clean", "clean", "clean"),
+    ("lifetime-drain", "abort-in-flight-nixl-without-deferred-release"): ("clean", "clean", "clean"),
+    ("lifetime-drain", "prefill-clears-before-drain-nixl-with-deferred-release"): ("bug", "clean", "clean"),
+    ("lifetime-drain", "abort-as-chunk-taken-prefill-clears-before-drain-nixl-with-deferred-release"): ("bug", "bug", "clean"),
+    ("lifetime-drain", "abort-with-chunk-queued-prefill-clears-before-drain-nixl-with-deferred-release"): ("clean", "clean", "clean"),
     ("lifetime-peers", "two-decode-ranks-abort-with-deferred-release"): ("bug", "clean", "clean"),
     ("lifetime-peers", "two-decode-ranks-room-cleared-between"): ("bug", "bug", "clean"),
     ("lifetime-peers", "stale-ack-of-previous-request"): ("bug", "bug", "clean"),
