@@ -22,7 +22,7 @@ def test_project_pins_are_valid_and_complete():
     later = {n: f for n, f in p.fixes.items() if n not in (36988, 38935)}
     assert all(not f.has_commits for f in later.values()) and p.fixes[38935].has_commits
     assert {n: (f.releases.without, f.releases.with_) for n, f in later.items()} == {
-        39500: ("0.5.20", "0.5.21"), 40645: ("0.5.20", "0.5.21"), 41023: ("0.5.20", "0.5.21"),
+        39500: ("0.5.20", "0.5.21"), 40645: ("0.5.21", "0.5.22"), 41023: ("0.5.20", "0.5.21"),
         41402: ("0.5.21", "0.5.22"), 41404: ("0.5.21", "0.5.22"), 1: ("0.5.22", "0.5.23"), 2: ("0.5.22", "0.5.23"), 3: ("0.5.22", "0.5.23"),
         4: ("0.5.22", "0.5.23"),
         5: ("0.5.22", "0.5.23"), 6: ("0.5.22", "0.5.23")}
@@ -75,7 +75,7 @@ def _mutate(old, new):
         (_mutate('[fixes.36988]', '[fixes.abc]'), "fixes.abc"),
         (_mutate('releases = { without = "0.5.20", with = "0.5.21" }\n\n# Read in 0.5.21',
                  'releases = { without = "0.5.2", with = "0.5.21" }\n\n# Read in 0.5.21'),
-         "fixes.41402.duties[0].releases: 0.5.2 is not listed"),
+         "fixes.40645.duties[0].releases: 0.5.2 is not listed"),
         (_mutate("schema_version = 1", "schema_version = 1\n[[["), "not valid TOML"),
     ],
 )
@@ -108,7 +108,7 @@ def test_the_pinned_duty_brackets_are_what_the_committed_release_line_shows():
     p = pins.load(PROJECT_PINS)
     root = next((PROJECT_PINS.parent / "evidence").glob("release-line-*"))
     pinned = [(n, d) for n, f in p.fixes.items() for d in f.duties]
-    assert {n for n, _ in pinned} == {41402, 41404}
+    assert {n for n, _ in pinned} == {40645, 41402, 41404}
     for n, d in pinned:
         cases = [[c for probe in p.fixes[n].probes
                   for c in Receipt.model_validate_json((root / "receipts" / f"sglang-{version}.{probe}.json").read_bytes()).cases]
