@@ -87,6 +87,16 @@ SPACE = space.Space(
             space.Value("nixl", "NIXL's KV managers, sender and receiver, writing through NIXL agent transfers (one "
                         "prefill and one decode rank, an MLA model's KV)", says="over NIXL"),
         )),
+        # how the write in flight at the abort ends: NIXL's worker acknowledges after a failed write only once every
+        # handle settled (its failure path), and never where it cannot tell a write ended
+        space.Dimension("write", (
+            space.Value("lands", "the write in flight at the abort lands", label=""),
+            space.Value("fails", "the write in flight at the abort then fails (NIXL reports ERR for the KV write; "
+                        "every handle of the batch settled)", label="write-fails", says="the write then failing"),
+            space.Value("unreadable", "NIXL cannot read the state of the write in flight at the abort (its "
+                        "check_xfer_state raises): the worker cannot tell the write ended, and it lands later",
+                        label="write-state-unreadable", says="the write's state then unreadable, the write landing later"),
+        ), over={"in_flight": ("yes",), "clears": ("no",), "backend": ("nixl",)}, reads=("check_xfer_state", "notify")),
         DEFERRED_CONFIG,
     ),
     unreachable=(space.Unreachable("with nothing sent, prefill has no write to clear the room under",
@@ -96,11 +106,13 @@ SPACE = space.Space(
                                    "a failed one", {"in_flight": ("landed",), "clears": ("yes", "late")})),
     # switched off, the abort must still stop a chunk not yet written (decode gives its pages back at once): trees
     # without an ABORT message to prefill (0.5.12 and earlier) write it in every configuration, a bug case there too
-    bug=(*on({"in_flight": ("yes",), "acks": ("delivered",), "clears": ("no", "yes")},
+    bug=(*on({"in_flight": ("yes",), "acks": ("delivered",), "clears": ("no", "yes"), "write": ("lands", "fails")},
              {"in_flight": ("no", "queued", "taken", "landed")}), {**OFF, "in_flight": ("no", "queued", "taken")}),
     duties_by=(*on_rules(
-        space.Rule({"in_flight": ("yes",), "acks": ("delivered",), "decode_ranks": ("one",), "clears": ("no", "yes")},
-                   (*ACKED, *HELD)),
+        space.Rule({"in_flight": ("yes",), "acks": ("delivered",), "decode_ranks": ("one",), "clears": ("no", "yes"),
+                    "write": ("lands", "fails")}, (*ACKED, *HELD)),
+        # a write whose end the worker cannot tell is never acknowledged: decode holds the pages to its timeout
+        space.Rule({"write": ("unreadable",)}, (*HELD, "lifetime-not-held-forever")),
         space.Rule({"decode_ranks": ("two",)}, ("lifetime-late-abort-acked", *HELD)),
         space.Rule({"acks": ("lost", "late")}, GUARD_ABORT),
         space.Rule({"in_flight": ("no", "queued", "taken", "landed")}, ON_ACK_IDLE),

@@ -37,7 +37,7 @@ from typing import Any
 
 from . import tree
 from .case import Case
-from .doubles import Double, Journal, output_streamer, strict_subject
+from .doubles import Absent, Double, DoubleGap, Journal, output_streamer, strict_subject
 from .pages import Clock, PagePool, Transfer
 from .plain import JSON, plain
 
@@ -846,7 +846,8 @@ class PrefillRank(Rank):
 
     def poll_and_clear(self, rid: str) -> None:
         """What the prefill scheduler does with a sender that reports Failed: conclude it (the tree's
-        ``failure_exception``, which clears the room and raises the transfer error it records)."""
+        ``failure_exception``, which clears the room and raises the transfer error it records, or the exception its
+        transfer worker stored: the scheduler takes any, a stand-in's gap aside)."""
         sender = self.senders.get(rid)
         if sender is None or rid in self.concluded or sender.poll() != tree.kv_poll().Failed:
             return  # a concluded sender left the scheduler's queue: it is never polled again
@@ -854,9 +855,10 @@ class PrefillRank(Rank):
         try:
             sender.failure_exception()
         except Exception as exc:
-            if type(exc).__name__ != "KVTransferError":
+            if isinstance(exc, (DoubleGap, Absent)):
                 raise
-            self.scene.note("prefill concludes", rank=self.rank, rid=rid)
+            raised = {} if type(exc).__name__ == "KVTransferError" else {"raised": type(exc).__name__}
+            self.scene.note("prefill concludes", rank=self.rank, rid=rid, **raised)
 
     def outstanding(self) -> int:
         return int(self.manager._staging_outstanding.get(ROOM, 0))
@@ -1482,7 +1484,8 @@ class Shape:
     started and its ABORT lost on the wire: decode holds its pages to the release timeout, ahead of this request
     in the deferred releases (a release due on this request's acknowledgements must not wait for it).
     ``backend``: the transfer backend whose KV managers, sender and receiver run (``mooncake``, or ``nixl``: its
-    writes NIXL agent transfers, one prefill and one decode rank, the KV of an MLA model).
+    writes NIXL agent transfers, one prefill and one decode rank, the KV of an MLA model). ``write_fails``: prefill
+    rank 0's write into decode rank 0, in flight at a decode abort, then fails as ``failed_write`` says.
     """
 
     config: str = "default"
@@ -1507,6 +1510,7 @@ class Shape:
     flush: str = ""
     neighbour: bool = False
     backend: str = "mooncake"
+    write_fails: bool = False
 
 
 def script(scene: Scene) -> None:
@@ -1679,6 +1683,8 @@ def script(scene: Scene) -> None:
         scene.decode_steps()
         scene.deliver("ABORT")
     elif shape.in_flight:
+        if shape.write_fails:
+            scene.failing[(0, 0)] = shape.failed_write
         write_holding(aborts)
     elif shape.chunk:
         for p in scene.prefill:  # the last chunk is queued; with "landed" the worker writes it before the abort

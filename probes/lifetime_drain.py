@@ -28,7 +28,8 @@ def shape_of(point: Mapping[str, str]) -> Shape:
                  wire_bootstrap=point["bootstrap"] == "published",
                  late_conclusion=point["clears"] == "late",
                  decode_ranks=2 if point["decode_ranks"] == "two" else 1, acks=point["acks"],
-                 backend=point["backend"])
+                 backend=point["backend"], write_fails=point["write"] != "lands",
+                 failed_write="keeps writing" if point["write"] == "unreadable" else "stops")
 
 
 PROBE = Probe(id="lifetime-drain", fix=40645, imports=(*IMPORTS, NIXL), table=duties_40645,

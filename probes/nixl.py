@@ -10,6 +10,7 @@ NIXL library itself is not needed: the tree imports it only in the manager's ``_
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections import defaultdict
 from collections.abc import Callable
@@ -60,13 +61,15 @@ class NixlAgent:
     """The two NIXL agents (transport only). Prefill's posts writes into decode's registered memory (its KV pages
     are ``pool``'s); a write is in flight until the case lands or fails it; ``check_xfer_state`` answers its state
     (each call first runs ``in_flight``: the case's steps held for while the batch is in flight); ``fails`` says
-    which writes fail; a landed write is told to ``landed`` and its notification goes to decode's
+    which writes fail; ``unreadable`` which writes' state NIXL cannot read (``check_xfer_state`` raises, the write
+    still running); a landed write is told to ``landed`` and its notification goes to decode's
     ``get_new_notifs``."""
 
     def __init__(self, journal: Journal, pool: PagePool, note: Callable[..., None], in_flight: Callable[[], None],
-                 fails: Callable[[Write], bool], landed: Callable[[Write], None] = lambda write: None) -> None:
+                 fails: Callable[[Write], bool], landed: Callable[[Write], None] = lambda write: None,
+                 unreadable: Callable[[Write], bool] = lambda write: False) -> None:
         self.journal, self.pool, self.note = journal, pool, note
-        self.in_flight, self.fails, self.landed = in_flight, fails, landed
+        self.in_flight, self.fails, self.landed, self.unreadable = in_flight, fails, landed, unreadable
         self.writes: dict[int, Write] = {}
         self.notifs: list[bytes] = []  # delivered to the decode agent, not yet taken
 
@@ -110,6 +113,11 @@ class NixlAgent:
     def check(self, handle: int, *args: Any, **kwargs: Any) -> str:
         self.in_flight()
         write = self.writes[handle]
+        if write.state == "in flight" and self.unreadable(write):
+            error = RuntimeError(f"NIXL could not read the state of the {write.what} write")
+            self.journal.scripted.append(error)  # told by the case: the tree's handling of it is observed
+            self.note("write state unreadable", write=write.what)
+            raise error
         if write.state == "in flight":
             self.settle(write, fails=self.fails(write))
         return {"landed": "DONE", "failed": "ERR"}.get(write.state, "PROC")
@@ -238,8 +246,8 @@ class NixlDecodeRank(DecodeRank):
 
     def make_manager(self) -> Any:
         scene = self.scene
-        self.agent = NixlAgent(scene.journal, self.pool, scene.note, self.in_flight, fails=lambda write: False,
-                               landed=self.landed)
+        self.agent = NixlAgent(scene.journal, self.pool, scene.note, self.in_flight, landed=self.landed,
+                               fails=lambda write: self.failing(write) == "stops", unreadable=self.unreadable)
         return nixl_manager(self, spies=("note_abort_ack",), **decode_state(self.agent))
 
     def listener(self) -> Callable[[], None]:
@@ -253,6 +261,20 @@ class NixlDecodeRank(DecodeRank):
         hold = self.scene.holds.pop((0, self.rank), None)
         if hold is not None:
             hold()
+
+    def failing(self, write: Write) -> str | None:
+        """How prefill rank 0's KV write into this rank fails where the case fails it (``Scene.failing``)."""
+        return self.scene.failing.get((0, self.rank)) if write.what == "kv" else None
+
+    def unreadable(self, write: Write) -> bool:
+        """A failed write that "keeps writing": NIXL cannot read its state; it and the writes posted with it (still
+        running: nobody waits for them) land with the scene's late writes."""
+        if self.failing(write) != "keeps writing":
+            return False
+        late = {what for what, _, _ in self.scene.late_writes}
+        self.scene.late_writes += [(w.what, 0, functools.partial(self.agent.settle, w)) for w in self.agent.writes.values()
+                                   if w.state == "in flight" and w.what not in late]
+        return True
 
     def landed(self, write: Write) -> None:
         if write.what == "aux":
