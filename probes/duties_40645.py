@@ -13,8 +13,8 @@ from __future__ import annotations
 from . import space
 from .duties_lifetime import (ACKED, ACKS, DEFERRED_CONFIG, GUARD_ABORT, HELD, IN_FLIGHT, OFF, OFF_DUTIES, ON_ACK,
                               ON_ACK_IDLE, CONN, MOONCAKE, NIXL, SUFFIXES, aborted_after_clear, aborting, acked_after_drain, on,
-                              on_rules, released_before_timeout, site)
-from .effects import Duty, Effects
+                              on_rules, released_before_timeout, site, subject)
+from .effects import Duty, Effects, returned
 
 
 def every_abort_acked(e: Effects) -> bool:
@@ -23,6 +23,14 @@ def every_abort_acked(e: Effects) -> bool:
 
 def late_abort_acked(e: Effects) -> bool:
     return bool(aborted_after_clear(e)) and acked_after_drain(e, aborted_after_clear(e))
+
+
+def unarmed_abort_handled(e: Effects) -> bool:
+    """Nothing escaped the tree's code, decode's ABORT reached prefill, whose scheduler concluded the failed sender,
+    and nothing is held. An acknowledgement is no fault: decode armed nothing and ignores it."""
+    return (returned(e) and any(m["kind"] == "ABORT" and m["fate"] == "delivered" for m in e["wire"])
+            and any(s["step"] == "prefill concludes" and s.get("rid") == subject(e) for s in e["steps"])
+            and not any(rank["held"] for rank in e["decode"]))
 
 
 # Where the request's last chunk is when the abort reaches prefill, beside in flight or not sent: the transfer worker
@@ -50,6 +58,10 @@ DUTIES: tuple[Duty, ...] = (
          "a decode rank whose ABORT reached prefill after the room was cleared, a write still outstanding, was "
          "acknowledged exactly once after the drain",
          late_abort_acked),
+    Duty("lifetime-unarmed-abort-handled",
+         "the ABORT of a decode that never published its destinations (unarmed: it waits for no acknowledgement) "
+         "failed the room at prefill, whose scheduler concluded the sender, and nothing escaped the tree's code (its "
+         "bootstrap thread goes on); decode holds nothing", unarmed_abort_handled),
     Duty("lifetime-released-on-ack",
          "with every acknowledgement delivered, the pages went back before the release timeout, not by it",
          released_before_timeout),
@@ -86,7 +98,7 @@ SPACE = space.Space(
             space.Value("mooncake", "Mooncake's KV managers, sender and receiver (the engine's writes)", label=""),
             space.Value("nixl", "NIXL's KV managers, sender and receiver, writing through NIXL agent transfers (one "
                         "prefill and one decode rank, an MLA model's KV)", says="over NIXL"),
-        )),
+        ), reads=("start_prefill_thread", "_handle_abort_notification")),
         # how the write in flight at the abort ends: NIXL's worker acknowledges after a failed write only once every
         # handle settled (its failure path), and never where it cannot tell a write ended
         space.Dimension("write", (
@@ -96,7 +108,17 @@ SPACE = space.Space(
             space.Value("unreadable", "NIXL cannot read the state of the write in flight at the abort (its "
                         "check_xfer_state raises): the worker cannot tell the write ended, and it lands later",
                         label="write-state-unreadable", says="the write's state then unreadable, the write landing later"),
-        ), over={"in_flight": ("yes",), "clears": ("no",), "backend": ("nixl",)}, reads=("check_xfer_state", "notify")),
+        ), over={"in_flight": ("yes",), "clears": ("no", "late"), "backend": ("nixl",)},
+            reads=("check_xfer_state", "notify")),
+        # an ABORT from a decode that never published its destinations carries no generation: it waits for no
+        # acknowledgement, and prefill's handler has no target to register (NIXL's ack_target is None)
+        space.Dimension("destinations", (
+            space.Value("published", "decode published the request's destinations before the abort", label=""),
+            space.Value("unpublished", "the client aborts while the request waits in decode's preallocation queue for "
+                        "pages: its receiver learned its prefill ranks but never published its destinations (no "
+                        "init), so its ABORT is unarmed; prefill's sender is still bootstrapping",
+                        label="destinations-unpublished", says="before decode published its destinations"),
+        ), over={"in_flight": ("no",), "clears": ("no",), "backend": ("nixl",)}, reads=("init_time", "ack_target")),
         DEFERRED_CONFIG,
     ),
     unreachable=(space.Unreachable("with nothing sent, prefill has no write to clear the room under",
@@ -107,17 +129,21 @@ SPACE = space.Space(
     # switched off, the abort must still stop a chunk not yet written (decode gives its pages back at once): trees
     # without an ABORT message to prefill (0.5.12 and earlier) write it in every configuration, a bug case there too
     bug=(*on({"in_flight": ("yes",), "acks": ("delivered",), "clears": ("no", "yes"), "write": ("lands", "fails")},
-             {"in_flight": ("no", "queued", "taken", "landed")}), {**OFF, "in_flight": ("no", "queued", "taken")}),
+             {"in_flight": ("no", "queued", "taken", "landed"), "destinations": ("published",)}),
+         {**OFF, "in_flight": ("no", "queued", "taken"), "destinations": ("published",)}),
     duties_by=(*on_rules(
         space.Rule({"in_flight": ("yes",), "acks": ("delivered",), "decode_ranks": ("one",), "clears": ("no", "yes"),
                     "write": ("lands", "fails")}, (*ACKED, *HELD)),
         # a write whose end the worker cannot tell is never acknowledged: decode holds the pages to its timeout
-        space.Rule({"write": ("unreadable",)}, (*HELD, "lifetime-not-held-forever")),
+        space.Rule({"write": ("unreadable",)}, (*HELD, "lifetime-not-held-forever", "lifetime-no-ack-while-writing")),
         space.Rule({"decode_ranks": ("two",)}, ("lifetime-late-abort-acked", *HELD)),
         space.Rule({"acks": ("lost", "late")}, GUARD_ABORT),
-        space.Rule({"in_flight": ("no", "queued", "taken", "landed")}, ON_ACK_IDLE),
-        space.Rule({"clears": ("late",)}, ON_ACK),
-    ), space.Rule(OFF, OFF_DUTIES), space.Rule({**OFF, "in_flight": ("no", "queued", "taken")}, ("lifetime-no-foreign-write",))),
+        space.Rule({"in_flight": ("no", "queued", "taken", "landed"), "destinations": ("published",)}, ON_ACK_IDLE),
+        space.Rule({"clears": ("late",), "write": ("lands", "fails")}, ON_ACK),
+    ), space.Rule({**OFF, "destinations": ("published",)}, OFF_DUTIES),
+        space.Rule({**OFF, "in_flight": ("no", "queued", "taken")}, ("lifetime-no-foreign-write",)),
+        # in every configuration: decode reserved nothing and armed nothing
+        space.Rule({"destinations": ("unpublished",)}, ("lifetime-unarmed-abort-handled", "lifetime-no-foreign-write"))),
     aliases={f"{old}{backend}{suffix}": f"{new}{backend}{suffix}" for suffix in SUFFIXES for backend in ("", "-nixl")
              for old, new in (
         ("in-flight", "abort-in-flight"), ("in-flight-prefill-clears-before-drain", "prefill-clears-before-drain"),
@@ -183,17 +209,12 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
 NIXL_OFF = ("with deferred release off on prefill the ABORT falls to the next test, which returns as well for the "
             "generation-less ABORT a decode with it off sends: only a decode with it on beside a prefill with it off (a "
             "mixed configuration; the scene's ranks share one environment) would be registered and acknowledged")
-NIXL_UNARMED = ("no case sends NIXL's handler a generation-less ABORT with deferred release on (a decode that never "
-                "armed the room: aborted before it published its destinations; every NIXL case's decode published "
-                "first); registering its None target would raise in register_deferred_ack_target and end the bootstrap "
-                "thread")
 EXPLAINED: dict[tuple[str, str, str], str] = {
     ("NixlKVManager.transfer_worker", "delete", "self._maybe_ack_drained_abort(room)"):
-        "two of the worker's tries go untold: its skip of a chunk whose room was cleared acknowledges something only "
+        "one of the worker's tries goes untold: its skip of a chunk whose room was cleared acknowledges something only "
         "for a chunk counted before the clear, which only staging's re-enqueue leaves (staging is off by default and no "
         "case builds it; otherwise a room's chunk is counted after this test, and the ABORT handler's immediate try or "
-        "the drain of the chunk before has acknowledged); its failure path's (every handle settled after a write "
-        "failed) runs in no case: the NIXL cases land every write, and #41404's failure cases run Mooncake's worker",
+        "the drain of the chunk before has acknowledged)",
     ("NixlKVManager.transfer_worker", "return", "self._maybe_ack_drained_abort(room)"):
         "as its deletion; returning there also ends the worker thread (no later chunk of its queue is written), which "
         "no case can see: each has one request, and the scene runs the worker body afresh at each step",
@@ -202,9 +223,7 @@ EXPLAINED: dict[tuple[str, str, str], str] = {
     ("NixlKVManager._handle_deferred_abort_ack", "insert:notification.room", "not self.enable_deferred_decode_kv_release"):
         f"with the case's room (not 0) the test is never true, as with the statement deleted: {NIXL_OFF}",
     ("NixlKVManager._handle_deferred_abort_ack", "delete", "return"):
-        f"either early return: the first, {NIXL_OFF}; the second, {NIXL_UNARMED}",
-    ("NixlKVManager._handle_deferred_abort_ack", "delete", "if ack_target is None:"): NIXL_UNARMED,
-    ("NixlKVManager._handle_deferred_abort_ack", "false", "ack_target is None"): NIXL_UNARMED,
+        f"the first early return: {NIXL_OFF} (the second's deletion the destinations-unpublished cases tell)",
     # 0.5.21's clear(): the branch for a manager with acknowledgement targets but no outstanding counts
     **{("CommonKVSender.clear", operator, "self.kv_mgr._deferred_ack_targets.pop(self.bootstrap_room, None)"):
        "runs only on a KV manager without _staging_outstanding, of this tree's the Mori backend's alone (Mooncake, "

@@ -1032,7 +1032,7 @@ class DecodeRank(Rank):
         self.manager.prefill_response_tracker.setdefault(room, set())
         self.manager.update_status(room, poll.Bootstrapping)
         self.manager.update_status(room, poll.WaitingForInput)
-        infos = [{"rank_ip": p.endpoint[0], "rank_port": p.endpoint[1], "is_dummy": p.dummy()} for p in scene.prefill]
+        infos = self.prefill_infos()
         request.receiver = strict_subject(
             receiver, journal, f"{self.name}.kv_receiver.{rid}", **own,
             kv_mgr=self.manager, bootstrap_room=room, conclude_state=None, abort_notified=False,
@@ -1069,11 +1069,17 @@ class DecodeRank(Rank):
         self.queue.queue.append(request.entry)
         self.requests[rid] = request
 
-    def wait_for_prefill_info(self, rid: str) -> None:
+    def prefill_infos(self) -> list[dict[str, Any]]:
+        """The bootstrap infos of the scene's prefill ranks, as a receiver that learned them holds them."""
+        return [{"rank_ip": p.endpoint[0], "rank_port": p.endpoint[1], "is_dummy": p.dummy()} for p in self.scene.prefill]
+
+    def wait_in_prealloc(self, rid: str, learned: bool = False) -> None:
         """``rid`` entered the preallocation queue and waits there for its prefill's parallel info: its KV receiver
         is what the tree's constructor leaves (the room registered as bootstrapping; no ``init()`` yet, so no
-        bootstrap infos and no publish time), and it holds no pages or metadata row yet."""
+        bootstrap infos and no publish time), and it holds no pages or metadata row yet. ``learned``: it learned its
+        prefill ranks (its bootstrap infos) and waits for pages: its destinations are still unpublished."""
         journal, scene = self.scene.journal, self.scene
+        receiver, own = self.receiver()
         decode = tree.module(DECODE)
         request = Request(rid=rid, pages=[], metadata_index=-1)
         bootstrap_addr = f"{tree.BOOTSTRAP_HOST}:{tree.BOOTSTRAP_PORT}"
@@ -1081,10 +1087,10 @@ class DecodeRank(Rank):
         self.manager.prefill_response_tracker.setdefault(ROOM, set())
         self.manager.update_status(ROOM, tree.kv_poll().Bootstrapping)
         request.receiver = strict_subject(
-            tree.module(MOONCAKE).MooncakeKVReceiver, journal, f"{self.name}.kv_receiver.{rid}",
+            receiver, journal, f"{self.name}.kv_receiver.{rid}", **own,
             spies=("abort",), kv_mgr=self.manager, bootstrap_room=ROOM, conclude_state=None, abort_notified=False,
-            init_time=None, bootstrap_addr=bootstrap_addr, session_id=session_of(self.rank), _abort_generation=None,
-            require_staging=False,
+            init_time=None, bootstrap_addr=bootstrap_addr, _abort_generation=None,
+            require_staging=False, **({"bootstrap_infos": self.prefill_infos()} if learned else {}),
             _connect_to_bootstrap_server=lambda info: (
                 scene.wire.socket(journal, self.name, tcp((info["rank_ip"], info["rank_port"]))), threading.Lock()),
             invalidate_cached_bootstrap_infos=journal.method(f"{self.name}.kv_receiver.{rid}",
@@ -1294,22 +1300,23 @@ class Scene:
         self.peer_late: list[dict[str, Any]] = []  # acknowledgements to decode rank 1 held back past the timeout
 
     def start_request(self, rid: str, reached: int | None = None, published: bool = False,
-                      pending: bool = False) -> None:
+                      pending: bool = False, unpublished: bool = False) -> None:
         """``rid`` takes the room: preallocated on every decode rank, bootstrapped on every prefill rank
         (on the first ``reached`` only: the others never took its metadata; 0: decode never learned
         its prefill ranks); ``published``: its destinations reach the prefill ranks as decode's own
         metadata messages, through their bootstrap threads.
         ``pending``: it still waits in decode's preallocation queue for its prefill's parallel info
-        (nothing reserved, no prefill rank known)."""
+        (nothing reserved, no prefill rank known). ``unpublished``: it waits there for pages, its prefill ranks known
+        (nothing reserved, its destinations never published); each prefill rank holds its sender, bootstrapping."""
         self.active, self.reached = rid, reached
         self.unlearned = {1} if self.shape.failure in PEER_UNLEARNED else set()  # decode ranks without prefill ranks
         for d in self.decode:
-            if pending:
-                d.wait_for_prefill_info(rid)
+            if pending or unpublished:
+                d.wait_in_prealloc(rid, learned=unpublished)
             else:
                 d.admit(rid)
         for p in self.prefill[: len(self.prefill) if reached is None else reached]:
-            p.bootstrap(rid, published=published)
+            p.bootstrap(rid, published=published or unpublished)
         for d in self.decode if published else ():
             d.publish(rid, deliver=True)
         self.note("bootstrapped", rid=rid)
@@ -1486,6 +1493,9 @@ class Shape:
     ``backend``: the transfer backend whose KV managers, sender and receiver run (``mooncake``, or ``nixl``: its
     writes NIXL agent transfers, one prefill and one decode rank, the KV of an MLA model). ``write_fails``: prefill
     rank 0's write into decode rank 0, in flight at a decode abort, then fails as ``failed_write`` says.
+    ``unpublished`` (a decode abort with nothing sent): the request still waits in decode's preallocation queue for
+    pages, its receiver knowing its prefill ranks but never having published its destinations (its ABORT unarmed);
+    the prefill ranks hold its sender, bootstrapping, and never send a chunk.
     """
 
     config: str = "default"
@@ -1511,6 +1521,7 @@ class Shape:
     neighbour: bool = False
     backend: str = "mooncake"
     write_fails: bool = False
+    unpublished: bool = False
 
 
 def script(scene: Scene) -> None:
@@ -1543,7 +1554,8 @@ def script(scene: Scene) -> None:
         scene.reuse = True
     scene.start_request(RID, reached=1 if shape.publish == "partial" else
                         {"metadata-send-fails": 1, "bootstrap-fails": 0, "aborted-before-init": 0}.get(shape.failure),
-                        published=shape.wire_bootstrap, pending=shape.failure == "aborted-before-init")
+                        published=shape.wire_bootstrap, pending=shape.failure == "aborted-before-init",
+                        unpublished=shape.unpublished)
 
     def metadata_send_fails() -> None:  # decode's send of its destinations to prefill rank 1 fails; rank 0 took them
         scene.wire.resets[tcp(prefill_endpoint(1))] = None
@@ -1699,7 +1711,9 @@ def script(scene: Scene) -> None:
             p.work()
     else:
         aborts()
-        for p in scene.prefill:  # the forward finishes after the abort: its chunk must be refused, nothing written
+        # the forward finishes after the abort: its chunk must be refused, nothing written (a sender still
+        # bootstrapping, its destinations unpublished, is never sent to)
+        for p in scene.prefill if not shape.unpublished else ():
             p.send_last_chunk()
             p.work()
     scene.land_late()

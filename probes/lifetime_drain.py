@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from . import duties_40645, duties_41023
+from . import duties_40645, duties_41023, duties_41404
 from .case import Probe
 from .duties_lifetime import NIXL
 from .lifetime import IMPORTS, Shape, space_cases
@@ -29,9 +29,10 @@ def shape_of(point: Mapping[str, str]) -> Shape:
                  late_conclusion=point["clears"] == "late",
                  decode_ranks=2 if point["decode_ranks"] == "two" else 1, acks=point["acks"],
                  backend=point["backend"], write_fails=point["write"] != "lands",
-                 failed_write="keeps writing" if point["write"] == "unreadable" else "stops")
+                 failed_write="keeps writing" if point["write"] == "unreadable" else "stops",
+                 unpublished=point["destinations"] == "unpublished")
 
 
 PROBE = Probe(id="lifetime-drain", fix=40645, imports=(*IMPORTS, NIXL), table=duties_40645,
-              cases=space_cases(duties_40645, shape_of, uses=(duties_41023,),
+              cases=space_cases(duties_40645, shape_of, uses=(duties_41023, duties_41404),
                                 backends={"nixl": (NixlDecodeRank, NixlPrefillRank)}))

@@ -222,12 +222,18 @@ def hand_room(manager: Any, pages: list[int], aux_row: int, state_slots: list[li
         dst_kv_item_len=ITEM, dst_kv_item_lens=[ITEM], dst_kv_layer_ids=[0], dst_num_slots=PAGES,
         dst_state_item_lens=[[ITEM] for _ in STATES], dst_state_layer_ids=[[] for _ in STATES],
         dst_homogeneous_mem_kind="VRAM", dst_state_data_lens=[[ITEM * 8] for _ in STATES])
-    made = conn.NixlKVSender  # its constructor as the scheduler calls it (earlier trees also take the peer ranks)
-    sender = made(manager, f"{tree.BOOTSTRAP_HOST}:{tree.BOOTSTRAP_PORT}", ROOM,
-                  **{k: v for k, v in (("dest_tp_ranks", [0]), ("pp_rank", 0)) if tree.accepts(made, k)})
+    sender = new_sender(manager)
     manager.update_status(ROOM, tree.kv_poll().WaitingForInput)
     sender.init(PAGES, 0)
     return sender
+
+
+def new_sender(manager: Any) -> Any:
+    """The prefill scheduler's sender for the room: the tree's constructor as the scheduler calls it (earlier trees
+    also take the peer ranks)."""
+    made = tree.module(NIXL).NixlKVSender
+    return made(manager, f"{tree.BOOTSTRAP_HOST}:{tree.BOOTSTRAP_PORT}", ROOM,
+                **{k: v for k, v in (("dest_tp_ranks", [0]), ("pp_rank", 0)) if tree.accepts(made, k)})
 
 
 # --- NIXL's ranks in the lifetime scene (``Shape.backend`` "nixl") ------------------------------------------------
@@ -317,9 +323,11 @@ class NixlPrefillRank(PrefillRank):
 
     def bootstrap(self, rid: str, room: int = ROOM, published: bool = False) -> None:
         """Decode rank 0's preallocation for ``rid`` reached this rank (its bootstrap thread recorded it): the scene's
-        one room, its destinations handed (NIXL's cases never publish them over the wire)."""
+        one room, its destinations handed (NIXL's cases never send them over the wire). ``published``: they are
+        left to decode's own messages: the scheduler's sender alone, its room bootstrapping."""
         request = self.scene.decode[0].requests[rid]
-        self.senders[rid] = hand_room(self.manager, request.pages, request.metadata_index, [])
+        self.senders[rid] = new_sender(self.manager) if published else hand_room(
+            self.manager, request.pages, request.metadata_index, [])
 
     def send_chunk(self, start: int, end: int, last: bool) -> None:
         """The chunk through the room's sender, as the scheduler sends (NIXL's ``add_transfer_request`` takes the
