@@ -128,8 +128,9 @@ SPACE = space.Space(
                                    "a failed one", {"in_flight": ("landed",), "clears": ("yes", "late")})),
     # switched off, the abort must still stop a chunk not yet written (decode gives its pages back at once): trees
     # without an ABORT message to prefill (0.5.12 and earlier) write it in every configuration, a bug case there too
-    bug=(*on({"in_flight": ("yes",), "acks": ("delivered",), "clears": ("no", "yes"), "write": ("lands", "fails")},
-             {"in_flight": ("no", "queued", "taken", "landed"), "destinations": ("published",)}),
+    bug=(*on({"in_flight": ("yes",), "acks": ("delivered",), "clears": ("no", "yes")},
+             {"in_flight": ("no", "queued", "taken", "landed"), "destinations": ("published",)},
+             {"write": ("fails", "unreadable")}),
          {**OFF, "in_flight": ("no", "queued", "taken"), "destinations": ("published",)}),
     duties_by=(*on_rules(
         space.Rule({"in_flight": ("yes",), "acks": ("delivered",), "decode_ranks": ("one",), "clears": ("no", "yes"),
