@@ -8,7 +8,9 @@ An abort whose chunk is still queued for the transfer worker (taken after the ro
 the scheduler cleared it) or whose transfer already succeeded is acknowledged once and releases on it,
 nothing written. Guards: lost and late acknowledgements never hold the pages forever nor free them twice.
 Each backend has its half (``backend``): Mooncake's prefill manager, and NIXL's (its own transfer worker and ABORT
-handling, decode's NIXL manager reading its status messages and acknowledgements).
+handling, decode's NIXL manager reading its status messages and acknowledgements). On NIXL the write in flight can
+then fail (its worker's failure path acknowledges once every handle settled) or become unreadable (no acknowledgement
+before it lands), and an abort can precede decode's publish (an unarmed ABORT: nothing to acknowledge).
 """
 
 from __future__ import annotations
