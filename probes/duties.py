@@ -12,11 +12,11 @@ from __future__ import annotations
 from types import ModuleType
 
 from . import duties_1, duties_2, duties_3, duties_4, duties_5, duties_6, duties_36988, duties_38935, duties_39500, duties_40645, duties_41023, duties_41402, duties_41404, registry, space
-from .duties_lifetime import CONFIGURATIONS
+from .duties_lifetime import CONFIGURATIONS, OTHER_BACKENDS
 from .effects import Duty, Effects, classify, judged, signature
 from .fixcode import mutant_key
 
-__all__ = ["CONFIGURATIONS", "Duty", "Effects", "classify", "mutant_key", "signature"]
+__all__ = ["CONFIGURATIONS", "OTHER_BACKENDS", "Duty", "Effects", "classify", "mutant_key", "signature"]
 
 _MODULES: dict[int, ModuleType] = {38935: duties_38935, 36988: duties_36988, 41023: duties_41023, 40645: duties_40645,
                                    41402: duties_41402, 41404: duties_41404, 39500: duties_39500,
@@ -38,6 +38,9 @@ DUTIES: dict[str, Duty] = {duty.id: duty for table in TABLES.values() for duty i
 SPACES: dict[str, space.Space] = {table.SPACE.probe: table.SPACE for table in TABLES.values()}
 # Which duties each case checks, by probe and case id: its signature is their conjunction (from the spaces).
 CASES: dict[str, dict[str, tuple[str, ...]]] = {probe: s.duty_table() for probe, s in SPACES.items()}
+# Where each case is judged, by probe and case id: (site, role), from the spaces (never as a tree's process reports it).
+PLACES: dict[str, dict[str, tuple[str, str]]] = {
+    probe: {s.case_id(p): (s.site_of(p), s.role(p)) for p in s.points()} for probe, s in SPACES.items()}
 # The ids of the hand-written cases the spaces replaced: each is still a case, meaning what it meant.
 KEPT_IDS: dict[str, tuple[str, ...]] = {t.SPACE.probe: t.KEPT_IDS for t in TABLES.values() if hasattr(t, "KEPT_IDS")}
 # The code each fix changed, by qualified name: what ``diffprobe mutate`` mutates, on the lines the fix's cases

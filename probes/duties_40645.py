@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from . import space
 from .duties_lifetime import (ACKED, ACKS, DEFERRED_CONFIG, GUARD_ABORT, HELD, IN_FLIGHT, OFF, OFF_DUTIES, ON_ACK,
-                              ON_ACK_IDLE, CONN, MOONCAKE, NIXL, SUFFIXES, aborted_after_clear, aborting, acked_after_drain, on,
-                              on_rules, released_before_timeout, site, subject)
+                              ON_ACK_IDLE, CONN, MOONCAKE, NIXL, SUFFIXES, aborted_after_clear, aborting, acked_after_drain,
+                              frees, on, on_rules, released_before_timeout, site, subject, timeout_at)
 from .effects import Duty, Effects, returned
 
 
@@ -31,6 +31,12 @@ def unarmed_abort_handled(e: Effects) -> bool:
     return (returned(e) and any(m["kind"] == "ABORT" and m["fate"] == "delivered" for m in e["wire"])
             and any(s["step"] == "prefill concludes" and s.get("rid") == subject(e) for s in e["steps"])
             and not any(rank["held"] for rank in e["decode"]))
+
+
+def held_to_timeout(e: Effects) -> bool:
+    """Each decode rank gave the subject's pages back, and only once its release timeout had passed."""
+    return all(frees(rank, subject(e)) and all(f["t"] >= timeout_at(e) for f in frees(rank, subject(e)))
+               for rank in e["decode"])
 
 
 # Where the request's last chunk is when the abort reaches prefill, beside in flight or not sent: the transfer worker
@@ -62,10 +68,21 @@ DUTIES: tuple[Duty, ...] = (
          "the ABORT of a decode that never published its destinations (unarmed: it waits for no acknowledgement) "
          "failed the room at prefill, whose scheduler concluded the sender, and nothing escaped the tree's code (its "
          "bootstrap thread goes on); decode holds nothing", unarmed_abort_handled),
+    Duty("lifetime-held-to-timeout-prefill-off",
+         "with the deferred release switched off at prefill and on at decode, decode released the pages at its "
+         "release timeout, not before: a prefill switched off promises no drain, so nothing it sends releases them",
+         held_to_timeout),
     Duty("lifetime-released-on-ack",
          "with every acknowledgement delivered, the pages went back before the release timeout, not by it",
          released_before_timeout),
 )
+
+def same(patterns: tuple) -> tuple:
+    """``patterns`` (bug patterns or rules) where prefill's switch is decode's: a fleet part-way through switching
+    it has duties of its own."""
+    return tuple(space.Rule({**p.when, "prefill_config": ("same",)}, p.duties) if isinstance(p, space.Rule)
+                 else {**p, "prefill_config": ("same",)} for p in patterns)
+
 
 SPACE = space.Space(
     probe="lifetime-drain",
@@ -119,6 +136,14 @@ SPACE = space.Space(
                         "init), so its ABORT is unarmed; prefill's sender is still bootstrapping",
                         label="destinations-unpublished", says="before decode published its destinations"),
         ), over={"in_flight": ("no",), "clears": ("no",), "backend": ("nixl",)}, reads=("init_time", "ack_target")),
+        # a fleet part-way through switching the deferred release on: decode's on, prefill's still off
+        space.Dimension("prefill_config", (
+            space.Value("same", "prefill's deferred release set as decode's", label=""),
+            space.Value("switched-off", "decode's deferred release switched on, prefill's switched off "
+                        "(SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE=false in prefill's environment alone)",
+                        label="decode-only", says="with the deferred release switched on at decode alone"),
+        ), over={"config": ("with-deferred-release",), "in_flight": ("yes", "no"), "clears": ("no",),
+                 "backend": ("mooncake", "nixl")}, reads=("enable_deferred_decode_kv_release",)),
         DEFERRED_CONFIG,
     ),
     unreachable=(space.Unreachable("with nothing sent, prefill has no write to clear the room under",
@@ -128,11 +153,13 @@ SPACE = space.Space(
                                    "a failed one", {"in_flight": ("landed",), "clears": ("yes", "late")})),
     # switched off, the abort must still stop a chunk not yet written (decode gives its pages back at once): trees
     # without an ABORT message to prefill (0.5.12 and earlier) write it in every configuration, a bug case there too
-    bug=(*on({"in_flight": ("yes",), "acks": ("delivered",), "clears": ("no", "yes")},
-             {"in_flight": ("no", "queued", "taken", "landed"), "destinations": ("published",)},
-             {"write": ("fails", "unreadable")}),
-         {**OFF, "in_flight": ("no", "queued", "taken"), "destinations": ("published",)}),
-    duties_by=(*on_rules(
+    bug=(*same(on({"in_flight": ("yes",), "acks": ("delivered",), "clears": ("no", "yes")},
+                  {"in_flight": ("no", "queued", "taken", "landed"), "destinations": ("published",)},
+                  {"write": ("fails", "unreadable")})),
+         {**OFF, "in_flight": ("no", "queued", "taken"), "destinations": ("published",)},
+         # a tree without the deferred release gives the pages back at the abort, whatever either side sets
+         {"prefill_config": ("switched-off",)}),
+    duties_by=(*same(on_rules(
         space.Rule({"in_flight": ("yes",), "acks": ("delivered",), "decode_ranks": ("one",), "clears": ("no", "yes"),
                     "write": ("lands", "fails")}, (*ACKED, *HELD)),
         # a write whose end the worker cannot tell is never acknowledged: decode holds the pages to its timeout
@@ -141,7 +168,8 @@ SPACE = space.Space(
         space.Rule({"acks": ("lost", "late")}, GUARD_ABORT),
         space.Rule({"in_flight": ("no", "queued", "taken", "landed"), "destinations": ("published",)}, ON_ACK_IDLE),
         space.Rule({"clears": ("late",), "write": ("lands", "fails")}, ON_ACK),
-    ), space.Rule({**OFF, "destinations": ("published",)}, OFF_DUTIES),
+    )), space.Rule({"prefill_config": ("switched-off",)}, ("lifetime-held-to-timeout-prefill-off", *HELD, *GUARD_ABORT)),
+        space.Rule({**OFF, "destinations": ("published",)}, OFF_DUTIES),
         space.Rule({**OFF, "in_flight": ("no", "queued", "taken")}, ("lifetime-no-foreign-write",)),
         # in every configuration: decode reserved nothing and armed nothing
         space.Rule({"destinations": ("unpublished",)}, ("lifetime-unarmed-abort-handled", "lifetime-no-foreign-write"))),
@@ -206,10 +234,7 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
         "falling through, the drain pops the poisoned room's targets again, the line before having popped them, and "
         "sends to none: the same as returning",
 }
-# NIXL's half (0.5.22 on: _handle_deferred_abort_ack, and both skips of the worker acknowledging)
-NIXL_OFF = ("with deferred release off on prefill the ABORT falls to the next test, which returns as well for the "
-            "generation-less ABORT a decode with it off sends: only a decode with it on beside a prefill with it off (a "
-            "mixed configuration; the scene's ranks share one environment) would be registered and acknowledged")
+# NIXL's half (0.5.22 on): the worker's skip of a cleared room's chunk
 EXPLAINED: dict[tuple[str, str, str], str] = {
     ("NixlKVManager.transfer_worker", "delete", "self._maybe_ack_drained_abort(room)"):
         "one of the worker's tries goes untold: its skip of a chunk whose room was cleared acknowledges something only "
@@ -219,12 +244,6 @@ EXPLAINED: dict[tuple[str, str, str], str] = {
     ("NixlKVManager.transfer_worker", "return", "self._maybe_ack_drained_abort(room)"):
         "as its deletion; returning there also ends the worker thread (no later chunk of its queue is written), which "
         "no case can see: each has one request, and the scene runs the worker body afresh at each step",
-    ("NixlKVManager._handle_deferred_abort_ack", "delete", "if not self.enable_deferred_decode_kv_release:"): NIXL_OFF,
-    ("NixlKVManager._handle_deferred_abort_ack", "false", "not self.enable_deferred_decode_kv_release"): NIXL_OFF,
-    ("NixlKVManager._handle_deferred_abort_ack", "insert:notification.room", "not self.enable_deferred_decode_kv_release"):
-        f"with the case's room (not 0) the test is never true, as with the statement deleted: {NIXL_OFF}",
-    ("NixlKVManager._handle_deferred_abort_ack", "delete", "return"):
-        f"the first early return: {NIXL_OFF} (the second's deletion the destinations-unpublished cases tell)",
     # 0.5.21's clear(): the branch for a manager with acknowledgement targets but no outstanding counts
     **{("CommonKVSender.clear", operator, "self.kv_mgr._deferred_ack_targets.pop(self.bootstrap_room, None)"):
        "runs only on a KV manager without _staging_outstanding, of this tree's the Mori backend's alone (Mooncake, "

@@ -18,7 +18,14 @@ from .effects import Effects
 # defaults, a defence's option switched on, or the deferred release switched off. A defence off by default is
 # in force only where its "with-" configuration is fixed; the host keeps one bug window per configuration
 # (judging.window). Where the deferred release is switched off its cases check only what must hold without it.
-CONFIGURATIONS = ("default", "with-deferred-release", "without-deferred-release", "with-kv-checksum")
+# A case over a KV-transfer backend other than Mooncake (lifetime-drain's ``backend``) has a site of its own per
+# configuration: a deployment runs one backend, and each backend's half of a fix has its own window.
+# A fleet part-way through switching the deferred release on has it on at decode and off at prefill (MIXED).
+MIXED = "decode-only-deferred-release"
+_BASE_CONFIGURATIONS = ("default", "with-deferred-release", "without-deferred-release", MIXED)
+OTHER_BACKENDS = ("nixl",)
+CONFIGURATIONS = (*_BASE_CONFIGURATIONS, "with-kv-checksum",
+                  *(f"{c}-{b}" for b in OTHER_BACKENDS for c in _BASE_CONFIGURATIONS))
 
 
 def subject(effects: Effects) -> str:
@@ -193,8 +200,15 @@ ACKS = space.Dimension("acks", (
 ), reads=("is_abort_release_safe", "note_abort_ack"))
 
 
+def configuration(point: Mapping[str, str]) -> str:
+    """The configuration a case runs under: its ``config``, or MIXED where prefill's switch is off alone."""
+    return MIXED if point.get("prefill_config") == "switched-off" else point["config"]
+
+
 def site(point: Mapping[str, str]) -> str:
-    return point["config"]
+    """The case's configuration, and its backend where that is not Mooncake (the backend every probe runs by default)."""
+    backend = point.get("backend", "mooncake")
+    return configuration(point) if backend == "mooncake" else f"{configuration(point)}-{backend}"
 
 
 # The SGLang modules the later defences' code is in (their FIX_CODE names functions of these).

@@ -23,6 +23,7 @@ tree's NIXL managers, sender and receiver instead, its writes through NIXL agent
 from __future__ import annotations
 
 import ast
+import contextlib
 import inspect
 import logging
 import math
@@ -30,12 +31,13 @@ import os
 import textwrap
 import threading
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, fields, is_dataclass
 from types import SimpleNamespace
 from typing import Any
 
 from . import tree
+from .duties_lifetime import MIXED
 from .case import Case
 from .doubles import Absent, Double, DoubleGap, Journal, output_streamer, strict_subject
 from .pages import Clock, PagePool, Transfer
@@ -80,7 +82,27 @@ CONFIGS: dict[str, dict[str, str]] = {
     "default": {},
     "with-deferred-release": {DEFERRED_ENV: "true"},
     "without-deferred-release": {DEFERRED_ENV: "false"},
+    MIXED: {DEFERRED_ENV: "true"},
 }
+# What a configuration sets in one role's environment alone, over CONFIGS (each role is its own server)
+ROLE_ENV: dict[str, dict[str, dict[str, str]]] = {MIXED: {"prefill": {DEFERRED_ENV: "false"}}}
+
+
+@contextlib.contextmanager
+def role_env(config: str, role: str) -> Iterator[None]:
+    """The case's environment as ``role``'s server has it while its ranks are built (their ``__init__`` gates read
+    it then), restored after."""
+    own = ROLE_ENV.get(config, {}).get(role, {})
+    saved = {name: os.environ.get(name) for name in own}
+    os.environ.update(own)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 class Stop(BaseException):
@@ -1285,8 +1307,10 @@ class Scene:
             single_rank_reduce([utils, decode_mod], journal)
         self.keep_flag = keep_flag()
         decode_mod.release_kv_cache = self._release
-        self.decode = [decode_cls(self, d) for d in range(shape.decode_ranks)]
-        self.prefill = [prefill_cls(self, p) for p in range(shape.prefill_ranks)]
+        with role_env(shape.config, "decode"):
+            self.decode = [decode_cls(self, d) for d in range(shape.decode_ranks)]
+        with role_env(shape.config, "prefill"):
+            self.prefill = [prefill_cls(self, p) for p in range(shape.prefill_ranks)]
         self.holds: dict[tuple[int, int], Callable[[], None]] = {}  # (prefill, decode) -> steps run while that write is in flight
         self.failing: dict[tuple[int, int], str] = {}  # (prefill, decode) -> "stops" | "keeps writing"
         self.late: list[Transfer] = []  # writes reported failed that are still landing
@@ -1416,6 +1440,7 @@ class Scene:
         return {
             "subject": RID,
             "config": {"name": self.shape.config, "env": dict(CONFIGS.get(self.shape.config, {})),
+                       **({"roles": ROLE_ENV[self.shape.config]} if self.shape.config in ROLE_ENV else {}),
                        "prefill": [p.config for p in self.prefill], "decode": [d.config for d in self.decode]},
             "timeout": self.timeout(),
             "steps": list(self.steps),

@@ -19,13 +19,13 @@ from collections.abc import Mapping
 
 from . import duties_40645, duties_41023, duties_41404
 from .case import Probe
-from .duties_lifetime import NIXL
+from .duties_lifetime import NIXL, configuration
 from .lifetime import IMPORTS, Shape, space_cases
 from .nixl import NixlDecodeRank, NixlPrefillRank
 
 
 def shape_of(point: Mapping[str, str]) -> Shape:
-    return Shape(config=point["config"], in_flight=point["in_flight"] == "yes", clears=point["clears"] == "yes",
+    return Shape(config=configuration(point), in_flight=point["in_flight"] == "yes", clears=point["clears"] == "yes",
                  chunk={"queued": "queued", "taken": "taken", "landed": "landed"}.get(point["in_flight"], ""),
                  wire_bootstrap=point["bootstrap"] == "published",
                  late_conclusion=point["clears"] == "late",

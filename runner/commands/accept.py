@@ -312,12 +312,27 @@ def audit_gates(probed: dict, fleet: Fleet) -> dict[int, tuple[list[Receipt], li
                     # gate 4: deferred release is not on on some rank, and gate 4's own check of that rank
                     # (deferred-release-in-force) fails it, naming the rank and where its value comes from
                     continue
-                shown = judging.at_site(f, site)
-                if shown is None or shown.status != "fixed":
-                    out[GATE_OF_FIX[f.fix]][1].append(
-                        f"{source} (run by {w.name()}, {why}): {fixids.label(f.fix)} " + (f"{shown.status} in that configuration"
-                        if shown else "not probed in that configuration: failing closed"))
+                for at in backend_sites(f, site, w, fleet):
+                    shown = judging.at_site(f, at)
+                    if shown is None or shown.status != "fixed":
+                        out[GATE_OF_FIX[f.fix]][1].append(
+                            f"{source} (run by {w.name()}, {why}): {fixids.label(f.fix)} "
+                            + (f"{shown.status} in that configuration" if shown else
+                               "not probed in that configuration: failing closed") + (f" ({at})" if at != site else ""))
     return out
+
+
+def backend_sites(fs: judging.FixStatus, site: str, w: Worker, fleet: Fleet) -> list[str]:
+    """The sites of ``fs`` that judge worker ``w`` in configuration ``site``: where the fix's cases ran over another
+    backend too (its ``<site>-<backend>`` sites), the one ``w`` runs alone; both where its backend cannot be read
+    (failing closed); the configuration's own site where the fix has no case over the backend it runs."""
+    own = {b: f"{site}-{b}" for b in judging.OTHER_BACKENDS if any(s.site == f"{site}-{b}" for s in fs.sites)}
+    if not own:
+        return [site]
+    used = [server_arg(w, r, "disaggregation_transfer_backend", fleet.of(w)) for r in w.ranks()]
+    if not all(s.known for s in used):
+        return [site, *own.values()]
+    return list(dict.fromkeys(own.get(s.value, site) for s in used))
 
 
 def other_code(workers: list[Worker], tree_of: dict[str, str], declared: dict[str, str | None]) -> list[str]:

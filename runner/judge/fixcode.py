@@ -9,7 +9,7 @@ a "fixed" that rests on fewer than all of them says how many it does not rest on
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -34,6 +34,13 @@ class FixFunction(_Model):
                                                    "from the stored tree) and the values the cases saw it take")
 
 
+def backend_of(function: str) -> str | None:
+    """The package under ``sglang.srt.disaggregation`` a FIX_CODE name lies in (``mooncake``, ``nixl``, ``common``...;
+    None outside it): the host's own names, never the tree's."""
+    parts = function.split(".")
+    return parts[parts.index("disaggregation") + 1] if "disaggregation" in parts[:-1] else None
+
+
 class FixCoverage(_Model):
     """One receipt's cases against one fix's code."""
 
@@ -46,10 +53,12 @@ class FixCoverage(_Model):
         """``file:line`` of each statement of the fix's code no case ran."""
         return [f"{f.file}:{line}" for f in self.functions for line in f.not_covered]
 
-    def one_way(self) -> list[str]:
+    def one_way(self, without: Collection[str] = ()) -> list[str]:
         """Each atomic condition of the fix's code no case saw both ways and no reason explains, as it reads:
-        ``condition `X` at file:line never false``."""
-        return [said for f in self.functions for c in f.conditions if (said := c.one_way()) is not None]
+        ``condition `X` at file:line never false``. ``without``: KV-transfer backends whose own modules' conditions
+        do not count (a site whose cases run another backend: only its own and the shared code's are its)."""
+        return [said for f in self.functions if backend_of(f.function) not in without
+                for c in f.conditions if (said := c.one_way()) is not None]
 
     def both_ways(self) -> tuple[int, int]:
         """(conditions seen both ways or explained, conditions) of the fix's code."""

@@ -148,6 +148,9 @@ class SiteStatus(BaseModel):
     site: str
     status: Status
     cases: dict[str, str]  # case id -> its state (bug, clean, error, timeout, not_applicable)
+    # where the fix's cases ran over more than one KV-transfer backend: the fix's one_way that is this site's (its
+    # backend's own code and the shared code); None: all of the fix's
+    one_way: list[str] | None = None
 
 
 class Departed(BaseModel):
@@ -236,12 +239,14 @@ def fixes(receipts: list[Observed]) -> list[FixStatus]:
     missed: dict[int, list[str]] = {}
     one_way: dict[int, list[str]] = {}
     counted: dict[int, list[int]] = {}
+    measured: dict[int, list[FixCoverage]] = {}
     for receipt in receipts:
         if receipt.probe.fix is None:
             continue
         if receipt.fix_code is not None and receipt.fix_code.fix == receipt.probe.fix:
             missed.setdefault(receipt.probe.fix, []).extend(receipt.fix_code.not_covered())
             one_way.setdefault(receipt.probe.fix, []).extend(receipt.fix_code.one_way())
+            measured.setdefault(receipt.probe.fix, []).append(receipt.fix_code)
             both, every = receipt.fix_code.both_ways()
             total = counted.setdefault(receipt.probe.fix, [0, 0])
             total[0], total[1] = total[0] + both, total[1] + every
@@ -249,9 +254,12 @@ def fixes(receipts: list[Observed]) -> list[FixStatus]:
             by_site.setdefault((receipt.probe.fix, case.site), []).append(case)
     out: dict[int, list[SiteStatus]] = {}
     bug_at: dict[int, list[str]] = {}
+    over = {fix for fix, site in by_site if site_backend(site) != KV_BACKENDS[0]}  # fixes probed over other backends
     for (fix, site), cases in by_site.items():
+        own = None if fix not in over else list(dict.fromkeys(
+            said for cov in measured.get(fix, []) for said in cov.one_way(without=set(KV_BACKENDS) - {site_backend(site)})))
         out.setdefault(fix, []).append(SiteStatus(fix=fix, site=site, status=status(cases),
-                                                  cases={c.id: state(c) for c in cases}))
+                                                  cases={c.id: state(c) for c in cases}, one_way=own))
         if any(c.role == "bug" and state(c) == "bug" for c in cases):
             bug_at.setdefault(fix, []).append(site)
     return [FixStatus(fix=f, status=on_conditions(worst([s.status for s in sites]), one_way.get(f, [])), sites=sites,
@@ -317,8 +325,9 @@ def at_site(fs: FixStatus | None, site: str) -> FixStatus | None:
     found = next((s for s in fs.sites if s.site == site), None) if fs is not None else None
     if found is None:
         return None
-    return FixStatus(fix=fs.fix, status=on_conditions(found.status, fs.one_way), sites=[found],
-                     bug_at=[site] if site in fs.bug_at else [], one_way=fs.one_way)
+    one_way = fs.one_way if found.one_way is None else found.one_way
+    return FixStatus(fix=fs.fix, status=on_conditions(found.status, one_way), sites=[found],
+                     bug_at=[site] if site in fs.bug_at else [], one_way=one_way)
 
 
 def configured_sites(statuses: Iterable[FixStatus]) -> list[str]:
@@ -357,6 +366,13 @@ def source_status(st: Status, tree: bool) -> str:
 # (probes/duties.py: standard library only, it never imports SGLang).
 
 CONFIGURATIONS = probe_duties.CONFIGURATIONS
+OTHER_BACKENDS = probe_duties.OTHER_BACKENDS
+KV_BACKENDS = ("mooncake", *OTHER_BACKENDS)  # the first: the backend a site that names none runs
+
+
+def site_backend(site: str) -> str:
+    """The KV-transfer backend a site's cases run (``<configuration>-<backend>``; Mooncake where it names none)."""
+    return next((b for b in OTHER_BACKENDS if site.endswith(f"-{b}")), KV_BACKENDS[0])
 
 
 def case_ids(probe: str) -> list[str]:
@@ -367,7 +383,12 @@ def case_ids(probe: str) -> list[str]:
 def rejudge(probe: str, case: Case) -> Case:
     """The case as the host judges it from its effects, with each declared duty held or failed. A
     reported classification its effects do not bear out makes the case an error of the tree's
-    process ("Misjudged"), never a verdict."""
+    process ("Misjudged"), never a verdict. A case reported at a site or in a role its probe does not declare for it
+    (a process moving a bug case out of the configuration a deployment runs) is such an error too, where declared."""
+    place = probe_duties.PLACES.get(probe, {}).get(case.id)
+    if place is not None and (case.site, case.role) != place:
+        return _misjudged(case.model_copy(update={"site": place[0], "role": place[1]}),
+                          f"reported at site {case.site} as a {case.role} case; its probe declares {place[0]}, {place[1]}")
     if case.outcome != "observed" or probe not in probe_duties.CASES:
         return case
     if case.id not in probe_duties.CASES[probe]:

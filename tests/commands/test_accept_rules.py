@@ -284,6 +284,29 @@ def test_a_backends_own_defence_is_judged_only_where_that_backend_runs(backend, 
         assert accept.running_configuration(3, ws[0], fleet)[0] == reads
 
 
+@pytest.mark.parametrize("backend,fails_on", [
+    ("mooncake", []),  # NIXL's half of a fix is not what a Mooncake worker runs
+    ("nixl", ["default-nixl"]),  # nor Mooncake's what a NIXL one does
+    ("mori", []),  # a backend no case ran over: the configuration's own site, as for every other fix
+    (None, ["default-nixl"]),  # not reported: it may run either, each judged (failing closed)
+])
+def test_a_fix_probed_over_two_backends_is_judged_on_the_one_each_worker_runs(backend, fails_on):
+    from types import SimpleNamespace as NS
+
+    from runner.judge.judging import FixStatus, SiteStatus
+
+    top = {"disaggregation_transfer_backend": backend} if backend else {}
+    ws = [worker("prefill", P, [{}], **top), worker("decode", D, [{}], **top)]
+    values = [["dp_size", 1], ["disaggregation_transfer_backend", backend]] if backend else [["dp_size", 1]]
+    fleet = fleet_of(ws, tree_answers=answers(values=values))
+    halves = FixStatus(fix=40645, status="not fixed", sites=[  # 0.5.21: Mooncake's half in, NIXL's not
+        SiteStatus(fix=40645, site="default", status="fixed", cases={}),
+        SiteStatus(fix=40645, site="default-nixl", status="not fixed", cases={})])
+    reasons = accept.audit_gates({TREE: NS(receipts=[], row=NS(fixes=[halves]))}, fleet)[4][1]
+    assert len(reasons) == 2 * len(fails_on)
+    assert all(r.endswith(f"#40645 not fixed in that configuration ({at})") for r, at in zip(reasons, fails_on * 2))
+
+
 # --- gate 3: the pair rule is the tree's -------------------------------------------------------------
 
 

@@ -78,3 +78,45 @@ def test_a_resealed_bundle_whose_verdict_does_not_follow_from_its_effects_fails_
     problems = bundle.verify(root)
     assert any("door-not-queued" in p for p in problems), problems
     assert cli.main(["verify", str(root)]) == 1
+
+
+def test_a_case_reported_at_another_site_or_role_is_an_error_where_its_probe_places_it():
+    """A process that moves a bug case into a configuration a deployment does not run (or makes it a guard) would take
+    it out of the status ``accept`` reads: the site and role are the probe's, by case id."""
+    moved = _case(RETIRED, "clean").model_copy(update={"site": "decode-door"})
+    judged = judging.rejudge("admission", moved)
+    assert (judged.outcome, judged.error.type, judged.site, judged.role) == ("error", "Misjudged", "prefill-door", "bug")
+    assert "reported at site decode-door" in judged.error.message
+    demoted = judging.rejudge("admission", _case(ADMITTED, "bug").model_copy(update={"role": "guard"}))
+    assert demoted.outcome == "error" and demoted.role == "bug"
+
+
+def test_a_site_over_one_backend_reads_only_that_backends_conditions_and_the_shared_ones():
+    """#40645's cases run over Mooncake and NIXL, each backend's site its own: a condition of NIXL's module no case saw
+    both ways leaves NIXL's sites inconclusive, never Mooncake's; one of the shared code leaves both."""
+    from types import SimpleNamespace as NS
+
+    from runner.judge.conditions import Condition
+    from runner.judge.fixcode import FixCoverage, FixFunction
+
+    def function(name: str, file: str, seen: list[bool]) -> FixFunction:
+        return FixFunction(function=name, file=file, conditions=[Condition(at=f"{file}:10:8", kind="truth", text="x",
+                                                                           seen=seen)])
+
+    def status(nixl: list[bool], common: list[bool], sites=("default", "default-nixl")) -> dict[str, str]:
+        coverage = FixCoverage(fix=40645, functions=[
+            function("sglang.srt.disaggregation.nixl.conn.NixlKVManager.transfer_worker",
+                     "sglang/srt/disaggregation/nixl/conn.py", nixl),
+            function("sglang.srt.disaggregation.common.conn.CommonKVSender.clear",
+                     "sglang/srt/disaggregation/common/conn.py", common)])
+        cases = [Case(id=f"c{i}", site=site, role="bug", title="t", signature="s", outcome="observed",
+                      classification="clean", effects={}, duration_ms=1) for i, site in enumerate(sites)]
+        [fs] = judging.fixes([NS(probe=NS(fix=40645), fix_code=coverage, cases=cases)])
+        return {site: judging.at_site(fs, site).status for site in sites} | {"whole": fs.status}
+
+    assert status([True, False], [True, False]) == {"default": "fixed", "default-nixl": "fixed", "whole": "fixed"}
+    assert status([True], [True, False]) == {"default": "fixed", "default-nixl": "inconclusive", "whole": "inconclusive"}
+    assert status([True, False], [False]) == {"default": "inconclusive", "default-nixl": "inconclusive",
+                                              "whole": "inconclusive"}
+    # a fix whose sites name no backend (L3: NIXL's code, its cases all NIXL's) keeps every condition at each site
+    assert status([True], [True, False], sites=("default",)) == {"default": "inconclusive", "whole": "inconclusive"}

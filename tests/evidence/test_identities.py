@@ -156,7 +156,8 @@ def test_one_registry_names_every_probe_for_the_host_the_harness_and_the_duty_ta
     ("duties_41023.py", {"judge", "lifetime-default", "lifetime-drain", "lifetime-peers", "lifetime-failures",
                          "lifetime-hisparse", "lifetime-ranks", "lifetime-flush"}),
     ("duties_lifetime.py", {"judge", "lifetime-default", "lifetime-drain", "lifetime-peers", "lifetime-failures", "handoff",
-                            "handoff-slot", "lifetime-hisparse", "lifetime-ranks", "lifetime-flush", "nixl-completion"}),
+                            "handoff-slot", "lifetime-hisparse", "lifetime-ranks", "lifetime-flush", "nixl-completion",
+                            "lifetime-restore"}),  # the scene's configurations (lifetime.py) are named there
     ("duties_1.py", {"judge", "lifetime-ranks"}),
     ("duties_2.py", {"judge", "lifetime-flush"}),
     ("duties_3.py", {"judge", "nixl-completion"}),

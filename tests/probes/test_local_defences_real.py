@@ -204,7 +204,8 @@ def test_a_fork_that_breaks_only_nixls_half_of_the_drain_never_reads_plain_fixed
     [row] = json.loads((out / "bundle.json").read_text())["extra"]["rows"]
     [fix] = row["fixes"]
     assert code == 1 and row["on_unreviewed"] == [] and fix["status"] == "not fixed", (code, row)
-    assert fix["bug_at"] == ["default", "with-deferred-release"]
+    # NIXL's half has sites of its own: a Mooncake deployment is not judged on it (accept)
+    assert fix["bug_at"] == ["default-nixl", "with-deferred-release-nixl"]
     assert [u.split(" ")[:3] for u in row["unreviewed"]] == [
         ["sglang/srt/disaggregation/nixl/conn.py:3352", "in", "NixlKVManager._handle_deferred_abort_ack"]]
     [receipt] = [json.loads(p.read_text()) for p in (out / "receipts").glob("*.json")]
@@ -218,3 +219,25 @@ def test_a_fork_that_breaks_only_nixls_half_of_the_drain_never_reads_plain_fixed
         ("in-flight-nixl-write-state-unreadable", "lifetime-no-ack-while-writing"),
         ("in-flight-prefill-concludes-late-nixl-write-state-unreadable", "lifetime-no-ack-while-writing"))
         for site in ("", "-with-deferred-release")}, failed
+
+NIXL_SWITCH = ("sglang/srt/disaggregation/nixl/conn.py",
+               "        if not self.enable_deferred_decode_kv_release:\n            return\n        ack_target",
+               "        ack_target")
+
+
+def test_a_prefill_that_ignores_its_own_switch_reads_not_fixed_where_only_decode_has_it_on(release_tree, cache, tmp_path):
+    """NIXL's prefill registering and acknowledging an ABORT with its deferred release switched off: alike wherever
+    both sides agree (a decode switched off sends no generation to acknowledge), told only by a fleet part-way through
+    switching it on (decode on, prefill off), where decode then releases on an acknowledgement a prefill that keeps no
+    drain promise sent (docs/fixed.md, ``decode-only-deferred-release``)."""
+    fork = forks.make(release_tree("0.5.23").root, tmp_path / "nixl-ignores-switch", [NIXL_SWITCH])
+    out = tmp_path / "audit"
+    code = cli.main(["audit", f"path:{fork}", "--fix", "40645", "--out", str(out), "--cache-dir", str(cache.root)])
+    [row] = json.loads((out / "bundle.json").read_text())["extra"]["rows"]
+    [fix] = row["fixes"]
+    assert code == 1 and fix["status"] == "not fixed" and fix["bug_at"] == ["decode-only-deferred-release-nixl"], row
+    [receipt] = [json.loads(p.read_text()) for p in (out / "receipts").glob("*.json")]
+    failed = {c["id"]: sorted(d for d, held in c["duties"].items() if not held)
+              for c in receipt["cases"] if c["classification"] != "clean"}
+    assert failed == {f"{case}-nixl-decode-only-with-deferred-release": ["lifetime-held-to-timeout-prefill-off"]
+                      for case in ("in-flight", "nothing-in-flight")}, failed
