@@ -25,6 +25,7 @@ import time
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from probes.duties import FIX_CODE
 from runner import errors, fixids, ui
 from runner.app import pipeline, server, survey
 from runner.commands import gate, options
@@ -32,6 +33,7 @@ from runner.app.fleet import (BATCH_LIMIT, DEFERRED, DEFERRED_TIMEOUT, Fleet, Wo
                               env_setting, layout, past, read_fleet, server_arg, tree_version, trees_for)
 from runner.evidence import bundle, pins, static
 from runner.judge import judging
+from runner.judge.fixcode import backend_of
 from runner.judge.observations import Case
 from runner.evidence.receipts import Receipt, ServerIdentity, host_environment, host_probe, make
 from runner.evidence.records import Acceptance, GateResult
@@ -312,27 +314,42 @@ def audit_gates(probed: dict, fleet: Fleet) -> dict[int, tuple[list[Receipt], li
                     # gate 4: deferred release is not on on some rank, and gate 4's own check of that rank
                     # (deferred-release-in-force) fails it, naming the rank and where its value comes from
                     continue
-                for at in backend_sites(f, site, w, fleet):
-                    shown = judging.at_site(f, at)
+                for at, lacking in backend_sites(f, site, w, fleet):
+                    shown = judging.at_site(f, at) if lacking is None else None
                     if shown is None or shown.status != "fixed":
                         out[GATE_OF_FIX[f.fix]][1].append(
                             f"{source} (run by {w.name()}, {why}): {fixids.label(f.fix)} "
-                            + (f"{shown.status} in that configuration" if shown else
+                            + (f"{shown.status} in that configuration" if shown else lacking or
                                "not probed in that configuration: failing closed") + (f" ({at})" if at != site else ""))
     return out
 
 
-def backend_sites(fs: judging.FixStatus, site: str, w: Worker, fleet: Fleet) -> list[str]:
-    """The sites of ``fs`` that judge worker ``w`` in configuration ``site``: where the fix's cases ran over another
-    backend too (its ``<site>-<backend>`` sites), the one ``w`` runs alone; both where its backend cannot be read
-    (failing closed); the configuration's own site where the fix has no case over the backend it runs."""
+def code_backends(fix: int) -> set[str]:
+    """The KV-transfer backends whose own modules the fix's code (FIX_CODE) names: empty where it is all shared code."""
+    return {b for name in FIX_CODE.get(fix, ()) if (b := backend_of(name)) in judging.KV_BACKENDS}
+
+
+def backend_sites(fs: judging.FixStatus, site: str, w: Worker, fleet: Fleet) -> list[tuple[str, str | None]]:
+    """The sites of ``fs`` that judge worker ``w`` in configuration ``site``, each with why it cannot be judged (None:
+    it can): per backend its ranks run, the fix's ``<site>-<backend>`` site where its cases ran over that backend,
+    else the configuration's own (Mooncake's) site, unless the fix's code is partly backends' own and not this
+    backend's (its cases never ran the code this worker runs: failing closed); every site where a rank's backend
+    cannot be read (gate 4 fails that rank on it too)."""
     own = {b: f"{site}-{b}" for b in judging.OTHER_BACKENDS if any(s.site == f"{site}-{b}" for s in fs.sites)}
-    if not own:
-        return [site]
     used = [server_arg(w, r, "disaggregation_transfer_backend", fleet.of(w)) for r in w.ranks()]
     if not all(s.known for s in used):
-        return [site, *own.values()]
-    return list(dict.fromkeys(own.get(s.value, site) for s in used))
+        return [(at, None) for at in (site, *own.values())]
+    code = code_backends(fs.fix)
+    out: dict[str, str | None] = {}
+    for backend in dict.fromkeys(s.value for s in used):
+        if backend in own:
+            out[own[backend]] = None
+        elif not code or backend in code:
+            out[site] = None
+        else:
+            out[site] = (f"not probed over {backend}: its code is partly {' and '.join(sorted(code))}'s own, and no "
+                         f"case ran {backend}'s: failing closed")
+    return list(out.items())
 
 
 def other_code(workers: list[Worker], tree_of: dict[str, str], declared: dict[str, str | None]) -> list[str]:

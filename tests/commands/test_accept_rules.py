@@ -284,27 +284,47 @@ def test_a_backends_own_defence_is_judged_only_where_that_backend_runs(backend, 
         assert accept.running_configuration(3, ws[0], fleet)[0] == reads
 
 
+LACKING = "not probed over {}: its code is partly {}'s own, and no case ran {}'s: failing closed"
+
+
 @pytest.mark.parametrize("backend,fails_on", [
     ("mooncake", []),  # NIXL's half of a fix is not what a Mooncake worker runs
-    ("nixl", ["default-nixl"]),  # nor Mooncake's what a NIXL one does
-    ("mori", []),  # a backend no case ran over: the configuration's own site, as for every other fix
-    (None, ["default-nixl"]),  # not reported: it may run either, each judged (failing closed)
+    ("nixl", ["#40645 not fixed in that configuration (default-nixl)"]),  # nor Mooncake's what a NIXL one does
+    # a backend no case ran over, whose own code the fix's names not: its half never ran
+    ("mori", ["#40645 " + LACKING.format("mori", "mooncake and nixl", "mori")]),
+    (None, ["#40645 not fixed in that configuration (default-nixl)"]),  # not reported: it may run either, each judged
 ])
 def test_a_fix_probed_over_two_backends_is_judged_on_the_one_each_worker_runs(backend, fails_on):
-    from types import SimpleNamespace as NS
-
     from runner.judge.judging import FixStatus, SiteStatus
+
+    halves = FixStatus(fix=40645, status="not fixed", sites=[  # 0.5.21: Mooncake's half in, NIXL's not
+        SiteStatus(fix=40645, site="default", status="fixed", cases={}),
+        SiteStatus(fix=40645, site="default-nixl", status="not fixed", cases={})])
+    assert [r.split(": ", 1)[1] for r in _audited(halves, backend)] == fails_on * 2
+
+
+def _audited(fs, backend: str | None) -> list[str]:
+    """Gate 4's audit reasons for ``fs`` on a prefill and a decode worker that report ``backend`` (None: nothing)."""
+    from types import SimpleNamespace as NS
 
     top = {"disaggregation_transfer_backend": backend} if backend else {}
     ws = [worker("prefill", P, [{}], **top), worker("decode", D, [{}], **top)]
     values = [["dp_size", 1], ["disaggregation_transfer_backend", backend]] if backend else [["dp_size", 1]]
-    fleet = fleet_of(ws, tree_answers=answers(values=values))
-    halves = FixStatus(fix=40645, status="not fixed", sites=[  # 0.5.21: Mooncake's half in, NIXL's not
-        SiteStatus(fix=40645, site="default", status="fixed", cases={}),
-        SiteStatus(fix=40645, site="default-nixl", status="not fixed", cases={})])
-    reasons = accept.audit_gates({TREE: NS(receipts=[], row=NS(fixes=[halves]))}, fleet)[4][1]
-    assert len(reasons) == 2 * len(fails_on)
-    assert all(r.endswith(f"#40645 not fixed in that configuration ({at})") for r, at in zip(reasons, fails_on * 2))
+    return accept.audit_gates({TREE: NS(receipts=[], row=NS(fixes=[fs]))}, fleet_of(ws, tree_answers=answers(values=values)))[4][1]
+
+
+@pytest.mark.parametrize("fix,backend,lacking", [
+    (41404, "nixl", "mooncake"),  # its code is partly Mooncake's own, and its cases ran Mooncake alone
+    (41402, "mori", "mooncake"),
+    (41404, "mooncake", None),
+    (41023, "nixl", None),  # all shared code: what its cases ran, every backend runs
+])
+def test_a_fix_whose_code_is_partly_one_backends_is_not_taken_for_another_backend(fix, backend, lacking):
+    from runner.judge.judging import FixStatus, SiteStatus
+
+    fixed = FixStatus(fix=fix, status="fixed", sites=[SiteStatus(fix=fix, site="default", status="fixed", cases={})])
+    reasons = [r.split(": ", 1)[1] for r in _audited(fixed, backend)]
+    assert reasons == ([f"#{fix} " + LACKING.format(backend, lacking, backend)] * 2 if lacking else [])
 
 
 # --- gate 3: the pair rule is the tree's -------------------------------------------------------------
