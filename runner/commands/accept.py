@@ -26,6 +26,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from probes.duties import FIX_CODE
+from probes.duties_lifetime import site as lifetime_site
 from runner import errors, fixids, ui
 from runner.app import pipeline, server, survey
 from runner.commands import gate, options
@@ -335,7 +336,8 @@ def backend_sites(fs: judging.FixStatus, site: str, w: Worker, fleet: Fleet) -> 
     else the configuration's own (Mooncake's) site, unless the fix's code is partly backends' own and not this
     backend's (its cases never ran the code this worker runs: failing closed); every site where a rank's backend
     cannot be read (gate 4 fails that rank on it too)."""
-    own = {b: f"{site}-{b}" for b in judging.OTHER_BACKENDS if any(s.site == f"{site}-{b}" for s in fs.sites)}
+    present = {s.site for s in fs.sites}
+    own = {b: at for b in judging.OTHER_BACKENDS if (at := lifetime_site({"config": site, "backend": b})) in present}
     used = [server_arg(w, r, "disaggregation_transfer_backend", fleet.of(w)) for r in w.ranks()]
     if not all(s.known for s in used):
         return [(at, None) for at in (site, *own.values())]
